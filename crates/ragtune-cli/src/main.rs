@@ -1,0 +1,207 @@
+//! The `ragtune` command-line tool: index documents into the embedded store, search them, and evaluate on BEIR
+//! datasets. Exit codes: 0 success, 1 runtime error, 2 usage error.
+
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+use ragtune::core::Query;
+use ragtune::eval::{EvalOptions, run_eval, summary_table};
+use ragtune::{Bm25Settings, Config, Engine};
+
+#[derive(Debug, Parser)]
+#[command(name = "ragtune", version, about = "A self-correcting, budget-aware retrieval engine for RAG.")]
+struct Cli {
+    /// A TOML configuration file (default: $RAGTUNE_CONFIG, else built-in defaults).
+    #[arg(long, global = true, value_name = "FILE")]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Index a folder of Markdown/text files, a JSONL file, or a BEIR directory.
+    Index {
+        /// What to index.
+        path: PathBuf,
+        /// The store directory (default: the config's store.path, `.ragtune`).
+        #[arg(long, value_name = "DIR")]
+        store: Option<PathBuf>,
+        /// Print the summary as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Search the store.
+    Search {
+        /// The query.
+        query: String,
+        /// The store directory.
+        #[arg(long, value_name = "DIR")]
+        store: Option<PathBuf>,
+        /// Number of results.
+        #[arg(short = 'k', long = "top-k", value_name = "N")]
+        top_k: Option<usize>,
+        /// Print results (with provenance and trace) as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Evaluate retrieval on a BEIR dataset and print nDCG, recall, MRR, MAP and latency.
+    Eval {
+        /// The BEIR dataset directory (corpus.jsonl, queries.jsonl, qrels/).
+        #[arg(long, value_name = "DIR")]
+        dataset: PathBuf,
+        /// The qrels split.
+        #[arg(long, default_value = "test")]
+        split: String,
+        /// The retriever to evaluate.
+        #[arg(long, default_value = "bm25")]
+        retriever: String,
+        /// Results per query.
+        #[arg(long = "top-k", default_value_t = 100)]
+        top_k: usize,
+        /// BM25 k1 (default 1.2).
+        #[arg(long)]
+        k1: Option<f32>,
+        /// BM25 b (default 0.75).
+        #[arg(long)]
+        b: Option<f32>,
+        /// Write the JSON report here.
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+        /// Rebuild the index even when a cached one exists.
+        #[arg(long)]
+        reindex: bool,
+        /// Where cached indexes live (default: $RAGTUNE_HOME/eval-cache).
+        #[arg(long, value_name = "DIR")]
+        cache_dir: Option<PathBuf>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            match e.downcast_ref::<ragtune::core::Error>() {
+                Some(re) => eprintln!("error: {}", re.chain()),
+                None => eprintln!("error: {e:#}"),
+            }
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn config(cli_config: Option<&PathBuf>, store: Option<PathBuf>) -> anyhow::Result<Config> {
+    let mut cfg = Config::load(cli_config.map(PathBuf::as_path))?;
+    if let Some(s) = store {
+        cfg.store.path = s;
+    }
+    Ok(cfg)
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Index { path, store, json } => {
+            let cfg = config(cli.config.as_ref(), store)?;
+            let mut engine = Engine::open(cfg).await?;
+            let bar =
+                if std::io::stderr().is_terminal() && !json { ProgressBar::new(0) } else { ProgressBar::hidden() };
+            bar.set_style(
+                ProgressStyle::with_template("{spinner} indexing [{bar:30}] {pos}/{len} documents ({elapsed})")
+                    .map_err(|e| anyhow::anyhow!("progress template: {e}"))?
+                    .progress_chars("=> "),
+            );
+            let report = engine
+                .index_path(&path, &mut |done, total| {
+                    bar.set_length(total as u64);
+                    bar.set_position(done as u64);
+                })
+                .await?;
+            bar.finish_and_clear();
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                println!(
+                    "indexed {} documents into {} ({} passages, {} sections) in {:.2} s; the store holds {} chunks of {} documents",
+                    report.documents,
+                    engine.store_path().display(),
+                    report.passages,
+                    report.sections,
+                    report.seconds,
+                    report.store.chunks,
+                    report.store.documents
+                );
+                if !report.issues.is_empty() {
+                    eprintln!("{} problems (the rest was indexed):", report.issues.len());
+                    for issue in report.issues.iter().take(20) {
+                        eprintln!("  {issue}");
+                    }
+                    if report.issues.len() > 20 {
+                        eprintln!("  … and {} more (use --json for all)", report.issues.len() - 20);
+                    }
+                }
+            }
+        }
+        Command::Search { query, store, top_k, json } => {
+            let cfg = config(cli.config.as_ref(), store)?;
+            let k = top_k.unwrap_or(cfg.search.top_k);
+            let engine = Engine::open(cfg).await?;
+            let response = engine.search(Query::new(query).with_top_k(k)).await?;
+            let mut out = std::io::stdout().lock();
+            if json {
+                writeln!(out, "{}", serde_json::to_string_pretty(&response)?)?;
+            } else if response.hits.is_empty() {
+                writeln!(out, "no results")?;
+            } else {
+                for (i, c) in response.hits.iter().enumerate() {
+                    let path = if c.chunk.header_path.is_empty() {
+                        String::new()
+                    } else {
+                        format!("  [{}]", c.chunk.header_path.join(" > "))
+                    };
+                    writeln!(out, "{:>2}. {}  {:.4}{}", i + 1, c.chunk.id, c.score, path)?;
+                    writeln!(out, "    {}", snippet(&c.chunk.text, 160))?;
+                }
+            }
+        }
+        Command::Eval { dataset, split, retriever, top_k, k1, b, out, reindex, cache_dir } => {
+            let mut opts = EvalOptions::new(dataset);
+            opts.split = split;
+            opts.retriever = retriever;
+            opts.top_k = top_k;
+            let d = Bm25Settings::default();
+            opts.bm25 = Bm25Settings { k1: k1.unwrap_or(d.k1), b: b.unwrap_or(d.b), avg_doc_len: None };
+            opts.reindex = reindex;
+            if let Some(d) = cache_dir {
+                opts.cache_dir = d;
+            }
+            let report = run_eval(&opts, &mut |line| eprintln!("{line}")).await?;
+            print!("{}", summary_table(&report));
+            if let Some(path) = out {
+                std::fs::write(&path, serde_json::to_string_pretty(&report)? + "\n")
+                    .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+                eprintln!("wrote {}", path.display());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The first `max` characters of a text on one line.
+fn snippet(text: &str, max: usize) -> String {
+    let flat: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    match flat.char_indices().nth(max) {
+        Some((i, _)) => format!("{}…", &flat[..i]),
+        None => flat,
+    }
+}

@@ -1,0 +1,502 @@
+//! The seam traits: every layer of ragtune implements one of these and meets the others only through them.
+//!
+//! All seams are object-safe, `Send + Sync + Debug`, batch-oriented and take a [`Ctx`].
+//! `Arc<T>` and `Box<T>` implement a seam whenever `T` does.
+
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    Candidate, Chunk, Cost, CostModel, Ctx, EmbeddingSpec, Filter, Query, Record, Result, ScoredHit, SparseSpec,
+    SparseVector, TextRole,
+};
+
+/// Turns texts into dense vectors of one [`EmbeddingSpec`].
+///
+/// Implemented by `ragtune-embed` (`FastEmbedder` on ONNX) and by test fakes.
+///
+/// Invariants: `embed` returns exactly one vector per input, in input order, each of `spec().dim` finite
+/// values (L2-normalised when `spec().normalized`); the same text and role give the same vector.
+/// Over-long inputs are truncated by the model and reported through the trace, never silently dropped.
+///
+/// Cost model: one call per batch, `docs` = number of texts, `tokens` = input tokens. CPU-bound; implementations
+/// run model work off the async executor.
+#[async_trait]
+pub trait Embedder: Send + Sync + Debug {
+    /// The embedding space this embedder produces.
+    fn spec(&self) -> &EmbeddingSpec;
+    /// The declared cost of one call.
+    fn cost_model(&self) -> CostModel;
+    /// Embeds a batch of texts in the given role.
+    ///
+    /// # Errors
+    /// [`Unavailable`](crate::ErrorKind::Unavailable) when the model cannot run; `Cancelled`/`DeadlineExceeded` from `ctx`.
+    async fn embed(&self, ctx: &Ctx, texts: &[&str], role: TextRole) -> Result<Vec<Vec<f32>>>;
+}
+
+/// Turns texts into sparse vectors of one [`SparseSpec`] (BM25 term weights, SPLADE expansions).
+///
+/// Implemented by `ragtune-embed` (`Bm25Encoder`).
+///
+/// Invariants: one vector per input, in order; vectors satisfy [`SparseVector::validate`]; passage and query
+/// encodings of the same term use the same index. When `spec().idf` is true the store multiplies by IDF at
+/// query time, so encoders never need corpus statistics at query time.
+///
+/// Cost model: in-process and cheap (microseconds per text); [`CostModel::FREE`] unless it runs a model.
+#[async_trait]
+pub trait SparseEncoder: Send + Sync + Debug {
+    /// The sparse space this encoder produces.
+    fn spec(&self) -> &SparseSpec;
+    /// Encodes a batch of texts in the given role.
+    ///
+    /// # Errors
+    /// Only when the encoder relies on a model that fails; lexical encoders do not fail.
+    async fn encode(&self, ctx: &Ctx, texts: &[&str], role: TextRole) -> Result<Vec<SparseVector>>;
+}
+
+/// The vector to search with.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VectorQuery {
+    /// A dense vector in the store's embedding space.
+    Dense(Vec<f32>),
+    /// A sparse vector in the store's sparse space.
+    Sparse(SparseVector),
+}
+
+/// One search against a [`VectorStore`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SearchRequest {
+    /// The query vector.
+    pub vector: VectorQuery,
+    /// How many hits at most.
+    pub top_k: usize,
+    /// Only chunks matching this filter.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filter: Option<Filter>,
+}
+
+/// One atomic write: delete whole documents, then upsert records.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct WriteBatch {
+    /// Documents whose chunks are all removed before the upserts are applied.
+    pub delete_docs: Vec<String>,
+    /// Records to insert or replace (by chunk id).
+    pub upsert: Vec<Record>,
+}
+
+/// What a write changed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WriteReport {
+    /// Records inserted or replaced.
+    pub upserted: u64,
+    /// Chunks removed (by document deletion or replacement).
+    pub deleted: u64,
+}
+
+/// Counts and spaces of a store.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StoreStats {
+    /// Stored chunks (searchable or not).
+    pub chunks: u64,
+    /// Distinct documents.
+    pub documents: u64,
+    /// Chunks with a dense vector.
+    pub dense_vectors: u64,
+    /// Chunks with a sparse vector.
+    pub sparse_vectors: u64,
+    /// The dense space, once fixed by the first dense write or by `ensure_spaces`.
+    pub dense_spec: Option<EmbeddingSpec>,
+    /// The sparse space, once fixed.
+    pub sparse_spec: Option<SparseSpec>,
+    /// Store-specific settings worth showing (backend, index kind, paths).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub settings: BTreeMap<String, serde_json::Value>,
+}
+
+/// Persists chunks with their dense and sparse vectors, and searches them.
+///
+/// Implemented by `ragtune-store` (`EmbeddedStore`, the default; `QdrantStore` behind a feature).
+/// Every implementation must pass the contract suite in `ragtune-testkit`.
+///
+/// Invariants:
+/// - a [`WriteBatch`] lands whole or not at all; readers never see half of it;
+/// - upsert replaces by chunk id; `delete_docs` removes every chunk of a document;
+/// - the dense and sparse spaces are fixed by [`ensure_spaces`](Self::ensure_spaces) and every write and query
+///   in another space (other model id or dimension) is a [`Mismatch`](crate::ErrorKind::Mismatch) error;
+/// - sparse search scores `sum(idf(t) * q(t) * d(t))` when the sparse space has `idf`, with
+///   `idf(t) = ln(1 + (N - n(t) + 0.5) / (n(t) + 0.5))` over the chunks that have a sparse vector (Qdrant's formula);
+/// - results are sorted by descending score, ties by ascending chunk id; records without the searched vector kind
+///   are never returned; filters agree with [`Filter::matches`].
+///
+/// Cost model: local stores cost nothing in the budget's units; remote stores count one call per request batch.
+#[async_trait]
+pub trait VectorStore: Send + Sync + Debug {
+    /// Fixes the spaces of a new store, or checks that they equal those of an existing one.
+    ///
+    /// # Errors
+    /// [`Mismatch`](crate::ErrorKind::Mismatch) when the store already holds vectors of another space.
+    async fn ensure_spaces(&self, ctx: &Ctx, dense: Option<&EmbeddingSpec>, sparse: Option<&SparseSpec>) -> Result<()>;
+    /// Applies a batch atomically.
+    ///
+    /// # Errors
+    /// Invalid records, space mismatches, IO failures; on error nothing of the batch is applied.
+    async fn write(&self, ctx: &Ctx, batch: WriteBatch) -> Result<WriteReport>;
+    /// Fetches chunks by id; `None` for ids that are not stored.
+    ///
+    /// # Errors
+    /// IO failures.
+    async fn get(&self, ctx: &Ctx, ids: &[String]) -> Result<Vec<Option<Chunk>>>;
+    /// Runs a batch of searches; one hit list per request, in request order.
+    ///
+    /// # Errors
+    /// Space mismatches, IO failures.
+    async fn search(&self, ctx: &Ctx, requests: &[SearchRequest]) -> Result<Vec<Vec<ScoredHit>>>;
+    /// Counts and spaces.
+    ///
+    /// # Errors
+    /// IO failures.
+    async fn stats(&self, ctx: &Ctx) -> Result<StoreStats>;
+
+    /// Inserts or replaces records by chunk id.
+    ///
+    /// # Errors
+    /// As [`write`](Self::write).
+    async fn upsert(&self, ctx: &Ctx, records: Vec<Record>) -> Result<WriteReport> {
+        self.write(ctx, WriteBatch { delete_docs: Vec::new(), upsert: records }).await
+    }
+
+    /// Removes every chunk of the given documents.
+    ///
+    /// # Errors
+    /// As [`write`](Self::write).
+    async fn delete_documents(&self, ctx: &Ctx, doc_ids: &[String]) -> Result<WriteReport> {
+        self.write(ctx, WriteBatch { delete_docs: doc_ids.to_vec(), upsert: Vec::new() }).await
+    }
+}
+
+/// Retrieves candidates for queries: one strategy (BM25, dense), a fusion of several, or a decorator
+/// (HyDE, multi-query, rewrite) around another retriever.
+///
+/// Implemented by `ragtune-retrieve`.
+///
+/// Invariants: one candidate list per query, in query order; each list is sorted by descending `score` with ties
+/// broken by chunk id, holds at most `query.top_k` candidates with distinct chunk ids, and every candidate's
+/// `sources` names this retriever's strategy (or the strategies it fused). Empty or over-long queries are an
+/// [`InvalidInput`](crate::ErrorKind::InvalidInput) error ([`Query::validate`]).
+///
+/// Cost model: whatever its components cost (embedding calls, LLM tokens for query transformations), recorded
+/// in the trace.
+#[async_trait]
+pub trait Retriever: Send + Sync + Debug {
+    /// The strategy name used in provenance and traces (`bm25`, `dense`, `hybrid`).
+    fn name(&self) -> &str;
+    /// Retrieves for a batch of queries.
+    ///
+    /// # Errors
+    /// Invalid queries; failures of the store or encoder.
+    async fn retrieve(&self, ctx: &Ctx, queries: &[Query]) -> Result<Vec<Vec<Candidate>>>;
+}
+
+/// Scores query–candidate pairs more precisely (and more expensively) than retrieval did.
+///
+/// Implemented by `ragtune-embed` (`CrossEncoderReranker`) and `ragtune-rerank` (LLM reranker).
+///
+/// Invariants: one finite score per candidate, in input order; higher is more relevant; scores of one reranker are
+/// comparable across calls for the same query. A failed call fails the whole batch (the controller drops it).
+///
+/// Cost model: [`cost_model`](Self::cost_model) is what the budgeted controller plans with; cross-encoders cost
+/// tens of milliseconds per pair on CPU, LLM rerankers seconds and tokens.
+#[async_trait]
+pub trait Reranker: Send + Sync + Debug {
+    /// The strategy name (`cross-encoder:ms-marco-MiniLM-L-6-v2`, `llm:qwen-0.5b`).
+    fn name(&self) -> &str;
+    /// The declared price of a call.
+    fn cost_model(&self) -> CostModel;
+    /// Scores the candidates against the query.
+    ///
+    /// # Errors
+    /// Model or provider failures; the whole batch fails.
+    async fn score(&self, ctx: &Ctx, query: &str, candidates: &[Candidate]) -> Result<Vec<f32>>;
+}
+
+/// The Corrective-RAG verdict on a retrieval.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Verdict {
+    /// Retrieval is good enough to answer from (the heuristic evaluator's RELEVANT).
+    Correct,
+    /// Partly relevant: expand, re-retrieve and merge (PARTIAL).
+    Ambiguous,
+    /// Not relevant: search elsewhere or rewrite (IRRELEVANT).
+    Incorrect,
+}
+
+/// A relevance evaluator's judgement with everything that led to it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RelevanceJudgement {
+    /// The verdict.
+    pub verdict: Verdict,
+    /// The aggregate score the verdict was read from (0..=1).
+    pub score: f32,
+    /// One score per evaluated candidate, in input order.
+    pub per_candidate: Vec<f32>,
+    /// Named criteria and their values (keyword overlap, coherence, ...).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub criteria: BTreeMap<String, f32>,
+    /// Human-readable reasons.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reasons: Vec<String>,
+    /// What judging cost.
+    #[serde(default)]
+    pub cost: Cost,
+}
+
+/// Judges whether retrieved candidates can answer a query (Corrective RAG).
+///
+/// Implemented by `ragtune-evaluators` (heuristic and model-based evaluators).
+///
+/// Invariants: `per_candidate` has one entry per candidate; the verdict follows from `score` and the evaluator's
+/// configured thresholds; no candidates means [`Verdict::Incorrect`].
+///
+/// Cost model: heuristic evaluators are free; model-based ones cost what their scorer costs.
+#[async_trait]
+pub trait RelevanceEvaluator: Send + Sync + Debug {
+    /// Evaluator name for traces.
+    fn name(&self) -> &str;
+    /// Judges the candidates for the query.
+    ///
+    /// # Errors
+    /// Scorer failures; callers degrade to the retrieval as it is.
+    async fn evaluate(&self, ctx: &Ctx, query: &str, candidates: &[Candidate]) -> Result<RelevanceJudgement>;
+}
+
+/// The role of a chat message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Instructions.
+    System,
+    /// The user's turn.
+    User,
+    /// The model's turn.
+    Assistant,
+}
+
+/// A chat message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Message {
+    /// Who speaks.
+    pub role: Role,
+    /// What is said.
+    pub content: String,
+}
+
+/// A request to a language model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LlmRequest {
+    /// The conversation.
+    pub messages: Vec<Message>,
+    /// Sampling temperature; `0.0` for deterministic output.
+    pub temperature: f32,
+    /// The most tokens to generate.
+    pub max_tokens: u32,
+    /// Sampling seed, where the server supports one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<u64>,
+    /// Stop sequences.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stop: Vec<String>,
+    /// A JSON schema the output must follow; the output is then a JSON document.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub json_schema: Option<serde_json::Value>,
+}
+
+/// A language model's answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LlmResponse {
+    /// The generated text (a JSON document when a schema was given).
+    pub text: String,
+    /// Tokens used and calls made.
+    pub cost: Cost,
+    /// Why generation stopped (`stop`, `length`).
+    pub finish_reason: String,
+    /// The model that answered.
+    pub model: String,
+}
+
+/// A language model behind an API (OpenAI-compatible servers, a local llama.cpp server).
+///
+/// Implemented by `ragtune-llm`.
+///
+/// Invariants: one response per request, in order; `cost.tokens` counts prompt plus completion tokens as the
+/// server reported them; API keys never appear in errors or traces. Transient failures are retried inside the
+/// client; what reaches the caller is final.
+///
+/// Cost model: one call and its tokens per request; seconds of latency on CPU.
+#[async_trait]
+pub trait Llm: Send + Sync + Debug {
+    /// Model name for traces.
+    fn name(&self) -> &str;
+    /// Runs a batch of requests (sequentially or concurrently, as the implementation allows).
+    ///
+    /// # Errors
+    /// Unreachable server ([`Unavailable`](crate::ErrorKind::Unavailable)), exhausted retries
+    /// ([`Transient`](crate::ErrorKind::Transient)), malformed structured output ([`Corrupt`](crate::ErrorKind::Corrupt)).
+    async fn generate(&self, ctx: &Ctx, requests: &[LlmRequest]) -> Result<Vec<LlmResponse>>;
+}
+
+/// A web search request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WebQuery {
+    /// The search text.
+    pub text: String,
+    /// How many results at most.
+    pub max_results: usize,
+}
+
+/// One web search result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WebResult {
+    /// The page address.
+    pub url: String,
+    /// The page title.
+    pub title: String,
+    /// The snippet or extracted content.
+    pub content: String,
+    /// The provider that returned it.
+    pub provider: String,
+    /// The provider's relevance score, if it gives one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub score: Option<f32>,
+}
+
+/// A web search provider (Tavily, Exa, SearXNG, arXiv...), usually wrapped in rate limiting and a circuit breaker.
+///
+/// Implemented by `ragtune-web`.
+///
+/// Invariants: at most `max_results` results per query, in the provider's order; a provider that is down returns
+/// [`Unavailable`](crate::ErrorKind::Unavailable) quickly rather than hanging past the context's deadline.
+///
+/// Cost model: one call per query; providers with per-request pricing declare it here.
+#[async_trait]
+pub trait WebSearch: Send + Sync + Debug {
+    /// Provider name.
+    fn name(&self) -> &str;
+    /// The declared price of a call.
+    fn cost_model(&self) -> CostModel;
+    /// Searches the web for a batch of queries; one result list per query.
+    ///
+    /// # Errors
+    /// Provider failures, rate limits ([`Transient`](crate::ErrorKind::Transient)).
+    async fn search(&self, ctx: &Ctx, queries: &[WebQuery]) -> Result<Vec<Vec<WebResult>>>;
+}
+
+// Blanket implementations so that `Arc<dyn Seam>`, `Box<dyn Seam>` and `Arc<Concrete>` can be passed wherever
+// a seam is expected.
+macro_rules! forward_pointer {
+    ($($ptr:ident),*) => {$(
+        #[async_trait]
+        impl<T: Embedder + ?Sized> Embedder for $ptr<T> {
+            fn spec(&self) -> &EmbeddingSpec { (**self).spec() }
+            fn cost_model(&self) -> CostModel { (**self).cost_model() }
+            async fn embed(&self, ctx: &Ctx, texts: &[&str], role: TextRole) -> Result<Vec<Vec<f32>>> {
+                (**self).embed(ctx, texts, role).await
+            }
+        }
+
+        #[async_trait]
+        impl<T: SparseEncoder + ?Sized> SparseEncoder for $ptr<T> {
+            fn spec(&self) -> &SparseSpec { (**self).spec() }
+            async fn encode(&self, ctx: &Ctx, texts: &[&str], role: TextRole) -> Result<Vec<SparseVector>> {
+                (**self).encode(ctx, texts, role).await
+            }
+        }
+
+        #[async_trait]
+        impl<T: VectorStore + ?Sized> VectorStore for $ptr<T> {
+            async fn ensure_spaces(&self, ctx: &Ctx, dense: Option<&EmbeddingSpec>, sparse: Option<&SparseSpec>) -> Result<()> {
+                (**self).ensure_spaces(ctx, dense, sparse).await
+            }
+            async fn write(&self, ctx: &Ctx, batch: WriteBatch) -> Result<WriteReport> { (**self).write(ctx, batch).await }
+            async fn get(&self, ctx: &Ctx, ids: &[String]) -> Result<Vec<Option<Chunk>>> { (**self).get(ctx, ids).await }
+            async fn search(&self, ctx: &Ctx, requests: &[SearchRequest]) -> Result<Vec<Vec<ScoredHit>>> {
+                (**self).search(ctx, requests).await
+            }
+            async fn stats(&self, ctx: &Ctx) -> Result<StoreStats> { (**self).stats(ctx).await }
+        }
+
+        #[async_trait]
+        impl<T: Retriever + ?Sized> Retriever for $ptr<T> {
+            fn name(&self) -> &str { (**self).name() }
+            async fn retrieve(&self, ctx: &Ctx, queries: &[Query]) -> Result<Vec<Vec<Candidate>>> {
+                (**self).retrieve(ctx, queries).await
+            }
+        }
+
+        #[async_trait]
+        impl<T: Reranker + ?Sized> Reranker for $ptr<T> {
+            fn name(&self) -> &str { (**self).name() }
+            fn cost_model(&self) -> CostModel { (**self).cost_model() }
+            async fn score(&self, ctx: &Ctx, query: &str, candidates: &[Candidate]) -> Result<Vec<f32>> {
+                (**self).score(ctx, query, candidates).await
+            }
+        }
+
+        #[async_trait]
+        impl<T: RelevanceEvaluator + ?Sized> RelevanceEvaluator for $ptr<T> {
+            fn name(&self) -> &str { (**self).name() }
+            async fn evaluate(&self, ctx: &Ctx, query: &str, candidates: &[Candidate]) -> Result<RelevanceJudgement> {
+                (**self).evaluate(ctx, query, candidates).await
+            }
+        }
+
+        #[async_trait]
+        impl<T: Llm + ?Sized> Llm for $ptr<T> {
+            fn name(&self) -> &str { (**self).name() }
+            async fn generate(&self, ctx: &Ctx, requests: &[LlmRequest]) -> Result<Vec<LlmResponse>> {
+                (**self).generate(ctx, requests).await
+            }
+        }
+
+        #[async_trait]
+        impl<T: WebSearch + ?Sized> WebSearch for $ptr<T> {
+            fn name(&self) -> &str { (**self).name() }
+            fn cost_model(&self) -> CostModel { (**self).cost_model() }
+            async fn search(&self, ctx: &Ctx, queries: &[WebQuery]) -> Result<Vec<Vec<WebResult>>> {
+                (**self).search(ctx, queries).await
+            }
+        }
+    )*};
+}
+
+forward_pointer!(Arc, Box);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_send_sync<T: Send + Sync + ?Sized>() {}
+
+    #[test]
+    fn every_seam_is_object_safe_send_and_sync() {
+        assert_send_sync::<Arc<dyn Embedder>>();
+        assert_send_sync::<Arc<dyn SparseEncoder>>();
+        assert_send_sync::<Arc<dyn VectorStore>>();
+        assert_send_sync::<Arc<dyn Retriever>>();
+        assert_send_sync::<Arc<dyn Reranker>>();
+        assert_send_sync::<Arc<dyn RelevanceEvaluator>>();
+        assert_send_sync::<Arc<dyn Llm>>();
+        assert_send_sync::<Arc<dyn WebSearch>>();
+        // A pointer to a seam is itself a seam, so decorators can wrap shared components.
+        fn is_retriever<R: Retriever>() {}
+        is_retriever::<Arc<dyn Retriever>>();
+        is_retriever::<Box<dyn Retriever>>();
+        fn is_store<S: VectorStore>() {}
+        is_store::<Arc<dyn VectorStore>>();
+    }
+}

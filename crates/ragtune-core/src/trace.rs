@@ -1,0 +1,55 @@
+//! Trace events: every decision, score and cost a request produced.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::Cost;
+
+/// One recorded step of a request.
+///
+/// Events are deterministic for the same inputs except `elapsed_us`, which is measured.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TraceEvent {
+    /// Pipeline stage (`route`, `retrieve`, `evaluate`, `correct`, `rerank`, `assemble`, `generate`, `judge`).
+    pub stage: String,
+    /// What happened within the stage (`bm25`, `hybrid`, `skipped`, a verdict).
+    pub action: String,
+    /// Structured details: scores, counts, reasons, parameters.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub detail: BTreeMap<String, serde_json::Value>,
+    /// What the step cost.
+    #[serde(default)]
+    pub cost: Cost,
+    /// Wall time of the step in microseconds.
+    #[serde(default)]
+    pub elapsed_us: u64,
+}
+
+impl TraceEvent {
+    /// An event for `stage` / `action` with no details.
+    pub fn new(stage: impl Into<String>, action: impl Into<String>) -> Self {
+        Self { stage: stage.into(), action: action.into(), detail: BTreeMap::new(), cost: Cost::ZERO, elapsed_us: 0 }
+    }
+
+    /// Adds a detail.
+    #[must_use]
+    pub fn detail(mut self, key: impl Into<String>, value: impl Into<serde_json::Value>) -> Self {
+        self.detail.insert(key.into(), value.into());
+        self
+    }
+
+    /// Sets the cost.
+    #[must_use]
+    pub fn cost(mut self, cost: Cost) -> Self {
+        self.cost = cost;
+        self
+    }
+
+    /// Sets the elapsed time.
+    #[must_use]
+    pub fn elapsed(mut self, elapsed: std::time::Duration) -> Self {
+        self.elapsed_us = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
+        self
+    }
+}

@@ -1,0 +1,38 @@
+//! Loading corpora into [`Document`](ragtune_core::Document)s and cutting them into
+//! [`Chunk`](ragtune_core::Chunk)s.
+//!
+//! Loaders read BEIR datasets ([`load_beir`]), JSON Lines files ([`load_jsonl_documents`]) and folders of
+//! Markdown and plain text ([`load_folder`]).
+//! They step over bad lines and files and report them as [`LoadIssue`]s (`corpus.jsonl:17: expected value at
+//! column 3`) next to what loaded; only problems that make the whole load meaningless (a missing file, an unknown
+//! split, nothing loadable) are errors.
+//! The chunker ([`chunk_document`]) cuts a document into parent sections at its Markdown headings and each
+//! section into overlapping child passages; [`whole_document_chunk`] keeps a short document whole.
+//!
+//! ```
+//! use ragtune_core::{ChunkKind, Document};
+//! use ragtune_ingest::{ChunkerConfig, chunk_document};
+//!
+//! let doc = Document::new("guide.md", "# Guide\nWelcome.\n\n## Install\nRun `make`.\n");
+//! let chunks = chunk_document(&doc, &ChunkerConfig::default())?;
+//! let passages: Vec<_> = chunks.iter().filter(|c| c.kind == ChunkKind::Passage).collect();
+//! assert_eq!(passages.len(), 2);
+//! assert_eq!(passages[1].id, "guide.md#1");
+//! assert_eq!(passages[1].parent_id.as_deref(), Some("guide.md#s1"));
+//! assert_eq!(passages[1].header_path, ["Guide", "Install"]);
+//! assert_eq!(passages[1].text, "## Install\nRun `make`.");
+//! # Ok::<(), ragtune_core::Error>(())
+//! ```
+
+mod beir;
+mod chunk;
+mod folder;
+mod jsonl;
+mod lines;
+mod report;
+
+pub use beir::{BeirDataset, BeirQuery, Qrels, list_splits, load_beir};
+pub use chunk::{ChunkerConfig, chunk_document, whole_document_chunk};
+pub use folder::{FORMAT_MARKDOWN, FORMAT_TEXT, load_folder};
+pub use jsonl::load_jsonl_documents;
+pub use report::{LoadIssue, Loaded};

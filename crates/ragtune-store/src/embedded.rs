@@ -1,0 +1,493 @@
+//! The embedded store: redb for durability, an in-memory index for search.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use async_trait::async_trait;
+use ragtune_core::{
+    Chunk, Ctx, EmbeddingSpec, Error, ErrorKind, Record, Result, ScoredHit, SearchRequest, SparseSpec, StoreStats,
+    VectorQuery, VectorStore, WriteBatch, WriteReport,
+};
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+
+use crate::codec;
+use crate::index::{Index, prepare_dense};
+
+const META: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("meta");
+const CHUNKS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("chunks");
+const SPARSE: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("sparse");
+const DENSE: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("dense");
+
+const FORMAT_KEY: &str = "format";
+const FORMAT_VERSION: &[u8] = b"ragtune-embedded/1";
+const DENSE_SPEC_KEY: &str = "dense_spec";
+const SPARSE_SPEC_KEY: &str = "sparse_spec";
+const DB_FILE: &str = "ragtune.redb";
+
+/// The default, embedded [`VectorStore`]: persistent in one directory, crash-safe, exact search.
+///
+/// Durability: every [`WriteBatch`] is one redb transaction committed with immediate durability, so after a
+/// crash (even `kill -9` or power loss) the store reopens at the last committed batch; redb repairs its file on
+/// open. A second writer on the same directory gets an [`ErrorKind::Locked`] error.
+///
+/// Search: an inverted index (term → postings) for sparse vectors and a flat matrix for dense vectors, both
+/// rebuilt from the database on open and swapped under a lock after each commit, so readers see a batch whole or
+/// not at all. Payload text is read from the database for the returned hits only.
+///
+/// Async methods run their work with `tokio::task::spawn_blocking` when called inside a Tokio runtime, and inline
+/// otherwise.
+#[derive(Debug, Clone)]
+pub struct EmbeddedStore {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    dir: PathBuf,
+    db: Database,
+    state: RwLock<State>,
+}
+
+#[derive(Debug)]
+struct State {
+    dense_spec: Option<EmbeddingSpec>,
+    sparse_spec: Option<SparseSpec>,
+    index: Index,
+}
+
+fn db_err(what: &str, dir: &Path, e: impl Into<redb::Error>) -> Error {
+    let e: redb::Error = e.into();
+    let kind = match &e {
+        redb::Error::DatabaseAlreadyOpen | redb::Error::LockProtocolMismatch => ErrorKind::Locked,
+        redb::Error::Corrupted(_) | redb::Error::UpgradeRequired(_) => ErrorKind::Corrupt,
+        redb::Error::Io(_) => ErrorKind::Permanent,
+        _ => ErrorKind::Permanent,
+    };
+    let msg = match kind {
+        ErrorKind::Locked => format!(
+            "the store at {} is locked: another process (or another handle in this one) has it open for writing",
+            dir.display()
+        ),
+        ErrorKind::Corrupt => format!(
+            "the store at {} is damaged and cannot be recovered automatically ({what}); re-index into a new directory",
+            dir.display()
+        ),
+        _ => format!("{what} failed for the store at {}", dir.display()),
+    };
+    Error::new(kind, msg).with_source(e)
+}
+
+impl EmbeddedStore {
+    /// Opens the store in `dir`, creating the directory and an empty store when absent.
+    ///
+    /// # Errors
+    /// [`ErrorKind::Locked`] when another handle holds the store; [`ErrorKind::Corrupt`] when the database or its
+    /// records cannot be read back (the message says which record); IO failures.
+    pub fn open(dir: impl AsRef<Path>) -> Result<Self> {
+        let dir = dir.as_ref().to_path_buf();
+        std::fs::create_dir_all(&dir).map_err(|e| {
+            Error::permanent(format!("cannot create the store directory {}", dir.display())).with_source(e)
+        })?;
+        let path = dir.join(DB_FILE);
+        let db = Database::create(&path).map_err(|e| db_err("opening", &dir, e))?;
+        let state = Self::load(&db, &dir)?;
+        Ok(Self { inner: Arc::new(Inner { dir, db, state: RwLock::new(state) }) })
+    }
+
+    /// The directory holding the store.
+    #[must_use]
+    pub fn dir(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    fn load(db: &Database, dir: &Path) -> Result<State> {
+        let err = |what: &str, e: redb::Error| db_err(what, dir, e);
+        // Create the tables and stamp the format on first open, in one transaction.
+        let tx = db.begin_write().map_err(|e| err("starting a transaction", e.into()))?;
+        {
+            let mut meta = tx.open_table(META).map_err(|e| err("opening the meta table", e.into()))?;
+            let format =
+                meta.get(FORMAT_KEY).map_err(|e| err("reading the format", e.into()))?.map(|g| g.value().to_vec());
+            match format {
+                None => {
+                    meta.insert(FORMAT_KEY, FORMAT_VERSION).map_err(|e| err("writing the format", e.into()))?;
+                }
+                Some(f) if f == FORMAT_VERSION => {}
+                Some(f) => {
+                    return Err(Error::corrupt(format!(
+                        "the store at {} has format `{}`, this ragtune reads `{}`",
+                        dir.display(),
+                        String::from_utf8_lossy(&f),
+                        String::from_utf8_lossy(FORMAT_VERSION)
+                    )));
+                }
+            }
+            for t in [CHUNKS, SPARSE, DENSE] {
+                tx.open_table(t).map_err(|e| err("creating tables", e.into()))?;
+            }
+        }
+        tx.commit().map_err(|e| err("committing the format", e.into()))?;
+
+        let rx = db.begin_read().map_err(|e| err("starting a read", e.into()))?;
+        let meta = rx.open_table(META).map_err(|e| err("opening the meta table", e.into()))?;
+        let spec = |key: &str| -> Result<Option<Vec<u8>>> {
+            Ok(meta.get(key).map_err(|e| err("reading settings", e.into()))?.map(|g| g.value().to_vec()))
+        };
+        let parse = |key: &str, bytes: &[u8]| {
+            Error::corrupt(format!("the store setting `{key}` cannot be read: {}", String::from_utf8_lossy(bytes)))
+        };
+        let dense_spec: Option<EmbeddingSpec> = match spec(DENSE_SPEC_KEY)? {
+            Some(b) => Some(serde_json::from_slice(&b).map_err(|_| parse(DENSE_SPEC_KEY, &b))?),
+            None => None,
+        };
+        let sparse_spec: Option<SparseSpec> = match spec(SPARSE_SPEC_KEY)? {
+            Some(b) => Some(serde_json::from_slice(&b).map_err(|_| parse(SPARSE_SPEC_KEY, &b))?),
+            None => None,
+        };
+        let dim = dense_spec.as_ref().map_or(0, |s| s.dim);
+        let mut index = Index::new(dim);
+        let chunks = rx.open_table(CHUNKS).map_err(|e| err("opening chunks", e.into()))?;
+        let sparse = rx.open_table(SPARSE).map_err(|e| err("opening sparse vectors", e.into()))?;
+        let dense = rx.open_table(DENSE).map_err(|e| err("opening dense vectors", e.into()))?;
+        for entry in chunks.iter().map_err(|e| err("reading chunks", e.into()))? {
+            let (k, v) = entry.map_err(|e| err("reading chunks", e.into()))?;
+            let key = k.value();
+            let mut chunk = codec::decode_chunk(key, v.value())?;
+            if chunk.id != key {
+                return Err(Error::corrupt(format!("stored chunk under key `{key}` has id `{}`", chunk.id)));
+            }
+            chunk.text = String::new();
+            let sv = match sparse.get(key).map_err(|e| err("reading sparse vectors", e.into()))? {
+                Some(g) => Some(codec::decode_sparse(key, g.value())?),
+                None => None,
+            };
+            let dv = match dense.get(key).map_err(|e| err("reading dense vectors", e.into()))? {
+                Some(g) => {
+                    let v = codec::decode_dense(key, g.value())?;
+                    if v.len() != dim {
+                        return Err(Error::corrupt(format!(
+                            "stored dense vector of `{key}` has {} dimensions, the store's space has {dim}",
+                            v.len()
+                        )));
+                    }
+                    Some(v)
+                }
+                None => None,
+            };
+            index.insert(chunk, sv.as_ref(), dv.as_deref());
+        }
+        // Vectors without a chunk can only come from a bug; refuse rather than serve a silently partial store.
+        for (name, table) in [("sparse", &sparse), ("dense", &dense)] {
+            for entry in table.iter().map_err(|e| err("checking vectors", e.into()))? {
+                let (k, _) = entry.map_err(|e| err("checking vectors", e.into()))?;
+                if !index.contains(k.value()) {
+                    return Err(Error::corrupt(format!(
+                        "the store at {} has a {name} vector for `{}` but no chunk",
+                        dir.display(),
+                        k.value()
+                    )));
+                }
+            }
+        }
+        Ok(State { dense_spec, sparse_spec, index })
+    }
+}
+
+impl Inner {
+    fn read(&self) -> RwLockReadGuard<'_, State> {
+        // A poisoned lock means a panic in another thread mid-update; the index is rebuilt from the
+        // database only on reopen, so surface nothing here and keep serving (updates are applied after commit
+        // in a way that cannot panic halfway except on an invariant violation).
+        self.state.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn write_lock(&self) -> RwLockWriteGuard<'_, State> {
+        self.state.write().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn err(&self, what: &str, e: impl Into<redb::Error>) -> Error {
+        db_err(what, &self.dir, e)
+    }
+
+    fn ensure_spaces(&self, dense: Option<&EmbeddingSpec>, sparse: Option<&SparseSpec>) -> Result<()> {
+        let mut state = self.write_lock();
+        let mut updates: Vec<(&str, Vec<u8>)> = Vec::new();
+        if let Some(want) = dense {
+            if want.dim == 0 {
+                return Err(Error::invalid_input("a dense space needs a dimension > 0"));
+            }
+            match &state.dense_spec {
+                Some(have) if have != want => {
+                    return Err(Error::mismatch(format!(
+                        "the store at {} holds dense vectors of `{}` ({} dimensions, {:?}); refusing `{}` ({} dimensions, {:?}) — use another store directory or re-index",
+                        self.dir.display(),
+                        have.model_id,
+                        have.dim,
+                        have.distance,
+                        want.model_id,
+                        want.dim,
+                        want.distance
+                    )));
+                }
+                Some(_) => {}
+                None => updates.push((DENSE_SPEC_KEY, serde_json::to_vec(want).unwrap_or_default())),
+            }
+        }
+        if let Some(want) = sparse {
+            match &state.sparse_spec {
+                Some(have) if have != want => {
+                    return Err(Error::mismatch(format!(
+                        "the store at {} holds sparse vectors of `{}`; refusing `{}` — use another store directory or re-index",
+                        self.dir.display(),
+                        have.encoder_id,
+                        want.encoder_id
+                    )));
+                }
+                Some(_) => {}
+                None => updates.push((SPARSE_SPEC_KEY, serde_json::to_vec(want).unwrap_or_default())),
+            }
+        }
+        if updates.is_empty() {
+            return Ok(());
+        }
+        let tx = self.db.begin_write().map_err(|e| self.err("starting a transaction", e))?;
+        {
+            let mut meta = tx.open_table(META).map_err(|e| self.err("opening settings", e))?;
+            for (k, v) in &updates {
+                meta.insert(*k, v.as_slice()).map_err(|e| self.err("writing settings", e))?;
+            }
+        }
+        tx.commit().map_err(|e| self.err("committing settings", e))?;
+        if let Some(d) = dense.filter(|_| state.dense_spec.is_none()) {
+            state.dense_spec = Some(d.clone());
+            state.index.set_dim(d.dim);
+        }
+        if let Some(s) = sparse.filter(|_| state.sparse_spec.is_none()) {
+            state.sparse_spec = Some(s.clone());
+        }
+        Ok(())
+    }
+
+    fn validate(state: &State, records: &mut [Record]) -> Result<()> {
+        for r in records.iter_mut() {
+            let id = &r.chunk.id;
+            if id.is_empty() || r.chunk.doc_id.is_empty() {
+                return Err(Error::invalid_input(format!(
+                    "a record needs a chunk id and a document id (chunk `{id}`, document `{}`)",
+                    r.chunk.doc_id
+                )));
+            }
+            if let Some(v) = &r.sparse {
+                if state.sparse_spec.is_none() {
+                    return Err(Error::invalid_input(format!(
+                        "chunk `{id}` has a sparse vector but the store has no sparse space yet: call ensure_spaces first"
+                    )));
+                }
+                v.validate().map_err(|e| e.context(format!("chunk `{id}`")))?;
+            }
+            if let Some(v) = &mut r.dense {
+                let Some(spec) = &state.dense_spec else {
+                    return Err(Error::invalid_input(format!(
+                        "chunk `{id}` has a dense vector but the store has no dense space yet: call ensure_spaces first"
+                    )));
+                };
+                if v.len() != spec.dim {
+                    return Err(Error::mismatch(format!(
+                        "chunk `{id}` has a dense vector of {} dimensions; the store's space `{}` has {}",
+                        v.len(),
+                        spec.model_id,
+                        spec.dim
+                    )));
+                }
+                if v.iter().any(|x| !x.is_finite()) {
+                    return Err(Error::invalid_input(format!("chunk `{id}` has a non-finite dense value")));
+                }
+                prepare_dense(v, spec.distance);
+            }
+        }
+        Ok(())
+    }
+
+    fn write(&self, ctx: &Ctx, mut batch: WriteBatch) -> Result<WriteReport> {
+        ctx.check()?;
+        // The write lock is held from before the commit until the index is updated, so that a reader sees the
+        // database and the index at the same version (readers fetch payloads under the read lock).
+        let mut state = self.write_lock();
+        Self::validate(&state, &mut batch.upsert)?;
+        let mut removed: Vec<String> = Vec::new();
+        for doc in &batch.delete_docs {
+            removed.extend(state.index.chunk_ids_of_doc(doc));
+        }
+        let removed_set: HashSet<&str> = removed.iter().map(String::as_str).collect();
+        // Later records with the same id replace earlier ones in the same batch.
+        let mut last: BTreeMap<&str, usize> = BTreeMap::new();
+        for (i, r) in batch.upsert.iter().enumerate() {
+            last.insert(r.chunk.id.as_str(), i);
+        }
+        let replaced = last.keys().filter(|id| state.index.contains(id) && !removed_set.contains(*id)).count() as u64;
+
+        let tx = self.db.begin_write().map_err(|e| self.err("starting a transaction", e))?;
+        {
+            let mut chunks = tx.open_table(CHUNKS).map_err(|e| self.err("opening chunks", e))?;
+            let mut sparse = tx.open_table(SPARSE).map_err(|e| self.err("opening sparse vectors", e))?;
+            let mut dense = tx.open_table(DENSE).map_err(|e| self.err("opening dense vectors", e))?;
+            for id in &removed {
+                chunks.remove(id.as_str()).map_err(|e| self.err("deleting", e))?;
+                sparse.remove(id.as_str()).map_err(|e| self.err("deleting", e))?;
+                dense.remove(id.as_str()).map_err(|e| self.err("deleting", e))?;
+            }
+            for &i in last.values() {
+                let r = &batch.upsert[i];
+                let id = r.chunk.id.as_str();
+                chunks.insert(id, codec::encode_chunk(&r.chunk)?.as_slice()).map_err(|e| self.err("writing", e))?;
+                match &r.sparse {
+                    Some(v) => sparse.insert(id, codec::encode_sparse(v).as_slice()).map(drop),
+                    None => sparse.remove(id).map(drop),
+                }
+                .map_err(|e| self.err("writing", e))?;
+                match &r.dense {
+                    Some(v) => dense.insert(id, codec::encode_dense(v).as_slice()).map(drop),
+                    None => dense.remove(id).map(drop),
+                }
+                .map_err(|e| self.err("writing", e))?;
+            }
+        }
+        tx.commit().map_err(|e| self.err("committing", e))?;
+
+        for id in &removed {
+            state.index.remove(id);
+        }
+        for &i in last.values() {
+            let r = &batch.upsert[i];
+            let mut chunk = r.chunk.clone();
+            chunk.text = String::new();
+            state.index.insert(chunk, r.sparse.as_ref(), r.dense.as_deref());
+        }
+        Ok(WriteReport { upserted: last.len() as u64, deleted: removed.len() as u64 + replaced })
+    }
+
+    fn fetch(&self, ids: &[String]) -> Result<Vec<Option<Chunk>>> {
+        let rx = self.db.begin_read().map_err(|e| self.err("starting a read", e))?;
+        let chunks = rx.open_table(CHUNKS).map_err(|e| self.err("opening chunks", e))?;
+        ids.iter()
+            .map(|id| match chunks.get(id.as_str()).map_err(|e| self.err("reading a chunk", e))? {
+                Some(g) => codec::decode_chunk(id, g.value()).map(Some),
+                None => Ok(None),
+            })
+            .collect()
+    }
+
+    fn search(&self, ctx: &Ctx, requests: &[SearchRequest]) -> Result<Vec<Vec<ScoredHit>>> {
+        let state = self.read();
+        let mut out = Vec::with_capacity(requests.len());
+        for req in requests {
+            ctx.check()?;
+            let hits = match &req.vector {
+                VectorQuery::Sparse(q) => {
+                    q.validate().map_err(|e| e.context("sparse query"))?;
+                    match &state.sparse_spec {
+                        Some(spec) => state.index.search_sparse(q, spec.idf, req.top_k, req.filter.as_ref()),
+                        None => Vec::new(),
+                    }
+                }
+                VectorQuery::Dense(q) => match &state.dense_spec {
+                    Some(spec) if q.len() != spec.dim => {
+                        return Err(Error::mismatch(format!(
+                            "the query vector has {} dimensions; the store's space `{}` has {}",
+                            q.len(),
+                            spec.model_id,
+                            spec.dim
+                        )));
+                    }
+                    Some(spec) => {
+                        let mut q = q.clone();
+                        prepare_dense(&mut q, spec.distance);
+                        state.index.search_dense(&q, req.top_k, req.filter.as_ref())
+                    }
+                    None => Vec::new(),
+                },
+            };
+            let ids: Vec<String> =
+                hits.iter().map(|h| state.index.slot(h.slot).map(|s| s.chunk.id.clone()).unwrap_or_default()).collect();
+            let chunks = self.fetch(&ids)?;
+            let mut list = Vec::with_capacity(hits.len());
+            for ((h, c), id) in hits.iter().zip(chunks).zip(&ids) {
+                let chunk = c.ok_or_else(|| {
+                    Error::corrupt(format!(
+                        "chunk `{id}` is indexed but missing from the store at {}",
+                        self.dir.display()
+                    ))
+                })?;
+                list.push(ScoredHit { chunk, score: h.score });
+            }
+            out.push(list);
+        }
+        Ok(out)
+    }
+
+    fn stats(&self) -> StoreStats {
+        let state = self.read();
+        let mut settings = BTreeMap::new();
+        settings.insert("backend".to_owned(), "embedded".into());
+        settings.insert("path".to_owned(), self.dir.display().to_string().into());
+        settings.insert("dense_index".to_owned(), "exact".into());
+        StoreStats {
+            chunks: state.index.chunks(),
+            documents: state.index.documents(),
+            dense_vectors: state.index.dense_count(),
+            sparse_vectors: state.index.sparse_count(),
+            dense_spec: state.dense_spec.clone(),
+            sparse_spec: state.sparse_spec.clone(),
+            settings,
+        }
+    }
+}
+
+/// Runs blocking store work off the async executor when there is one.
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+    match tokio::runtime::Handle::try_current() {
+        Ok(handle) => {
+            handle.spawn_blocking(f).await.map_err(|e| Error::permanent("a store task failed").with_source(e))?
+        }
+        Err(_) => f(),
+    }
+}
+
+#[async_trait]
+impl VectorStore for EmbeddedStore {
+    async fn ensure_spaces(
+        &self,
+        _ctx: &Ctx,
+        dense: Option<&EmbeddingSpec>,
+        sparse: Option<&SparseSpec>,
+    ) -> Result<()> {
+        let inner = self.inner.clone();
+        let (dense, sparse) = (dense.cloned(), sparse.cloned());
+        blocking(move || inner.ensure_spaces(dense.as_ref(), sparse.as_ref())).await
+    }
+
+    async fn write(&self, ctx: &Ctx, batch: WriteBatch) -> Result<WriteReport> {
+        let (inner, ctx) = (self.inner.clone(), ctx.clone());
+        blocking(move || inner.write(&ctx, batch)).await
+    }
+
+    async fn get(&self, _ctx: &Ctx, ids: &[String]) -> Result<Vec<Option<Chunk>>> {
+        let (inner, ids) = (self.inner.clone(), ids.to_vec());
+        blocking(move || {
+            // Hold the read lock so a concurrent write is seen whole or not at all.
+            let _state = inner.read();
+            inner.fetch(&ids)
+        })
+        .await
+    }
+
+    async fn search(&self, ctx: &Ctx, requests: &[SearchRequest]) -> Result<Vec<Vec<ScoredHit>>> {
+        let (inner, ctx, requests) = (self.inner.clone(), ctx.clone(), requests.to_vec());
+        blocking(move || inner.search(&ctx, &requests)).await
+    }
+
+    async fn stats(&self, _ctx: &Ctx) -> Result<StoreStats> {
+        Ok(self.inner.stats())
+    }
+}

@@ -1,0 +1,201 @@
+//! The in-memory side of the embedded store: slot table, inverted index and dense matrix.
+//!
+//! It is a pure function of the database contents: rebuilt on open, updated after each committed write.
+
+use std::cmp::Ordering;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use ragtune_core::{Chunk, Distance, Filter, SparseVector};
+
+/// One stored chunk as the index sees it: the chunk without its text (for filters and ids).
+#[derive(Debug)]
+pub(crate) struct Slot {
+    pub(crate) chunk: Chunk,
+    pub(crate) sparse_terms: Vec<u32>,
+    pub(crate) has_sparse: bool,
+    pub(crate) has_dense: bool,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Index {
+    slots: Vec<Option<Slot>>,
+    free: Vec<u32>,
+    by_id: HashMap<String, u32>,
+    by_doc: BTreeMap<String, BTreeSet<u32>>,
+    postings: HashMap<u32, Vec<(u32, f32)>>,
+    sparse_count: u64,
+    dense_count: u64,
+    dim: usize,
+    dense: Vec<f32>,
+}
+
+pub(crate) struct Hit {
+    pub(crate) slot: u32,
+    pub(crate) score: f32,
+}
+
+impl Index {
+    pub(crate) fn new(dim: usize) -> Self {
+        Self { dim, ..Self::default() }
+    }
+
+    pub(crate) fn set_dim(&mut self, dim: usize) {
+        if self.dense_count == 0 {
+            self.dim = dim;
+            self.dense.clear();
+            self.dense.resize(self.slots.len() * dim, 0.0);
+        }
+    }
+
+    pub(crate) fn chunks(&self) -> u64 {
+        self.by_id.len() as u64
+    }
+
+    pub(crate) fn documents(&self) -> u64 {
+        self.by_doc.len() as u64
+    }
+
+    pub(crate) fn sparse_count(&self) -> u64 {
+        self.sparse_count
+    }
+
+    pub(crate) fn dense_count(&self) -> u64 {
+        self.dense_count
+    }
+
+    pub(crate) fn chunk_ids_of_doc(&self, doc_id: &str) -> Vec<String> {
+        self.by_doc
+            .get(doc_id)
+            .map(|s| s.iter().filter_map(|&i| self.slot(i).map(|s| s.chunk.id.clone())).collect())
+            .unwrap_or_default()
+    }
+
+    pub(crate) fn contains(&self, id: &str) -> bool {
+        self.by_id.contains_key(id)
+    }
+
+    pub(crate) fn slot(&self, i: u32) -> Option<&Slot> {
+        self.slots.get(i as usize).and_then(Option::as_ref)
+    }
+
+    /// Inserts or replaces a chunk. `chunk.text` should already be emptied by the caller.
+    pub(crate) fn insert(&mut self, chunk: Chunk, sparse: Option<&SparseVector>, dense: Option<&[f32]>) {
+        self.remove(&chunk.id.clone());
+        let slot = match self.free.pop() {
+            Some(s) => s,
+            None => {
+                self.slots.push(None);
+                self.dense.resize(self.slots.len() * self.dim, 0.0);
+                u32::try_from(self.slots.len() - 1).expect("invariant: fewer than 2^32 chunks in one store")
+            }
+        };
+        let mut sparse_terms = Vec::new();
+        let has_sparse = sparse.is_some();
+        if let Some(v) = sparse {
+            for (&t, &w) in v.indices.iter().zip(&v.values) {
+                self.postings.entry(t).or_default().push((slot, w));
+            }
+            sparse_terms.clone_from(&v.indices);
+            self.sparse_count += 1;
+        }
+        let has_dense = dense.is_some();
+        if let Some(d) = dense {
+            let at = slot as usize * self.dim;
+            self.dense[at..at + self.dim].copy_from_slice(d);
+            self.dense_count += 1;
+        }
+        self.by_id.insert(chunk.id.clone(), slot);
+        self.by_doc.entry(chunk.doc_id.clone()).or_default().insert(slot);
+        self.slots[slot as usize] = Some(Slot { chunk, sparse_terms, has_sparse, has_dense });
+    }
+
+    pub(crate) fn remove(&mut self, id: &str) -> bool {
+        let Some(slot) = self.by_id.remove(id) else { return false };
+        let old = self.slots[slot as usize].take().expect("invariant: by_id points at a live slot");
+        for t in &old.sparse_terms {
+            if let Some(list) = self.postings.get_mut(t) {
+                list.retain(|&(s, _)| s != slot);
+                if list.is_empty() {
+                    self.postings.remove(t);
+                }
+            }
+        }
+        if old.has_sparse {
+            self.sparse_count -= 1;
+        }
+        if old.has_dense {
+            self.dense_count -= 1;
+        }
+        if let Some(set) = self.by_doc.get_mut(&old.chunk.doc_id) {
+            set.remove(&slot);
+            if set.is_empty() {
+                self.by_doc.remove(&old.chunk.doc_id);
+            }
+        }
+        self.free.push(slot);
+        true
+    }
+
+    /// BM25-style sparse scoring with Qdrant's IDF over the chunks that have a sparse vector.
+    pub(crate) fn search_sparse(&self, q: &SparseVector, idf: bool, top_k: usize, filter: Option<&Filter>) -> Vec<Hit> {
+        let n_docs = self.sparse_count as f32;
+        let mut acc: HashMap<u32, f32> = HashMap::new();
+        for (&t, &qw) in q.indices.iter().zip(&q.values) {
+            let Some(list) = self.postings.get(&t) else { continue };
+            let weight = if idf {
+                let n = list.len() as f32;
+                qw * (1.0 + (n_docs - n + 0.5) / (n + 0.5)).ln()
+            } else {
+                qw
+            };
+            for &(slot, w) in list {
+                *acc.entry(slot).or_insert(0.0) += weight * w;
+            }
+        }
+        let hits = acc.into_iter().map(|(slot, score)| Hit { slot, score });
+        self.top_k(hits, top_k, filter)
+    }
+
+    /// Exact dense search: one dot product per stored vector (vectors of cosine spaces are normalised on write).
+    pub(crate) fn search_dense(&self, q: &[f32], top_k: usize, filter: Option<&Filter>) -> Vec<Hit> {
+        let hits = self.slots.iter().enumerate().filter_map(|(i, s)| {
+            let s = s.as_ref()?;
+            if !s.has_dense {
+                return None;
+            }
+            let v = &self.dense[i * self.dim..(i + 1) * self.dim];
+            let score = v.iter().zip(q).map(|(a, b)| a * b).sum::<f32>();
+            let slot = u32::try_from(i).expect("invariant: fewer than 2^32 slots");
+            Some(Hit { slot, score })
+        });
+        self.top_k(hits, top_k, filter)
+    }
+
+    fn top_k(&self, hits: impl Iterator<Item = Hit>, top_k: usize, filter: Option<&Filter>) -> Vec<Hit> {
+        let id = |h: &Hit| self.slot(h.slot).map_or("", |s| s.chunk.id.as_str());
+        let mut hits: Vec<Hit> = hits
+            .filter(|h| {
+                let Some(s) = self.slot(h.slot) else { return false };
+                filter.is_none_or(|f| f.matches(&s.chunk))
+            })
+            .collect();
+        let cmp = |a: &Hit, b: &Hit| -> Ordering { b.score.total_cmp(&a.score).then_with(|| id(a).cmp(id(b))) };
+        if hits.len() > top_k && top_k > 0 {
+            hits.select_nth_unstable_by(top_k - 1, cmp);
+            hits.truncate(top_k);
+        }
+        hits.truncate(top_k);
+        hits.sort_by(cmp);
+        hits
+    }
+}
+
+/// Normalises a vector in place for cosine spaces.
+pub(crate) fn prepare_dense(v: &mut [f32], distance: Distance) {
+    if distance == Distance::Cosine {
+        let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+        if norm > 0.0 {
+            v.iter_mut().for_each(|x| *x /= norm);
+        }
+    }
+}

@@ -1,0 +1,135 @@
+//! Tests of the embedded store beyond the shared contract: persistence, locking, corruption.
+
+use ragtune_core::{
+    Chunk, Ctx, Distance, EmbeddingSpec, ErrorKind, Record, SearchRequest, SparseSpec, SparseVector, VectorQuery,
+    VectorStore,
+};
+use ragtune_store::EmbeddedStore;
+
+fn sparse_spec() -> SparseSpec {
+    SparseSpec { encoder_id: "terms".into(), idf: true }
+}
+
+fn dense_spec() -> EmbeddingSpec {
+    EmbeddingSpec { model_id: "m".into(), dim: 2, normalized: true, distance: Distance::Cosine }
+}
+
+fn record(id: &str, doc: &str, terms: &[u32], dense: [f32; 2]) -> Record {
+    Record {
+        chunk: Chunk::new(id, doc, format!("text of {id}")),
+        dense: Some(dense.to_vec()),
+        sparse: Some(SparseVector::from_pairs(terms.iter().map(|&t| (t, 1.0)).collect())),
+    }
+}
+
+fn sparse_query(terms: &[u32], k: usize) -> SearchRequest {
+    SearchRequest {
+        vector: VectorQuery::Sparse(SparseVector::from_pairs(terms.iter().map(|&t| (t, 1.0)).collect())),
+        top_k: k,
+        filter: None,
+    }
+}
+
+#[tokio::test]
+async fn data_survives_reopen_and_ranks_the_same() {
+    let dir = tempfile::tempdir().unwrap();
+    let ctx = Ctx::new();
+    let before = {
+        let store = EmbeddedStore::open(dir.path()).unwrap();
+        store.ensure_spaces(&ctx, Some(&dense_spec()), Some(&sparse_spec())).await.unwrap();
+        store
+            .upsert(&ctx, vec![record("a#0", "a", &[1, 2], [1.0, 0.0]), record("b#0", "b", &[2, 3], [0.0, 1.0])])
+            .await
+            .unwrap();
+        store.search(&ctx, &[sparse_query(&[2, 3], 10)]).await.unwrap()
+    };
+    let store = EmbeddedStore::open(dir.path()).unwrap();
+    let after = store.search(&ctx, &[sparse_query(&[2, 3], 10)]).await.unwrap();
+    assert_eq!(before, after);
+    let stats = store.stats(&ctx).await.unwrap();
+    assert_eq!((stats.chunks, stats.documents, stats.dense_vectors, stats.sparse_vectors), (2, 2, 2, 2));
+    assert_eq!(stats.dense_spec, Some(dense_spec()));
+    let dense = store
+        .search(&ctx, &[SearchRequest { vector: VectorQuery::Dense(vec![0.0, 3.0]), top_k: 1, filter: None }])
+        .await
+        .unwrap();
+    assert_eq!(dense[0][0].chunk.id, "b#0");
+    assert!((dense[0][0].score - 1.0).abs() < 1e-6, "cosine of normalised vectors");
+}
+
+#[tokio::test]
+async fn a_second_handle_gets_a_locked_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let _first = EmbeddedStore::open(dir.path()).unwrap();
+    let err = EmbeddedStore::open(dir.path()).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Locked);
+    assert!(err.to_string().contains("locked"), "{err}");
+}
+
+#[tokio::test]
+async fn spaces_are_fixed_once_and_persisted() {
+    let dir = tempfile::tempdir().unwrap();
+    let ctx = Ctx::new();
+    {
+        let store = EmbeddedStore::open(dir.path()).unwrap();
+        store.ensure_spaces(&ctx, Some(&dense_spec()), Some(&sparse_spec())).await.unwrap();
+    }
+    let store = EmbeddedStore::open(dir.path()).unwrap();
+    let other = EmbeddingSpec { model_id: "other".into(), ..dense_spec() };
+    let err = store.ensure_spaces(&ctx, Some(&other), None).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Mismatch);
+    assert!(err.to_string().contains("`m`") && err.to_string().contains("`other`"), "{err}");
+    let err = store
+        .search(&ctx, &[SearchRequest { vector: VectorQuery::Dense(vec![1.0; 3]), top_k: 1, filter: None }])
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Mismatch);
+}
+
+#[tokio::test]
+async fn vectors_need_a_space_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = EmbeddedStore::open(dir.path()).unwrap();
+    let err = store.upsert(&Ctx::new(), vec![record("a#0", "a", &[1], [1.0, 0.0])]).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidInput);
+    assert_eq!(store.stats(&Ctx::new()).await.unwrap().chunks, 0);
+}
+
+#[tokio::test]
+async fn a_foreign_file_is_refused_not_overwritten() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("ragtune.redb"), b"this is not a database, it is a text file").unwrap();
+    let err = EmbeddedStore::open(dir.path()).unwrap_err();
+    assert!(matches!(err.kind(), ErrorKind::Corrupt | ErrorKind::Permanent), "{:?}: {err}", err.kind());
+    assert_eq!(std::fs::read(dir.path().join("ragtune.redb")).unwrap(), b"this is not a database, it is a text file");
+}
+
+#[test]
+fn works_without_a_tokio_runtime() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = EmbeddedStore::open(dir.path()).unwrap();
+    let ctx = Ctx::new();
+    let fut = async {
+        store.ensure_spaces(&ctx, None, Some(&sparse_spec())).await.unwrap();
+        let r = Record {
+            chunk: Chunk::new("x", "x", "x"),
+            dense: None,
+            sparse: Some(SparseVector::from_pairs(vec![(1, 1.0)])),
+        };
+        store.upsert(&ctx, vec![r]).await.unwrap();
+        store.search(&ctx, &[sparse_query(&[1], 1)]).await.unwrap()
+    };
+    let hits = block_on(fut);
+    assert_eq!(hits[0].len(), 1);
+}
+
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    let mut f = std::pin::pin!(f);
+    let waker = std::task::Waker::noop();
+    let mut cx = std::task::Context::from_waker(waker);
+    loop {
+        if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return v;
+        }
+    }
+}

@@ -1,0 +1,168 @@
+//! Engine configuration: a TOML file, environment overrides, and defaults.
+
+use std::path::{Path, PathBuf};
+
+use ragtune_core::{Error, Result};
+use serde::{Deserialize, Serialize};
+
+/// The whole configuration of an [`Engine`](crate::Engine). Every field has a default; a TOML file may set any
+/// subset (`docs/config.md` lists them).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Where the index lives.
+    pub store: StoreConfig,
+    /// BM25 parameters.
+    pub bm25: Bm25Settings,
+    /// How documents are cut into chunks.
+    pub chunking: ChunkingSettings,
+    /// Search defaults.
+    pub search: SearchSettings,
+}
+
+/// Store settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StoreConfig {
+    /// The embedded store's directory (created on first use).
+    pub path: PathBuf,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        Self { path: PathBuf::from(".ragtune") }
+    }
+}
+
+/// BM25 settings.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Bm25Settings {
+    /// Term-frequency saturation (1.2 by default; Pyserini's BEIR runs use 0.9).
+    pub k1: f32,
+    /// Length normalisation (0.75 by default; Pyserini's BEIR runs use 0.4).
+    pub b: f32,
+    /// Average passage length in terms; estimated from the first indexed corpus when unset.
+    pub avg_doc_len: Option<f32>,
+}
+
+impl Default for Bm25Settings {
+    fn default() -> Self {
+        let d = ragtune_embed::Bm25Config::default();
+        Self { k1: d.k1, b: d.b, avg_doc_len: None }
+    }
+}
+
+/// Chunking settings, in whitespace-separated words.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ChunkingSettings {
+    /// Words per child chunk.
+    pub chunk_size: usize,
+    /// Words shared by consecutive child chunks.
+    pub chunk_overlap: usize,
+    /// Words per parent section before it is split.
+    pub max_section_size: usize,
+}
+
+impl Default for ChunkingSettings {
+    fn default() -> Self {
+        let d = ragtune_ingest::ChunkerConfig::default();
+        Self { chunk_size: d.chunk_size, chunk_overlap: d.chunk_overlap, max_section_size: d.max_section_size }
+    }
+}
+
+impl ChunkingSettings {
+    /// The ingest-layer chunker configuration.
+    #[must_use]
+    pub fn chunker(&self) -> ragtune_ingest::ChunkerConfig {
+        ragtune_ingest::ChunkerConfig {
+            chunk_size: self.chunk_size,
+            chunk_overlap: self.chunk_overlap,
+            max_section_size: self.max_section_size,
+        }
+    }
+}
+
+/// Search defaults.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SearchSettings {
+    /// Results per query.
+    pub top_k: usize,
+}
+
+impl Default for SearchSettings {
+    fn default() -> Self {
+        Self { top_k: 10 }
+    }
+}
+
+impl Config {
+    /// Parses a TOML document.
+    ///
+    /// # Errors
+    /// [`InvalidInput`](ragtune_core::ErrorKind::InvalidInput) with the line and column of the problem.
+    pub fn from_toml(text: &str) -> Result<Self> {
+        toml::from_str(text).map_err(|e| Error::invalid_input(format!("invalid configuration: {e}")))
+    }
+
+    /// Reads a TOML file.
+    ///
+    /// # Errors
+    /// A missing file ([`NotFound`](ragtune_core::ErrorKind::NotFound)) or invalid TOML, naming the file.
+    pub fn from_file(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            Error::not_found(format!("cannot read the configuration file {}", path.display())).with_source(e)
+        })?;
+        Self::from_toml(&text).map_err(|e| e.context(path.display()))
+    }
+
+    /// Loads the configuration the CLI and server use: the file named by `path`, else `$RAGTUNE_CONFIG` when set,
+    /// else defaults; then `$RAGTUNE_STORE` overrides the store path.
+    ///
+    /// # Errors
+    /// As [`from_file`](Self::from_file).
+    pub fn load(path: Option<&Path>) -> Result<Self> {
+        let from_env = std::env::var_os("RAGTUNE_CONFIG").map(PathBuf::from);
+        let mut cfg = match path.map(Path::to_path_buf).or(from_env) {
+            Some(p) => Self::from_file(&p)?,
+            None => Self::default(),
+        };
+        if let Some(store) = std::env::var_os("RAGTUNE_STORE") {
+            cfg.store.path = PathBuf::from(store);
+        }
+        Ok(cfg)
+    }
+}
+
+/// The directory for caches and provisioned files: `$RAGTUNE_HOME`, else the user's cache directory + `ragtune`,
+/// else `.ragtune-home` in the working directory.
+#[must_use]
+pub fn ragtune_home() -> PathBuf {
+    std::env::var_os("RAGTUNE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| dirs::cache_dir().map(|d| d.join("ragtune")))
+        .unwrap_or_else(|| PathBuf::from(".ragtune-home"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partial_toml_keeps_defaults() {
+        let cfg = Config::from_toml("[bm25]\nk1 = 2.0\n[store]\npath = \"/tmp/x\"\n").unwrap();
+        assert_eq!(cfg.bm25.k1, 2.0);
+        assert_eq!(cfg.bm25.b, 0.75);
+        assert_eq!(cfg.store.path, PathBuf::from("/tmp/x"));
+        assert_eq!(cfg.search.top_k, 10);
+    }
+
+    #[test]
+    fn unknown_keys_are_errors_with_a_position() {
+        let err = Config::from_toml("[bm25]\nk2 = 1.0\n").unwrap_err();
+        assert!(err.to_string().contains("k2"), "{err}");
+        assert!(err.to_string().contains("line 2"), "{err}");
+    }
+}

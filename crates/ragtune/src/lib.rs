@@ -1,0 +1,39 @@
+//! ragtune: a self-correcting, budget-aware retrieval engine for RAG.
+//!
+//! This facade re-exports every layer as a module (`ragtune::core`, `ragtune::ingest`, `ragtune::embed`,
+//! `ragtune::store`, `ragtune::retrieve`, `ragtune::evaluators`) and wires them into an [`Engine`] from a
+//! [`Config`]. It is the only crate that picks concrete types, reads configuration files and environment variables.
+//!
+//! ```
+//! use ragtune::{Chunking, Config, Engine, core::{Document, Query}};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> ragtune::core::Result<()> {
+//! let dir = tempfile::tempdir().unwrap();
+//! let mut config = Config::default();
+//! config.store.path = dir.path().join("store");
+//! let mut engine = Engine::open(config).await?;
+//! let docs = vec![
+//!     Document::new("scurvy", "Scurvy is caused by a lack of vitamin C."),
+//!     Document::new("rickets", "Rickets is caused by a lack of vitamin D."),
+//! ];
+//! engine.index_documents(&docs, Chunking::WholeDocuments, &mut |_, _| {}).await?;
+//! let answer = engine.search(Query::new("what causes scurvy?").with_top_k(1)).await?;
+//! assert_eq!(answer.hits[0].chunk.doc_id, "scurvy");
+//! # Ok(())
+//! # }
+//! ```
+
+pub use ragtune_core as core;
+pub use ragtune_embed as embed;
+pub use ragtune_evaluators as evaluators;
+pub use ragtune_ingest as ingest;
+pub use ragtune_retrieve as retrieve;
+pub use ragtune_store as store;
+
+mod config;
+mod engine;
+pub mod eval;
+
+pub use config::{Bm25Settings, ChunkingSettings, Config, SearchSettings, StoreConfig, ragtune_home};
+pub use engine::{Chunking, Engine, IndexReport, SearchResponse};

@@ -1,0 +1,88 @@
+//! `cargo xtask ci`: what `.ci/run` runs on a fresh clone.
+//!
+//! Provisioning comes first, then the checks from the cheapest to the most expensive, failing fast: the first step
+//! that fails stops the run with an error naming it. Every step prints its name and how long it took, and a summary
+//! of the durations closes the run. Builds use `-j2`: CI machines have 2 cores.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, bail};
+
+use crate::provision::provision;
+use crate::shell::{self, Shell};
+
+/// The cargo-deny checks that run. `advisories` is left out: it needs the RustSec advisory database, which is cloned
+/// from GitHub, and GitHub cannot be reached from the machines this project builds on.
+const DENY_CHECKS: &[&str] = &["licenses", "bans", "sources"];
+
+pub fn run(args: &[String]) -> Result<()> {
+    if !args.is_empty() {
+        bail!("`cargo xtask ci` takes no arguments, got {args:?}");
+    }
+    let started = Instant::now();
+    let mut shell = Shell::new();
+    let mut steps = Steps::default();
+
+    steps.run("provision", || provision(&mut shell))?;
+    steps.run("fmt", || shell::run(&mut shell.cargo(&["fmt", "--all", "--", "--check"])))?;
+    steps.run("clippy", || {
+        shell::run(&mut shell.cargo(&["clippy", "--workspace", "--all-targets", "-j2", "--", "-D", "warnings"]))
+    })?;
+    steps.run("layers", || crate::layers::report(shell.root()))?;
+    steps.run("deny", || {
+        println!(
+            "note: skipping `cargo deny check advisories`: the advisory database is cloned from GitHub and cannot \
+             be fetched offline; checking {} only",
+            DENY_CHECKS.join(", ")
+        );
+        let mut cmd = shell.cargo(&["deny", "check"]);
+        cmd.args(DENY_CHECKS);
+        shell::run(&mut cmd)
+    })?;
+    steps.run("nextest", || {
+        shell::run(&mut shell.cargo(&["nextest", "run", "--workspace", "--profile", "ci", "--build-jobs", "2"]))
+    })?;
+    steps.run("doctests", || shell::run(&mut shell.cargo(&["test", "--workspace", "--doc", "-j2"])))?;
+
+    steps.summary();
+    println!("ci: all steps passed in {}", seconds(started.elapsed()));
+    Ok(())
+}
+
+/// The steps run so far and how long each took.
+#[derive(Debug, Default)]
+struct Steps {
+    done: Vec<(&'static str, Duration)>,
+}
+
+impl Steps {
+    /// Runs one step between banners; on failure prints the summary so far and names the step in the error.
+    fn run(&mut self, name: &'static str, step: impl FnOnce() -> Result<()>) -> Result<()> {
+        println!("\n==> ci: {name}");
+        let started = Instant::now();
+        let result = step();
+        let elapsed = started.elapsed();
+        match result {
+            Ok(()) => {
+                println!("<== ci: {name} passed in {}", seconds(elapsed));
+                self.done.push((name, elapsed));
+                Ok(())
+            }
+            Err(error) => {
+                self.summary();
+                Err(error.context(format!("ci step `{name}` failed after {}", seconds(elapsed))))
+            }
+        }
+    }
+
+    fn summary(&self) {
+        println!("\nci step durations:");
+        for (name, elapsed) in &self.done {
+            println!("  {name:<10} {:>8}", seconds(*elapsed));
+        }
+    }
+}
+
+fn seconds(duration: Duration) -> String {
+    format!("{:.1}s", duration.as_secs_f64())
+}

@@ -1,0 +1,119 @@
+//! `cargo xtask eval`: builds the `ragtune` binary in release mode, runs `ragtune eval` with the given arguments,
+//! and compares the result with the committed baseline for the same dataset, split and retriever.
+//!
+//! ```text
+//! cargo xtask eval --dataset ../shared/data/beir/scifact --retriever bm25 --out r.json
+//! ```
+//!
+//! Baselines live in `eval/baselines/<dataset>-<split>-<retriever>.json` (the report JSON of a reference run).
+//! A metric more than 0.005 below its baseline is reported as a regression and fails the command;
+//! `--update-baseline` writes the new report as the baseline instead.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+
+use crate::shell::{self, Shell};
+
+/// How far below the baseline a metric may fall before the run fails (BM25 is deterministic, so any drop is a
+/// change of behaviour; the margin absorbs float summation order only).
+const TOLERANCE: f64 = 0.005;
+
+pub fn run(args: &[String]) -> Result<()> {
+    let sh = Shell::new();
+    let mut forwarded: Vec<String> = Vec::new();
+    let mut out: Option<PathBuf> = None;
+    let mut update = false;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--update-baseline" => update = true,
+            "--out" => {
+                let v = it.next().context("--out needs a file name")?;
+                out = Some(PathBuf::from(v));
+            }
+            _ => forwarded.push(a.clone()),
+        }
+    }
+    let out = out.unwrap_or_else(|| sh.target_dir().join("eval").join("last.json"));
+    if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    let mut cmd = sh.cargo(&["run", "--release", "--quiet", "-j2", "-p", "ragtune-cli", "--", "eval"]);
+    cmd.args(&forwarded).arg("--out").arg(&out);
+    // Relative paths in the arguments are meant relative to where the user stands, not the workspace root.
+    cmd.current_dir(std::env::current_dir().context("no working directory")?);
+    shell::run(&mut cmd)?;
+
+    let report: serde_json::Value = read_json(&out)?;
+    let name = baseline_name(&report)?;
+    let baseline_path = sh.root().join("eval").join("baselines").join(&name);
+    if update {
+        std::fs::create_dir_all(baseline_path.parent().context("baseline path has a parent")?)?;
+        std::fs::copy(&out, &baseline_path).with_context(|| format!("cannot write {}", baseline_path.display()))?;
+        println!("baseline updated: {}", baseline_path.display());
+        return Ok(());
+    }
+    if !baseline_path.is_file() {
+        println!("no committed baseline {} (run with --update-baseline to create it)", baseline_path.display());
+        return Ok(());
+    }
+    let baseline = read_json(&baseline_path)?;
+    if baseline["config"] != report["config"] {
+        println!("baseline {} was made with another config; not comparing", baseline_path.display());
+        return Ok(());
+    }
+    let regressions = compare(&baseline, &report);
+    if !regressions.is_empty() {
+        bail!("quality regressed against {}:\n  {}", baseline_path.display(), regressions.join("\n  "));
+    }
+    Ok(())
+}
+
+fn read_json(path: &Path) -> Result<serde_json::Value> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("{} is not valid JSON", path.display()))
+}
+
+fn baseline_name(report: &serde_json::Value) -> Result<String> {
+    let field = |k: &str| report[k].as_str().map(str::to_owned);
+    let dataset = field("dataset").context("report has no dataset")?;
+    let split = field("split").context("report has no split")?;
+    let retriever = report["config"]["retriever"].as_str().context("report has no retriever")?;
+    Ok(format!("{dataset}-{split}-{retriever}.json"))
+}
+
+/// Prints every metric beside its baseline and returns the regressions.
+fn compare(baseline: &serde_json::Value, report: &serde_json::Value) -> Vec<String> {
+    let mut regressions = Vec::new();
+    println!("{:<12} {:>9} {:>9} {:>8}", "metric", "baseline", "now", "delta");
+    if let Some(metrics) = baseline["metrics"].as_object() {
+        for (name, base) in metrics {
+            let (Some(base), Some(now)) = (base.as_f64(), report["metrics"][name].as_f64()) else { continue };
+            let delta = now - base;
+            println!("{name:<12} {base:>9.4} {now:>9.4} {delta:>+8.4}");
+            if delta < -TOLERANCE {
+                regressions.push(format!("{name}: {now:.4} < baseline {base:.4}"));
+            }
+        }
+    }
+    regressions
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_drop_beyond_tolerance_is_a_regression() {
+        let base = serde_json::json!({"metrics": {"ndcg@10": 0.68, "recall@100": 0.92}});
+        let now = serde_json::json!({"metrics": {"ndcg@10": 0.67, "recall@100": 0.918}});
+        assert_eq!(compare(&base, &now), vec!["ndcg@10: 0.6700 < baseline 0.6800".to_owned()]);
+    }
+
+    #[test]
+    fn baseline_names_come_from_the_report() {
+        let r = serde_json::json!({"dataset": "scifact", "split": "test", "config": {"retriever": "bm25"}});
+        assert_eq!(baseline_name(&r).unwrap(), "scifact-test-bm25.json");
+    }
+}

@@ -1,0 +1,63 @@
+//! The ragtune task runner, invoked as `cargo xtask <command>` through the alias in `.cargo/config.toml`.
+//!
+//! Each command lives in its own module with a `run(args)` entry point; this file only dispatches.
+//! `cargo xtask ci` is what `.ci/run` calls, so everything CI needs (tools today, models and the local LLM later)
+//! is installed from here rather than assumed to be on the machine.
+//!
+//! ```text
+//! cargo xtask layers    # check the dependency direction of the workspace crates
+//! cargo xtask ci        # provision tools, then fmt, clippy, layers, deny, nextest, doctests
+//! ```
+
+mod bench;
+mod ci;
+mod demo;
+mod eval;
+mod layers;
+mod provision;
+mod shell;
+
+use std::process::ExitCode;
+
+const USAGE: &str = "\
+usage: cargo xtask <command> [args]
+
+commands:
+  ci       provision tools, then run fmt, clippy, layers, cargo-deny, nextest and doctests (what .ci/run does)
+  layers   check the crate dependency rules of house-style.md against `cargo metadata`
+  eval     run retrieval evaluations against the committed baselines
+  demo     run the end-to-end demo
+  bench    run the benchmarks";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some((command, rest)) = args.split_first() else {
+        eprintln!("{USAGE}");
+        return ExitCode::from(2);
+    };
+    let result = match command.as_str() {
+        "ci" => ci::run(rest),
+        "layers" => layers::run(rest),
+        "eval" => eval::run(rest),
+        "demo" => demo::run(rest),
+        "bench" => bench::run(rest),
+        "help" | "-h" | "--help" => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        other => {
+            eprintln!("error: unknown command `{other}`\n\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error}");
+            for cause in error.chain().skip(1) {
+                eprintln!("  caused by: {cause}");
+            }
+            ExitCode::FAILURE
+        }
+    }
+}

