@@ -58,7 +58,8 @@ fn benches(c: &mut Criterion) {
             || tempfile::tempdir().expect("tempdir"),
             |dir| {
                 rt.block_on(async {
-                    let cfg = Config { store: ragtune::StoreConfig { path: dir.path().join("s") }, ..Config::default() };
+                    let cfg =
+                        Config { store: ragtune::StoreConfig { path: dir.path().join("s") }, ..Config::default() };
                     let mut engine = Engine::open(cfg).await.expect("open");
                     engine.index_documents(&docs, Chunking::WholeDocuments, &mut |_, _| {}).await.expect("index");
                 });

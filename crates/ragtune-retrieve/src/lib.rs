@@ -7,7 +7,8 @@
 //! use std::sync::Arc;
 //! use ragtune_core::{Chunk, Ctx, Query, Record, Retriever, SparseEncoder, TextRole, VectorStore};
 //! use ragtune_retrieve::SparseRetriever;
-//! use ragtune_testkit::{HashSparseEncoder, MemoryStore};
+//! use ragtune_testkit::MemoryStore;
+//! use ragtune_testkit::fakes::HashSparseEncoder;
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> ragtune_core::Result<()> {

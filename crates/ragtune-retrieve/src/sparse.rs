@@ -67,7 +67,8 @@ impl Retriever for SparseRetriever {
 mod tests {
     use super::*;
     use ragtune_core::{Chunk, ErrorKind, Filter, Record, TraceSink};
-    use ragtune_testkit::{HashSparseEncoder, MemoryStore};
+    use ragtune_testkit::MemoryStore;
+    use ragtune_testkit::fakes::HashSparseEncoder;
 
     async fn retriever(docs: &[(&str, &str)]) -> SparseRetriever {
         let ctx = Ctx::new();

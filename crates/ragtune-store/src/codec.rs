@@ -17,7 +17,7 @@ pub(crate) fn encode_dense(v: &[f32]) -> Vec<u8> {
 }
 
 pub(crate) fn decode_dense(key: &str, bytes: &[u8]) -> Result<Vec<f32>> {
-    if bytes.len() % 4 != 0 {
+    if !bytes.len().is_multiple_of(4) {
         return Err(Error::corrupt(format!("stored dense vector of `{key}` has {} bytes", bytes.len())));
     }
     Ok(bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect())
@@ -33,7 +33,7 @@ pub(crate) fn encode_sparse(v: &SparseVector) -> Vec<u8> {
 }
 
 pub(crate) fn decode_sparse(key: &str, bytes: &[u8]) -> Result<SparseVector> {
-    if bytes.len() % 8 != 0 {
+    if !bytes.len().is_multiple_of(8) {
         return Err(Error::corrupt(format!("stored sparse vector of `{key}` has {} bytes", bytes.len())));
     }
     let mut v = SparseVector::default();

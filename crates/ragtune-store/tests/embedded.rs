@@ -123,7 +123,7 @@ fn works_without_a_tokio_runtime() {
     assert_eq!(hits[0].len(), 1);
 }
 
-fn block_on<F: std::future::Future>(f: F) -> F::Output {
+fn block_on<F: Future>(f: F) -> F::Output {
     let mut f = std::pin::pin!(f);
     let waker = std::task::Waker::noop();
     let mut cx = std::task::Context::from_waker(waker);

@@ -130,8 +130,7 @@ pub async fn upsert_replaces<S: VectorStore + ?Sized>(store: &S) {
         store,
         &model,
         &sparse_req(&[(1, 1.0)], 10, None),
-        "sparse search for a term \
-                                 only the replaced version of x#0 had",
+        "sparse search for a term only the replaced version of x#0 had",
     )
     .await;
     c.that(old_term.is_empty(), "an old sparse term of a replaced chunk still matches");
@@ -155,8 +154,7 @@ pub async fn upsert_replaces<S: VectorStore + ?Sized>(store: &S) {
         store,
         &model,
         &sparse_req(&[(2, 1.0), (9, 1.0)], 10, None),
-        "sparse search after x#1 lost \
-                  its vectors",
+        "sparse search after x#1 lost its vectors",
     )
     .await;
     expect_search(
@@ -164,8 +162,7 @@ pub async fn upsert_replaces<S: VectorStore + ?Sized>(store: &S) {
         store,
         &model,
         &dense_req(unit([0.0, 1.0, 0.0, 0.0]), 10, None),
-        "dense search after x#1 lost \
-                  its vectors",
+        "dense search after x#1 lost its vectors",
     )
     .await;
 
@@ -560,8 +557,7 @@ pub async fn space_mismatch<S: VectorStore + ?Sized>(store: &S) {
         store,
         &model,
         &dense_req(unit([1.0, 0.0, 0.0, 0.0]), 10, None),
-        "dense search after the \
-                  refused writes",
+        "dense search after the refused writes",
     )
     .await;
 }
