@@ -2,6 +2,7 @@
 
 mod bad_input;
 mod engine;
+mod eval;
 mod scifact;
 
 use std::path::PathBuf;

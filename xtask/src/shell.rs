@@ -93,5 +93,13 @@ pub fn probe(cmd: &mut Command) -> Option<String> {
 /// The command line as a person would type it, with the program's file name rather than its full path.
 pub fn display(cmd: &Command) -> String {
     let program = Path::new(cmd.get_program()).file_name().unwrap_or(cmd.get_program());
-    std::iter::once(program).chain(cmd.get_args()).map(|part| part.to_string_lossy()).collect::<Vec<_>>().join(" ")
+    std::iter::once(program)
+        .chain(cmd.get_args())
+        .map(|part| {
+            let part = part.to_string_lossy();
+            // Quote arguments with spaces so the echoed command can be pasted back into a shell.
+            if part.contains(' ') { format!("'{part}'") } else { part.into_owned() }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }

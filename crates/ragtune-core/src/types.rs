@@ -64,6 +64,9 @@ pub struct Chunk {
     /// The document title, repeated here so a chunk is self-contained.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub title: Option<String>,
+    /// Where the document came from (a path or URL), repeated here for citations.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
     /// The chunk's text.
     pub text: String,
     /// Position of the chunk within its document (0-based), for recomposing in document order.
@@ -84,6 +87,7 @@ impl Chunk {
             kind: ChunkKind::Passage,
             header_path: Vec::new(),
             title: None,
+            source: None,
             text: text.into(),
             position: 0,
             metadata: Metadata::new(),

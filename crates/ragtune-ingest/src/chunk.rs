@@ -124,17 +124,7 @@ pub fn chunk_document(doc: &Document, cfg: &ChunkerConfig) -> Result<Vec<Chunk>>
 /// id, no parent, no header path, title and metadata from the document, position 0.
 #[must_use]
 pub fn whole_document_chunk(doc: &Document) -> Chunk {
-    Chunk {
-        id: doc.id.clone(),
-        doc_id: doc.id.clone(),
-        parent_id: None,
-        kind: ChunkKind::Passage,
-        header_path: Vec::new(),
-        title: doc.title.clone(),
-        text: doc.text.clone(),
-        position: 0,
-        metadata: doc.metadata.clone(),
-    }
+    make_chunk(doc, doc.id.clone(), ChunkKind::Passage, None, &[], &doc.text, 0)
 }
 
 fn make_chunk(
@@ -153,6 +143,7 @@ fn make_chunk(
         kind,
         header_path: header_path.to_vec(),
         title: doc.title.clone(),
+        source: doc.source.clone(),
         text: text.to_owned(),
         position: u32::try_from(position).unwrap_or(u32::MAX),
         metadata: doc.metadata.clone(),
