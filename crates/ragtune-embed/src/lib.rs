@@ -24,3 +24,7 @@ mod text;
 
 pub use bm25::{Bm25Config, Bm25Encoder};
 pub use text::{Analyzer, ENGLISH_STOP_WORDS};
+
+pub mod provision;
+
+mod onnx;

@@ -1,7 +1,11 @@
 //! Retrieval strategies for ragtune, each a [`Retriever`](ragtune_core::Retriever) built from core seams only.
 //!
-//! This release holds [`SparseRetriever`] (BM25 or any sparse encoder over any store). Dense, hybrid (RRF),
-//! parent/child and the LLM-driven query transformations join it in later issues, all composable as retrievers.
+//! - [`SparseRetriever`]: BM25 (or any sparse encoder) over any store;
+//! - [`DenseRetriever`]: any embedder over any store;
+//! - [`HybridRetriever`]: weighted Reciprocal Rank Fusion of any retrievers ([`rrf_fuse`] is the pure function);
+//! - [`ParentRetriever`]: "snippet then parent" — search passages, return their parent sections.
+//!
+//! The LLM-driven query transformations (HyDE, multi-query, rewrite) join them later, composable the same way.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -28,6 +32,30 @@
 //! # }
 //! ```
 
+mod dense;
+mod hybrid;
+mod parent;
 mod sparse;
 
+pub use dense::DenseRetriever;
+pub use hybrid::{Fused, HybridRetriever, RrfConfig, rrf_fuse};
+pub use parent::ParentRetriever;
 pub use sparse::SparseRetriever;
+
+use ragtune_core::{Candidate, Query, Result, ScoredHit};
+
+/// Validates every query, naming the failing one in a batch.
+fn validate_all(queries: &[Query]) -> Result<()> {
+    for (i, q) in queries.iter().enumerate() {
+        q.validate().map_err(|e| if queries.len() > 1 { e.context(format!("query {}", i + 1)) } else { e })?;
+    }
+    Ok(())
+}
+
+/// Store hits to candidates of `strategy`, with 1-based ranks.
+fn to_candidates(results: Vec<Vec<ScoredHit>>, strategy: &str) -> Vec<Vec<Candidate>> {
+    results
+        .into_iter()
+        .map(|hits| hits.into_iter().zip(1u32..).map(|(hit, rank)| Candidate::from_hit(hit, strategy, rank)).collect())
+        .collect()
+}

@@ -36,9 +36,7 @@ impl Retriever for SparseRetriever {
 
     async fn retrieve(&self, ctx: &Ctx, queries: &[Query]) -> Result<Vec<Vec<Candidate>>> {
         let started = Instant::now();
-        for (i, q) in queries.iter().enumerate() {
-            q.validate().map_err(|e| if queries.len() > 1 { e.context(format!("query {}", i + 1)) } else { e })?;
-        }
+        crate::validate_all(queries)?;
         let texts: Vec<&str> = queries.iter().map(|q| q.text.as_str()).collect();
         let vectors = self.encoder.encode(ctx, &texts, TextRole::Query).await?;
         let requests: Vec<SearchRequest> = queries

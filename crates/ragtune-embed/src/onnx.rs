@@ -1,0 +1,1 @@
+//! ONNX-backed embedders and rerankers (filled by the fastembed work).

@@ -1,0 +1,1 @@
+//! Model provisioning (filled by the provisioning work).
