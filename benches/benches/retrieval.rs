@@ -7,7 +7,7 @@ use ragtune::core::{
     Candidate, Chunk, Ctx, Distance, EmbeddingSpec, Record, ScoredHit, SearchRequest, VectorQuery, VectorStore,
 };
 use ragtune::retrieve::rrf_fuse;
-use ragtune::store::EmbeddedStore;
+use ragtune::store::{AnnConfig, EmbeddedStore, StoreOptions};
 
 /// A deterministic pseudo-random generator (xorshift), so every run benchmarks the same data.
 struct Rng(u64);
@@ -44,7 +44,8 @@ fn dense_search(c: &mut Criterion) {
     let spec = EmbeddingSpec { model_id: "bench".into(), dim, normalized: true, distance: Distance::Cosine };
     for n in [10_000usize, 100_000] {
         let dir = tempfile::tempdir().expect("tempdir");
-        let store = EmbeddedStore::open(dir.path()).expect("store");
+        let options = StoreOptions { ann: AnnConfig { min_vectors: 1_000, ..AnnConfig::default() } };
+        let store = EmbeddedStore::open_with(dir.path(), options).expect("store");
         let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
         rt.block_on(async {
             let ctx = Ctx::new();
@@ -60,18 +61,24 @@ fn dense_search(c: &mut Criterion) {
                 store.upsert(&ctx, records).await.expect("upsert");
             }
         });
-        let mut g = c.benchmark_group(format!("dense_exact/{n}x{dim}"));
-        g.bench_function("top10", |b| {
-            b.iter_batched(
-                || (0..dim).map(|_| rng.next_f32()).collect::<Vec<f32>>(),
-                |q| {
-                    let req = [SearchRequest { vector: VectorQuery::Dense(q), top_k: 10, filter: None }];
-                    black_box(rt.block_on(store.search(&Ctx::new(), &req)).expect("search"))
-                },
-                BatchSize::SmallInput,
-            );
-        });
-        g.finish();
+        let mut run = |name: String, rng: &mut Rng| {
+            let mut g = c.benchmark_group(name);
+            g.bench_function("top10", |b| {
+                b.iter_batched(
+                    || (0..dim).map(|_| rng.next_f32()).collect::<Vec<f32>>(),
+                    |q| {
+                        let req = [SearchRequest { vector: VectorQuery::Dense(q), top_k: 10, filter: None }];
+                        black_box(rt.block_on(store.search(&Ctx::new(), &req)).expect("search"))
+                    },
+                    BatchSize::SmallInput,
+                );
+            });
+            g.finish();
+        };
+        run(format!("dense_exact/{n}x{dim}"), &mut rng);
+        let report = rt.block_on(store.optimize()).expect("optimize");
+        eprintln!("hnsw build over {n} vectors of {dim} dimensions: {} ms (one thread)", report.build_ms);
+        run(format!("dense_hnsw/{n}x{dim}"), &mut rng);
     }
 }
 

@@ -2,7 +2,8 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::Instant;
 
 use async_trait::async_trait;
 use ragtune_core::{
@@ -11,6 +12,7 @@ use ragtune_core::{
 };
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
+use crate::ann::{Ann, AnnConfig};
 use crate::codec;
 use crate::index::{Index, prepare_dense};
 
@@ -18,6 +20,11 @@ const META: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("meta");
 const CHUNKS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("chunks");
 const SPARSE: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("sparse");
 const DENSE: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("dense");
+/// The approximate dense index snapshot (key `ANN_KEY`) — derived data, see `ann.rs`.
+const ANN: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("ann");
+/// Chunk ids whose dense vector changed since the snapshot was built.
+const ANN_DIRTY: TableDefinition<'_, &str, ()> = TableDefinition::new("ann_dirty");
+const ANN_KEY: &str = "hnsw";
 
 const FORMAT_KEY: &str = "format";
 const FORMAT_VERSION: &[u8] = b"ragtune-embedded/1";
@@ -42,10 +49,33 @@ pub struct EmbeddedStore {
     inner: Arc<Inner>,
 }
 
+/// Options for opening an [`EmbeddedStore`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StoreOptions {
+    /// The approximate dense index.
+    pub ann: AnnConfig,
+}
+
+/// What [`EmbeddedStore::optimize`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct OptimizeReport {
+    /// Dense vectors in the store.
+    pub dense_vectors: u64,
+    /// Whether an approximate index now serves dense search (false: exact search, below the size threshold).
+    pub approximate: bool,
+    /// Whether this call (re)built the index.
+    pub rebuilt: bool,
+    /// Milliseconds spent building.
+    pub build_ms: u64,
+}
+
 #[derive(Debug)]
 struct Inner {
     dir: PathBuf,
     db: Database,
+    options: StoreOptions,
+    /// Serialises writers (writes, space changes, index builds); readers only take `state`.
+    writer: Mutex<()>,
     state: RwLock<State>,
 }
 
@@ -85,6 +115,14 @@ impl EmbeddedStore {
     /// [`ErrorKind::Locked`] when another handle holds the store; [`ErrorKind::Corrupt`] when the database or its
     /// records cannot be read back (the message says which record); IO failures.
     pub fn open(dir: impl AsRef<Path>) -> Result<Self> {
+        Self::open_with(dir, StoreOptions::default())
+    }
+
+    /// Opens the store with explicit options.
+    ///
+    /// # Errors
+    /// As [`open`](Self::open).
+    pub fn open_with(dir: impl AsRef<Path>, options: StoreOptions) -> Result<Self> {
         let dir = dir.as_ref().to_path_buf();
         std::fs::create_dir_all(&dir).map_err(|e| {
             Error::permanent(format!("cannot create the store directory {}", dir.display())).with_source(e)
@@ -92,7 +130,18 @@ impl EmbeddedStore {
         let path = dir.join(DB_FILE);
         let db = Database::create(&path).map_err(|e| db_err("opening", &dir, e))?;
         let state = Self::load(&db, &dir)?;
-        Ok(Self { inner: Arc::new(Inner { dir, db, state: RwLock::new(state) }) })
+        Ok(Self { inner: Arc::new(Inner { dir, db, options, writer: Mutex::new(()), state: RwLock::new(state) }) })
+    }
+
+    /// Builds (or rebuilds) the approximate dense index when the store holds at least
+    /// [`AnnConfig::min_vectors`] dense vectors and the current one is missing or stale, and drops it below the
+    /// threshold. Writers wait while it builds; readers go on with the previous index.
+    ///
+    /// # Errors
+    /// IO failures; on error the previous index stays in use.
+    pub async fn optimize(&self) -> Result<OptimizeReport> {
+        let inner = self.inner.clone();
+        blocking(move || inner.optimize()).await
     }
 
     /// The directory holding the store.
@@ -123,9 +172,10 @@ impl EmbeddedStore {
                     )));
                 }
             }
-            for t in [CHUNKS, SPARSE, DENSE] {
+            for t in [CHUNKS, SPARSE, DENSE, ANN] {
                 tx.open_table(t).map_err(|e| err("creating tables", e.into()))?;
             }
+            tx.open_table(ANN_DIRTY).map_err(|e| err("creating tables", e.into()))?;
         }
         tx.commit().map_err(|e| err("committing the format", e.into()))?;
 
@@ -190,6 +240,18 @@ impl EmbeddedStore {
                 }
             }
         }
+        // The approximate index is derived data: one that cannot be decoded is dropped (dense search falls back
+        // to exact) rather than refusing the store; `optimize` builds it again.
+        let ann_table = rx.open_table(ANN).map_err(|e| err("opening the dense index", e.into()))?;
+        if let Some(bytes) = ann_table.get(ANN_KEY).map_err(|e| err("reading the dense index", e.into()))? {
+            let dirty_table = rx.open_table(ANN_DIRTY).map_err(|e| err("opening the dense index", e.into()))?;
+            let mut dirty = HashSet::new();
+            for entry in dirty_table.iter().map_err(|e| err("reading the dense index", e.into()))? {
+                let (k, _) = entry.map_err(|e| err("reading the dense index", e.into()))?;
+                dirty.insert(k.value().to_owned());
+            }
+            index.ann = Ann::decode(bytes.value(), dirty).ok();
+        }
         Ok(State { dense_spec, sparse_spec, index })
     }
 }
@@ -210,7 +272,12 @@ impl Inner {
         db_err(what, &self.dir, e)
     }
 
+    fn writer(&self) -> MutexGuard<'_, ()> {
+        self.writer.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     fn ensure_spaces(&self, dense: Option<&EmbeddingSpec>, sparse: Option<&SparseSpec>) -> Result<()> {
+        let _writer = self.writer();
         let mut state = self.write_lock();
         let mut updates: Vec<(&str, Vec<u8>)> = Vec::new();
         if let Some(want) = dense {
@@ -313,6 +380,7 @@ impl Inner {
         ctx.check()?;
         // The write lock is held from before the commit until the index is updated, so that a reader sees the
         // database and the index at the same version (readers fetch payloads under the read lock).
+        let _writer = self.writer();
         let mut state = self.write_lock();
         Self::validate(&state, &mut batch.upsert)?;
         let mut removed: Vec<String> = Vec::new();
@@ -352,9 +420,19 @@ impl Inner {
                 }
                 .map_err(|e| self.err("writing", e))?;
             }
+            // Every changed id is dirty for the approximate index, in the same transaction as the change.
+            if state.index.ann.is_some() {
+                let mut dirty = tx.open_table(ANN_DIRTY).map_err(|e| self.err("opening the dense index", e))?;
+                for id in removed.iter().map(String::as_str).chain(last.keys().copied()) {
+                    dirty.insert(id, ()).map_err(|e| self.err("writing", e))?;
+                }
+            }
         }
         tx.commit().map_err(|e| self.err("committing", e))?;
 
+        for id in removed.iter().map(String::as_str).chain(last.keys().copied()) {
+            state.index.mark_dirty(id);
+        }
         for id in &removed {
             state.index.remove(id);
         }
@@ -365,6 +443,46 @@ impl Inner {
             state.index.insert(chunk, r.sparse.as_ref(), r.dense.as_deref());
         }
         Ok(WriteReport { upserted: last.len() as u64, deleted: removed.len() as u64 + replaced })
+    }
+
+    fn optimize(&self) -> Result<OptimizeReport> {
+        let _writer = self.writer();
+        let cfg = self.options.ann;
+        let (vectors, current) = {
+            let state = self.read();
+            let current = state.index.ann.as_ref().map(|a| (a.len(), a.dirty.len()));
+            (state.index.dense_count(), current)
+        };
+        let mut report = OptimizeReport { dense_vectors: vectors, ..OptimizeReport::default() };
+        if vectors < cfg.min_vectors as u64 {
+            if current.is_some() {
+                let tx = self.db.begin_write().map_err(|e| self.err("starting a transaction", e))?;
+                tx.delete_table(ANN).map_err(|e| self.err("dropping the dense index", e))?;
+                tx.delete_table(ANN_DIRTY).map_err(|e| self.err("dropping the dense index", e))?;
+                tx.commit().map_err(|e| self.err("committing", e))?;
+                self.write_lock().index.ann = None;
+            }
+            return Ok(report);
+        }
+        report.approximate = true;
+        if current.is_some_and(|(_, dirty)| dirty == 0) {
+            return Ok(report);
+        }
+        let started = Instant::now();
+        let items = self.read().index.dense_vectors();
+        let ann = Ann::build(&cfg, items)?;
+        let bytes = ann.encode()?;
+        let tx = self.db.begin_write().map_err(|e| self.err("starting a transaction", e))?;
+        {
+            let mut table = tx.open_table(ANN).map_err(|e| self.err("opening the dense index", e))?;
+            table.insert(ANN_KEY, bytes.as_slice()).map_err(|e| self.err("writing the dense index", e))?;
+        }
+        tx.delete_table(ANN_DIRTY).map_err(|e| self.err("resetting the dense index", e))?;
+        tx.commit().map_err(|e| self.err("committing the dense index", e))?;
+        self.write_lock().index.ann = Some(ann);
+        report.rebuilt = true;
+        report.build_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        Ok(report)
     }
 
     fn fetch(&self, ids: &[String]) -> Result<Vec<Option<Chunk>>> {
@@ -431,7 +549,11 @@ impl Inner {
         let mut settings = BTreeMap::new();
         settings.insert("backend".to_owned(), "embedded".into());
         settings.insert("path".to_owned(), self.dir.display().to_string().into());
-        settings.insert("dense_index".to_owned(), "exact".into());
+        let dense_index = match &state.index.ann {
+            Some(ann) => format!("hnsw ({} vectors indexed, {} changed since)", ann.len(), ann.dirty.len()),
+            None => "exact".to_owned(),
+        };
+        settings.insert("dense_index".to_owned(), dense_index.into());
         StoreStats {
             chunks: state.index.chunks(),
             documents: state.index.documents(),

@@ -7,6 +7,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use ragtune_core::{Chunk, Distance, Filter, SparseVector};
 
+use crate::ann::Ann;
+
 /// One stored chunk as the index sees it: the chunk without its text (for filters and ids).
 #[derive(Debug)]
 pub(crate) struct Slot {
@@ -27,6 +29,8 @@ pub(crate) struct Index {
     dense_count: u64,
     dim: usize,
     dense: Vec<f32>,
+    /// The approximate index, when one was built (`EmbeddedStore::optimize`).
+    pub(crate) ann: Option<Ann>,
 }
 
 pub(crate) struct Hit {
@@ -156,8 +160,55 @@ impl Index {
         self.top_k(hits, top_k, filter)
     }
 
-    /// Exact dense search: one dot product per stored vector (vectors of cosine spaces are normalised on write).
+    /// The live dense vectors with their chunk ids, sorted by id (the input of an index build).
+    pub(crate) fn dense_vectors(&self) -> Vec<(String, Vec<f32>)> {
+        let mut out: Vec<(String, Vec<f32>)> = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| {
+                let s = s.as_ref().filter(|s| s.has_dense)?;
+                Some((s.chunk.id.clone(), self.dense[i * self.dim..(i + 1) * self.dim].to_vec()))
+            })
+            .collect();
+        out.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+
+    /// Records that `id` changed after the approximate index was built; returns whether an index exists.
+    pub(crate) fn mark_dirty(&mut self, id: &str) -> bool {
+        match &mut self.ann {
+            Some(ann) => {
+                ann.dirty.insert(id.to_owned());
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn dense_hit(&self, slot: u32, q: &[f32]) -> Option<Hit> {
+        self.slot(slot).filter(|s| s.has_dense)?;
+        let at = slot as usize * self.dim;
+        Some(Hit { slot, score: dot(&self.dense[at..at + self.dim], q) })
+    }
+
+    /// Dense search: through the approximate index when there is one and it can answer, else exact.
     pub(crate) fn search_dense(&self, q: &[f32], top_k: usize, filter: Option<&Filter>) -> Vec<Hit> {
+        if let Some(ann) = self.ann.as_ref().filter(|a| top_k <= a.ef_search()) {
+            let snapshot = ann.candidates(q).into_iter().filter_map(|id| self.by_id.get(&id).copied());
+            let changed = ann.dirty.iter().filter_map(|id| self.by_id.get(id).copied());
+            let hits: Vec<Hit> = snapshot.chain(changed).filter_map(|slot| self.dense_hit(slot, q)).collect();
+            let found = self.top_k(hits.into_iter(), top_k, filter);
+            // Filters can remove most approximate candidates; then only an exact scan can fill the list.
+            if found.len() >= top_k || found.len() as u64 >= self.dense_count {
+                return found;
+            }
+        }
+        self.search_dense_exact(q, top_k, filter)
+    }
+
+    /// Exact dense search: one dot product per stored vector (vectors of cosine spaces are normalised on write).
+    pub(crate) fn search_dense_exact(&self, q: &[f32], top_k: usize, filter: Option<&Filter>) -> Vec<Hit> {
         let hits = self.slots.iter().enumerate().filter_map(|(i, s)| {
             let s = s.as_ref()?;
             if !s.has_dense {

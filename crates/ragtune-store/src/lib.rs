@@ -23,8 +23,10 @@
 //! # }
 //! ```
 
+mod ann;
 mod codec;
 mod embedded;
 mod index;
 
-pub use embedded::EmbeddedStore;
+pub use ann::AnnConfig;
+pub use embedded::{EmbeddedStore, OptimizeReport, StoreOptions};
