@@ -4,6 +4,7 @@ mod bad_input;
 mod engine;
 mod eval;
 mod scifact;
+mod strategies;
 
 use std::path::PathBuf;
 

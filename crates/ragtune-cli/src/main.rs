@@ -9,7 +9,7 @@ use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use ragtune::core::Query;
 use ragtune::eval::{EvalOptions, run_eval, summary_table};
-use ragtune::{Bm25Settings, Config, Engine};
+use ragtune::{Bm25Settings, Config, Engine, Strategy};
 
 #[derive(Debug, Parser)]
 #[command(name = "ragtune", version, about = "A self-correcting, budget-aware retrieval engine for RAG.")]
@@ -44,6 +44,9 @@ enum Command {
         /// Number of results.
         #[arg(short = 'k', long = "top-k", value_name = "N")]
         top_k: Option<usize>,
+        /// Retrieval strategy: auto (hybrid when dense vectors are available, else bm25), bm25, dense, hybrid.
+        #[arg(long, value_name = "NAME")]
+        strategy: Option<Strategy>,
         /// Print results (with provenance and trace) as JSON.
         #[arg(long)]
         json: bool,
@@ -56,7 +59,7 @@ enum Command {
         /// The qrels split.
         #[arg(long, default_value = "test")]
         split: String,
-        /// The retriever to evaluate.
+        /// The retriever to evaluate: bm25, dense, hybrid.
         #[arg(long, default_value = "bm25")]
         retriever: String,
         /// Results per query.
@@ -68,6 +71,21 @@ enum Command {
         /// BM25 b (default 0.75).
         #[arg(long)]
         b: Option<f32>,
+        /// RRF constant k for hybrid (default 60).
+        #[arg(long = "rrf-k")]
+        rrf_k: Option<f32>,
+        /// Candidates per strategy before fusion (default 100).
+        #[arg(long)]
+        depth: Option<usize>,
+        /// Weight of BM25 in hybrid fusion (default 1).
+        #[arg(long = "bm25-weight")]
+        bm25_weight: Option<f32>,
+        /// Weight of dense retrieval in hybrid fusion (default 1).
+        #[arg(long = "dense-weight")]
+        dense_weight: Option<f32>,
+        /// ONNX Runtime threads for the embedding model (default 1).
+        #[arg(long)]
+        threads: Option<usize>,
         /// Write the JSON report here.
         #[arg(long, value_name = "FILE")]
         out: Option<PathBuf>,
@@ -152,11 +170,19 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 }
             }
         }
-        Command::Search { query, store, top_k, json } => {
+        Command::Search { query, store, top_k, strategy, json } => {
             let cfg = config(cli.config.as_ref(), store)?;
             let k = top_k.unwrap_or(cfg.search.top_k);
+            let strategy = strategy.unwrap_or(cfg.search.strategy);
             let engine = Engine::open(cfg).await?;
-            let response = engine.search(Query::new(query).with_top_k(k)).await?;
+            let response = engine.search_with(Query::new(query).with_top_k(k), strategy).await?;
+            if !json {
+                for event in response.trace.iter().filter(|e| e.stage == "route") {
+                    if let Some(why) = event.detail.get("fallback").and_then(|v| v.as_str()) {
+                        eprintln!("note: searching with {} only — {why}", event.action);
+                    }
+                }
+            }
             let mut out = std::io::stdout().lock();
             if json {
                 writeln!(out, "{}", serde_json::to_string_pretty(&response)?)?;
@@ -174,13 +200,39 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 }
             }
         }
-        Command::Eval { dataset, split, retriever, top_k, k1, b, out, reindex, cache_dir } => {
+        Command::Eval {
+            dataset,
+            split,
+            retriever,
+            top_k,
+            k1,
+            b,
+            rrf_k,
+            depth,
+            bm25_weight,
+            dense_weight,
+            threads,
+            out,
+            reindex,
+            cache_dir,
+        } => {
+            let cfg = config(cli.config.as_ref(), None)?;
             let mut opts = EvalOptions::new(dataset);
             opts.split = split;
             opts.retriever = retriever;
             opts.top_k = top_k;
             let d = Bm25Settings::default();
             opts.bm25 = Bm25Settings { k1: k1.unwrap_or(d.k1), b: b.unwrap_or(d.b), avg_doc_len: None };
+            opts.embedding = cfg.embedding.clone();
+            if let Some(t) = threads {
+                opts.embedding.threads = t;
+            }
+            let h = &mut opts.hybrid;
+            *h = cfg.hybrid;
+            h.k = rrf_k.unwrap_or(h.k);
+            h.depth = depth.unwrap_or(h.depth);
+            h.bm25_weight = bm25_weight.unwrap_or(h.bm25_weight);
+            h.dense_weight = dense_weight.unwrap_or(h.dense_weight);
             opts.reindex = reindex;
             if let Some(d) = cache_dir {
                 opts.cache_dir = d;

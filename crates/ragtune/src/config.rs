@@ -18,6 +18,10 @@ pub struct Config {
     pub chunking: ChunkingSettings,
     /// Search defaults.
     pub search: SearchSettings,
+    /// The dense embedding model.
+    pub embedding: EmbeddingSettings,
+    /// Reciprocal Rank Fusion of BM25 and dense retrieval.
+    pub hybrid: HybridSettings,
 }
 
 /// Store settings.
@@ -26,11 +30,13 @@ pub struct Config {
 pub struct StoreConfig {
     /// The embedded store's directory (created on first use).
     pub path: PathBuf,
+    /// Dense search switches from exact to an HNSW index at this many vectors.
+    pub ann_min_vectors: usize,
 }
 
 impl Default for StoreConfig {
     fn default() -> Self {
-        Self { path: PathBuf::from(".ragtune") }
+        Self { path: PathBuf::from(".ragtune"), ann_min_vectors: ragtune_store::AnnConfig::default().min_vectors }
     }
 }
 
@@ -84,17 +90,126 @@ impl ChunkingSettings {
     }
 }
 
+/// Which retrieval strategy answers queries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Strategy {
+    /// Hybrid when the store has dense vectors and the embedder is available, else BM25.
+    #[default]
+    Auto,
+    /// BM25 only.
+    Bm25,
+    /// Dense only.
+    Dense,
+    /// BM25 and dense fused with RRF.
+    Hybrid,
+}
+
+impl std::str::FromStr for Strategy {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "auto" => Ok(Self::Auto),
+            "bm25" => Ok(Self::Bm25),
+            "dense" => Ok(Self::Dense),
+            "hybrid" => Ok(Self::Hybrid),
+            other => Err(Error::invalid_input(format!(
+                "unknown retrieval strategy `{other}`; available: auto, bm25, dense, hybrid"
+            ))),
+        }
+    }
+}
+
+impl std::fmt::Display for Strategy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Auto => "auto",
+            Self::Bm25 => "bm25",
+            Self::Dense => "dense",
+            Self::Hybrid => "hybrid",
+        })
+    }
+}
+
 /// Search defaults.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SearchSettings {
     /// Results per query.
     pub top_k: usize,
+    /// The retrieval strategy.
+    pub strategy: Strategy,
 }
 
 impl Default for SearchSettings {
     fn default() -> Self {
-        Self { top_k: 10 }
+        Self { top_k: 10, strategy: Strategy::Auto }
+    }
+}
+
+/// Whether to use the dense embedding model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EmbeddingMode {
+    /// Use it when its files are provisioned; otherwise work lexically and say why in traces.
+    #[default]
+    Auto,
+    /// Require it: a missing model is an error.
+    On,
+    /// Never load it.
+    Off,
+}
+
+/// The dense embedding model (all-MiniLM-L6-v2 on ONNX Runtime, provisioned by `cargo xtask models`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EmbeddingSettings {
+    /// Whether to use it.
+    pub mode: EmbeddingMode,
+    /// The model directory (default: the provisioned one under `$RAGTUNE_HOME`).
+    pub model_dir: Option<PathBuf>,
+    /// The ONNX Runtime library (default: the provisioned one under `$RAGTUNE_HOME`).
+    pub ort_library: Option<PathBuf>,
+    /// Texts per inference call.
+    pub batch_size: usize,
+    /// ONNX Runtime intra-op threads (1 is fastest on a busy 2-core machine).
+    pub threads: usize,
+    /// Tokens per text; longer texts are truncated and the truncation is traced.
+    pub max_length: usize,
+}
+
+impl Default for EmbeddingSettings {
+    fn default() -> Self {
+        Self {
+            mode: EmbeddingMode::Auto,
+            model_dir: None,
+            ort_library: None,
+            batch_size: 32,
+            threads: 1,
+            max_length: 256,
+        }
+    }
+}
+
+/// Reciprocal Rank Fusion settings of the hybrid strategy.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HybridSettings {
+    /// The RRF constant `k`.
+    pub k: f32,
+    /// Candidates taken from each strategy before fusing.
+    pub depth: usize,
+    /// Weight of the BM25 list.
+    pub bm25_weight: f32,
+    /// Weight of the dense list.
+    pub dense_weight: f32,
+}
+
+impl Default for HybridSettings {
+    fn default() -> Self {
+        let rrf = ragtune_retrieve::RrfConfig::default();
+        Self { k: rrf.k, depth: rrf.depth, bm25_weight: 1.0, dense_weight: 1.0 }
     }
 }
 

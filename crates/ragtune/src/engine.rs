@@ -1,20 +1,22 @@
-//! The Engine: wires loaders, chunker, BM25 encoder, embedded store and retriever from a [`Config`].
+//! The Engine: wires loaders, chunker, BM25 encoder, dense embedder, embedded store and retrievers from a
+//! [`Config`].
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
 use ragtune_core::{
-    Candidate, Chunk, ChunkKind, Ctx, Document, Error, Query, Record, Result, Retriever, SparseEncoder, StoreStats,
-    TextRole, TraceEvent, TraceSink, VectorStore, WriteBatch,
+    Candidate, Chunk, ChunkKind, Ctx, Document, Embedder, Error, ErrorKind, Query, Record, Result, Retriever,
+    SparseEncoder, StoreStats, TextRole, TraceEvent, TraceSink, VectorStore, WriteBatch,
 };
 use ragtune_embed::{Bm25Config, Bm25Encoder};
 use ragtune_ingest::{ChunkerConfig, LoadIssue, Loaded};
-use ragtune_retrieve::SparseRetriever;
-use ragtune_store::EmbeddedStore;
+use ragtune_retrieve::{DenseRetriever, Fused, HybridRetriever, RrfConfig, SparseRetriever};
+use ragtune_store::{AnnConfig, EmbeddedStore, StoreOptions};
 use serde::{Deserialize, Serialize};
 
 use crate::Config;
+use crate::config::{EmbeddingMode, Strategy};
 
 /// How documents become chunks.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -54,35 +56,78 @@ pub struct SearchResponse {
     pub trace: Vec<TraceEvent>,
 }
 
-/// Documents are written in batches of about this many chunks: large enough to amortise a commit, small enough
-/// to keep progress moving and memory flat.
-const BATCH_CHUNKS: usize = 512;
+/// Documents are written in batches of about this many chunks: large enough to amortise a commit and an embedding
+/// call, small enough to keep progress moving and memory flat.
+const BATCH_CHUNKS: usize = 256;
 
 /// The ragtune engine on the embedded store.
 ///
-/// This release runs the BM25 slice of the pipeline (index, retrieve); routing, dense and hybrid retrieval,
-/// Corrective RAG, budgeted reranking and generation plug into it in later releases.
+/// It indexes documents with BM25 and, when the embedding model is available, dense vectors; it answers queries
+/// with BM25, dense or hybrid (RRF) retrieval. Routing, Corrective RAG, budgeted reranking and generation plug into
+/// it in later releases.
 #[derive(Debug)]
 pub struct Engine {
     config: Config,
     store: Arc<EmbeddedStore>,
     encoder: Option<Arc<Bm25Encoder>>,
+    embedder: Option<Arc<dyn Embedder>>,
+    /// Why a capability is off (for example "dense retrieval is off: models are not provisioned"), shown in traces.
+    notes: Vec<String>,
 }
 
 impl Engine {
-    /// Opens (or creates) the store named by the configuration. An existing store dictates the BM25 parameters it
-    /// was built with; the configuration's apply to a new store.
+    /// Opens (or creates) the store named by the configuration and loads the embedding model when configured and
+    /// available. An existing store dictates the BM25 parameters it was built with; the configuration's apply to a
+    /// new store.
     ///
     /// # Errors
-    /// Store errors (locked, corrupt), or a store built by another sparse encoder.
+    /// Store errors (locked, corrupt); a store built by another sparse encoder or embedding model; a missing model
+    /// when `embedding.mode = "on"`.
     pub async fn open(config: Config) -> Result<Self> {
-        let store = Arc::new(EmbeddedStore::open(&config.store.path)?);
+        let mut notes = Vec::new();
+        let embedder = match config.embedding.mode {
+            EmbeddingMode::Off => None,
+            mode => match crate::models::load_embedder(&config.embedding) {
+                Ok(e) => Some(e),
+                Err(e) if mode == EmbeddingMode::Auto && e.kind() == ErrorKind::Unavailable => {
+                    notes.push(format!("dense retrieval is off: {}", e.message()));
+                    None
+                }
+                Err(e) => return Err(e),
+            },
+        };
+        let mut engine = Self::open_with_embedder(config, embedder).await?;
+        engine.notes.extend(notes);
+        Ok(engine)
+    }
+
+    /// Opens the store with the given embedder (or none) instead of the configured model; for tests and for
+    /// embedders of your own.
+    ///
+    /// # Errors
+    /// As [`open`](Self::open).
+    pub async fn open_with_embedder(config: Config, embedder: Option<Arc<dyn Embedder>>) -> Result<Self> {
+        let options =
+            StoreOptions { ann: AnnConfig { min_vectors: config.store.ann_min_vectors, ..AnnConfig::default() } };
+        let store = Arc::new(EmbeddedStore::open_with(&config.store.path, options)?);
         let stats = store.stats(&Ctx::new()).await?;
         let encoder = match &stats.sparse_spec {
             Some(spec) => Some(Arc::new(Bm25Encoder::new(Bm25Config::from_spec_id(&spec.encoder_id)?)?)),
             None => None,
         };
-        Ok(Self { config, store, encoder })
+        if let (Some(have), Some(e)) = (&stats.dense_spec, &embedder)
+            && have != e.spec()
+        {
+            return Err(Error::mismatch(format!(
+                "the store at {} was built with the embedding model `{}` ({} dimensions); the configured model is `{}` ({} dimensions): use the same model, another store, or embedding.mode = \"off\"",
+                config.store.path.display(),
+                have.model_id,
+                have.dim,
+                e.spec().model_id,
+                e.spec().dim
+            )));
+        }
+        Ok(Self { config, store, encoder, embedder, notes: Vec::new() })
     }
 
     /// The configuration.
@@ -101,6 +146,18 @@ impl Engine {
     #[must_use]
     pub fn encoder(&self) -> Option<&Arc<Bm25Encoder>> {
         self.encoder.as_ref()
+    }
+
+    /// The dense embedder, when one is loaded.
+    #[must_use]
+    pub fn embedder(&self) -> Option<&Arc<dyn Embedder>> {
+        self.embedder.as_ref()
+    }
+
+    /// Why capabilities are off, if any are.
+    #[must_use]
+    pub fn notes(&self) -> &[String] {
+        &self.notes
     }
 
     /// Loads documents from `path`: a BEIR directory (with `corpus.jsonl`), a `.jsonl` file, a folder of Markdown
@@ -133,11 +190,12 @@ impl Engine {
         Ok(report)
     }
 
-    /// Chunks, encodes and stores documents. Re-indexing a document replaces all of its chunks atomically.
+    /// Chunks, encodes (BM25 and, with an embedder, dense) and stores documents. Re-indexing a document replaces all
+    /// of its chunks atomically. Afterwards the store's approximate dense index is brought up to date.
     ///
     /// # Errors
     /// [`InvalidInput`](ragtune_core::ErrorKind::InvalidInput) for an empty document list or bad chunking settings;
-    /// store errors. Documents written before a failing batch stay indexed.
+    /// embedding and store errors. Documents written before a failing batch stay indexed.
     pub async fn index_documents(
         &mut self,
         docs: &[Document],
@@ -158,36 +216,74 @@ impl Engine {
             }
         }
         let encoder = self.encoder_for(&per_doc).await?;
+        if let Some(e) = &self.embedder {
+            self.store.ensure_spaces(&ctx, Some(e.spec()), None).await?;
+        }
         let total = per_doc.len();
         let mut done = 0;
         progress(0, total);
-        let mut batch = WriteBatch::default();
+        let mut pending: Vec<(String, Vec<Chunk>)> = Vec::new();
+        let mut pending_chunks = 0;
         for (doc_id, chunks) in per_doc {
-            let passages: Vec<&Chunk> = chunks.iter().filter(|c| c.kind == ChunkKind::Passage).collect();
-            let texts: Vec<String> = passages.iter().map(|c| c.indexable_text()).collect();
-            let text_refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-            let mut vectors = encoder.encode(&ctx, &text_refs, TextRole::Passage).await?.into_iter();
-            report.passages += passages.len();
-            report.sections += chunks.len() - passages.len();
-            batch.delete_docs.push(doc_id);
-            for chunk in chunks {
-                let sparse = if chunk.kind == ChunkKind::Passage { vectors.next() } else { None };
-                batch.upsert.push(Record { chunk, dense: None, sparse });
-            }
-            done += 1;
-            report.documents += 1;
-            if batch.upsert.len() >= BATCH_CHUNKS {
-                self.store.write(&ctx, std::mem::take(&mut batch)).await?;
+            pending_chunks += chunks.len();
+            pending.push((doc_id, chunks));
+            if pending_chunks >= BATCH_CHUNKS {
+                done += pending.len();
+                self.write_batch(&ctx, &encoder, std::mem::take(&mut pending), &mut report).await?;
+                pending_chunks = 0;
                 progress(done, total);
             }
         }
-        if !batch.delete_docs.is_empty() {
-            self.store.write(&ctx, batch).await?;
+        if !pending.is_empty() {
+            done += pending.len();
+            self.write_batch(&ctx, &encoder, pending, &mut report).await?;
         }
         progress(done, total);
+        if self.embedder.is_some() {
+            self.store.optimize().await?;
+        }
         report.store = self.store.stats(&ctx).await?;
         report.seconds = started.elapsed().as_secs_f64();
         Ok(report)
+    }
+
+    /// Encodes the passages of some documents and writes the documents in one atomic batch.
+    async fn write_batch(
+        &self,
+        ctx: &Ctx,
+        encoder: &Bm25Encoder,
+        docs: Vec<(String, Vec<Chunk>)>,
+        report: &mut IndexReport,
+    ) -> Result<()> {
+        let texts: Vec<String> = docs
+            .iter()
+            .flat_map(|(_, cs)| cs.iter().filter(|c| c.kind == ChunkKind::Passage))
+            .map(Chunk::indexable_text)
+            .collect();
+        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+        let mut sparse = encoder.encode(ctx, &refs, TextRole::Passage).await?.into_iter();
+        let mut dense = match &self.embedder {
+            Some(e) => Some(e.embed(ctx, &refs, TextRole::Passage).await?.into_iter()),
+            None => None,
+        };
+        let mut batch = WriteBatch::default();
+        for (doc_id, chunks) in docs {
+            report.documents += 1;
+            batch.delete_docs.push(doc_id);
+            for chunk in chunks {
+                let passage = chunk.kind == ChunkKind::Passage;
+                if passage {
+                    report.passages += 1;
+                } else {
+                    report.sections += 1;
+                }
+                let (s, d) =
+                    if passage { (sparse.next(), dense.as_mut().and_then(Iterator::next)) } else { (None, None) };
+                batch.upsert.push(Record { chunk, dense: d, sparse: s });
+            }
+        }
+        self.store.write(ctx, batch).await?;
+        Ok(())
     }
 
     /// The encoder for this store, creating the store's sparse space on first use with the average passage length
@@ -219,31 +315,87 @@ impl Engine {
         Ok(encoder)
     }
 
-    /// The BM25 retriever over this engine's store.
+    /// The strategy `requested` resolves to on this store, with the reason when `auto` could not use dense vectors.
     ///
     /// # Errors
-    /// [`NotFound`](ragtune_core::ErrorKind::NotFound) when nothing was indexed yet.
-    pub fn retriever(&self) -> Result<SparseRetriever> {
-        let encoder = self.encoder.clone().ok_or_else(|| {
-            Error::not_found(format!(
+    /// [`NotFound`](ragtune_core::ErrorKind::NotFound) when nothing was indexed yet;
+    /// [`Unavailable`](ragtune_core::ErrorKind::Unavailable) when `dense` or `hybrid` is requested without an
+    /// embedder or without dense vectors in the store.
+    pub async fn resolve(&self, requested: Strategy) -> Result<(Strategy, Option<String>)> {
+        if self.encoder.is_none() {
+            return Err(Error::not_found(format!(
                 "the store at {} has no index yet: run `ragtune index <path> --store {}` first",
                 self.store.dir().display(),
                 self.store.dir().display()
-            ))
-        })?;
-        let store: Arc<dyn VectorStore> = self.store.clone();
-        Ok(SparseRetriever::new("bm25", encoder, store))
+            )));
+        }
+        let dense_vectors = self.store.stats(&Ctx::new()).await?.dense_vectors;
+        let why_not = match (&self.embedder, dense_vectors) {
+            (None, _) => Some(self.notes.first().cloned().unwrap_or_else(|| "no embedding model is loaded".into())),
+            (Some(_), 0) => Some("the store holds no dense vectors (re-index with the embedding model)".to_owned()),
+            _ => None,
+        };
+        match (requested, why_not) {
+            (Strategy::Bm25, _) => Ok((Strategy::Bm25, None)),
+            (Strategy::Auto, None) => Ok((Strategy::Hybrid, None)),
+            (Strategy::Auto, Some(why)) => Ok((Strategy::Bm25, Some(why))),
+            (s, None) => Ok((s, None)),
+            (s, Some(why)) => Err(Error::unavailable(format!("`{s}` retrieval is not possible: {why}"))),
+        }
     }
 
-    /// Answers one query with ranked candidates and the trace of what was done.
+    /// The retriever for a resolved strategy (see [`resolve`](Self::resolve)).
     ///
     /// # Errors
-    /// Invalid queries (empty, too long), an empty store, store failures.
+    /// As [`resolve`](Self::resolve); invalid hybrid settings.
+    pub async fn retriever(&self, requested: Strategy) -> Result<Arc<dyn Retriever>> {
+        let (strategy, _) = self.resolve(requested).await?;
+        let store: Arc<dyn VectorStore> = self.store.clone();
+        let bm25 = |s: &Self| -> Result<Arc<dyn Retriever>> {
+            let encoder = s.encoder.clone().ok_or_else(|| Error::not_found("nothing indexed yet"))?;
+            Ok(Arc::new(SparseRetriever::new("bm25", encoder, store.clone())))
+        };
+        let dense = |s: &Self| -> Result<Arc<dyn Retriever>> {
+            let embedder = s.embedder.clone().ok_or_else(|| Error::unavailable("no embedding model is loaded"))?;
+            Ok(Arc::new(DenseRetriever::new("dense", embedder, store.clone())))
+        };
+        match strategy {
+            Strategy::Bm25 | Strategy::Auto => bm25(self),
+            Strategy::Dense => dense(self),
+            Strategy::Hybrid => {
+                let h = self.config.hybrid;
+                let inputs = vec![
+                    Fused { retriever: bm25(self)?, weight: h.bm25_weight },
+                    Fused { retriever: dense(self)?, weight: h.dense_weight },
+                ];
+                Ok(Arc::new(HybridRetriever::new("hybrid", inputs, RrfConfig { k: h.k, depth: h.depth })?))
+            }
+        }
+    }
+
+    /// Answers one query with the configured strategy: ranked candidates and the trace of what was done.
+    ///
+    /// # Errors
+    /// Invalid queries (empty, too long), an empty store, an unavailable strategy, store or model failures.
     pub async fn search(&self, query: Query) -> Result<SearchResponse> {
+        self.search_with(query, self.config.search.strategy).await
+    }
+
+    /// Answers one query with the given strategy.
+    ///
+    /// # Errors
+    /// As [`search`](Self::search).
+    pub async fn search_with(&self, query: Query, strategy: Strategy) -> Result<SearchResponse> {
         query.validate()?;
         let sink = TraceSink::new();
         let ctx = Ctx::new().with_trace(sink.clone());
-        let retriever = self.retriever()?;
+        let (resolved, why) = self.resolve(strategy).await?;
+        let mut route = TraceEvent::new("route", resolved.to_string()).detail("requested", strategy.to_string());
+        if let Some(why) = why {
+            route = route.detail("fallback", why);
+        }
+        ctx.trace(route);
+        let retriever = self.retriever(resolved).await?;
         let mut lists = retriever.retrieve(&ctx, std::slice::from_ref(&query)).await?;
         let hits = lists.pop().unwrap_or_default();
         Ok(SearchResponse { hits, trace: sink.take() })

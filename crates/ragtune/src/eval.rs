@@ -9,10 +9,12 @@ use ragtune_core::{Ctx, Error, Query, Result, Retriever};
 use ragtune_evaluators::metrics::{Metric, Runs, evaluate, percentile};
 use serde::{Deserialize, Serialize};
 
-use crate::{Bm25Settings, Chunking, Config, Engine, StoreConfig};
+use crate::{
+    Bm25Settings, Chunking, Config, EmbeddingMode, EmbeddingSettings, Engine, HybridSettings, StoreConfig, Strategy,
+};
 
 /// The retrievers `eval` knows.
-pub const RETRIEVERS: [&str; 1] = ["bm25"];
+pub const RETRIEVERS: [&str; 3] = ["bm25", "dense", "hybrid"];
 
 /// What to evaluate.
 #[derive(Debug, Clone, PartialEq)]
@@ -21,12 +23,16 @@ pub struct EvalOptions {
     pub dataset: PathBuf,
     /// The qrels split (`test`, `train`, `dev`).
     pub split: String,
-    /// The retriever (`bm25`).
+    /// The retriever (`bm25`, `dense`, `hybrid`).
     pub retriever: String,
     /// Results per query (recall and MAP are cut here).
     pub top_k: usize,
     /// BM25 parameters.
     pub bm25: Bm25Settings,
+    /// The embedding model (for `dense` and `hybrid`).
+    pub embedding: EmbeddingSettings,
+    /// Fusion settings (for `hybrid`).
+    pub hybrid: HybridSettings,
     /// Where indexes are cached; [`ragtune_home`](crate::ragtune_home)`/eval-cache` by default.
     pub cache_dir: PathBuf,
     /// Ignore a cached index and build it again.
@@ -42,6 +48,8 @@ impl EvalOptions {
             retriever: "bm25".into(),
             top_k: 100,
             bm25: Bm25Settings::default(),
+            embedding: EmbeddingSettings::default(),
+            hybrid: HybridSettings::default(),
             cache_dir: crate::ragtune_home().join("eval-cache"),
             reindex: false,
         }
@@ -101,6 +109,7 @@ pub async fn run_eval(opts: &EvalOptions, log: &mut dyn FnMut(&str)) -> Result<E
             RETRIEVERS.join(", ")
         )));
     }
+    let strategy: Strategy = opts.retriever.parse()?;
     if opts.top_k == 0 {
         return Err(Error::invalid_input("--top-k must be at least 1"));
     }
@@ -112,18 +121,44 @@ pub async fn run_eval(opts: &EvalOptions, log: &mut dyn FnMut(&str)) -> Result<E
         .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
         .unwrap_or_else(|| opts.dataset.display().to_string());
     let chunking = "whole-documents";
-    let config = serde_json::json!({
+    // Dense and hybrid need the embedding model; BM25 indexes without it (faster, and no model needed).
+    let embedder = match strategy {
+        Strategy::Bm25 => None,
+        _ => {
+            let settings = EmbeddingSettings { mode: EmbeddingMode::On, ..opts.embedding.clone() };
+            Some(crate::models::load_embedder(&settings)?)
+        }
+    };
+    let mut config = serde_json::json!({
         "retriever": opts.retriever,
         "top_k": opts.top_k,
         "bm25": { "k1": opts.bm25.k1, "b": opts.bm25.b, "avg_doc_len": opts.bm25.avg_doc_len },
         "chunking": chunking,
         "store": "embedded",
     });
+    if let Some(e) = &embedder {
+        config["embedder"] = serde_json::json!({
+            "spec": e.spec(),
+            "max_length": opts.embedding.max_length,
+            "batch_size": opts.embedding.batch_size,
+            "threads": opts.embedding.threads,
+        });
+    }
+    if strategy == Strategy::Hybrid {
+        let h = opts.hybrid;
+        config["fusion"] = serde_json::json!({
+            "method": "rrf", "k": h.k, "depth": h.depth, "bm25_weight": h.bm25_weight, "dense_weight": h.dense_weight,
+        });
+    }
 
     // The index depends on the corpus bytes and on everything that changes the stored vectors.
     let corpus_hash = hash_file(&opts.dataset.join("corpus.jsonl"))?;
+    let dense_key = embedder.as_ref().map_or_else(
+        || "none".to_owned(),
+        |e| format!("{}/{}/max_length={}", e.spec().model_id, e.spec().dim, opts.embedding.max_length),
+    );
     let key = format!(
-        "{corpus_hash:016x}-bm25-k1={}-b={}-avgdl={:?}-{chunking}",
+        "{corpus_hash:016x}-bm25-k1={}-b={}-avgdl={:?}-dense={dense_key}-{chunking}",
         opts.bm25.k1, opts.bm25.b, opts.bm25.avg_doc_len
     );
     let key_hash = xxhash_rust::xxh3::xxh3_64(key.as_bytes());
@@ -136,8 +171,14 @@ pub async fn run_eval(opts: &EvalOptions, log: &mut dyn FnMut(&str)) -> Result<E
             Error::permanent(format!("cannot clear the cached index {}", store_dir.display())).with_source(e)
         })?;
     }
-    let cfg = Config { store: StoreConfig { path: store_dir.join("store") }, bm25: opts.bm25, ..Config::default() };
-    let mut engine = Engine::open(cfg).await?;
+    let cfg = Config {
+        store: StoreConfig { path: store_dir.join("store"), ..StoreConfig::default() },
+        bm25: opts.bm25,
+        hybrid: opts.hybrid,
+        embedding: opts.embedding.clone(),
+        ..Config::default()
+    };
+    let mut engine = Engine::open_with_embedder(cfg, embedder).await?;
     let started = Instant::now();
     if cached {
         log(&format!("using the cached index {}", store_dir.display()));
@@ -149,7 +190,7 @@ pub async fn run_eval(opts: &EvalOptions, log: &mut dyn FnMut(&str)) -> Result<E
     }
     let index_seconds = started.elapsed().as_secs_f64();
 
-    let retriever = engine.retriever()?;
+    let retriever = engine.retriever(strategy).await?;
     let ctx = Ctx::new();
     let queries = data.queries_with_qrels();
     log(&format!("running {} queries of split `{}`", queries.len(), opts.split));

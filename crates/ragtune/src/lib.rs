@@ -34,6 +34,10 @@ pub use ragtune_store as store;
 mod config;
 mod engine;
 pub mod eval;
+mod models;
 
-pub use config::{Bm25Settings, ChunkingSettings, Config, SearchSettings, StoreConfig, ragtune_home};
+pub use config::{
+    Bm25Settings, ChunkingSettings, Config, EmbeddingMode, EmbeddingSettings, HybridSettings, SearchSettings,
+    StoreConfig, Strategy, ragtune_home,
+};
 pub use engine::{Chunking, Engine, IndexReport, SearchResponse};

@@ -1,0 +1,72 @@
+//! Dense, hybrid and automatic strategies through the engine, with a fake embedder (the real model is tested in
+//! `ragtune-embed` and by the SciFact evaluations).
+
+use std::sync::Arc;
+
+use ragtune::core::{Ctx, Document, Embedder, ErrorKind, Query, VectorStore};
+use ragtune::{Chunking, Config, Engine, Strategy};
+use ragtune_testkit::fakes::HashEmbedder;
+
+fn config(dir: &std::path::Path) -> Config {
+    let mut cfg = Config::default();
+    cfg.store.path = dir.join("store");
+    cfg
+}
+
+fn docs() -> Vec<Document> {
+    vec![
+        Document::new("fruit", "apples pears and plums grow in orchards"),
+        Document::new("market", "the stock market fell sharply on monday"),
+        Document::new("garden", "a garden of apples"),
+    ]
+}
+
+#[tokio::test]
+async fn dense_and_hybrid_retrieve_with_provenance_from_both_strategies() {
+    let dir = tempfile::tempdir().unwrap();
+    let embedder: Arc<dyn Embedder> = Arc::new(HashEmbedder::new(64));
+    let mut engine = Engine::open_with_embedder(config(dir.path()), Some(embedder)).await.unwrap();
+    let report = engine.index_documents(&docs(), Chunking::WholeDocuments, &mut |_, _| {}).await.unwrap();
+    assert_eq!((report.store.dense_vectors, report.store.sparse_vectors), (3, 3));
+
+    let dense = engine.search_with(Query::new("apples").with_top_k(2), Strategy::Dense).await.unwrap();
+    assert!(dense.hits.iter().all(|c| c.sources.contains_key("dense")));
+    let hybrid = engine.search(Query::new("apples orchards").with_top_k(3)).await.unwrap();
+    assert_eq!(hybrid.trace[0].stage, "route");
+    assert_eq!(hybrid.trace[0].action, "hybrid", "auto resolves to hybrid when dense vectors exist");
+    let top = &hybrid.hits[0];
+    assert_eq!(top.chunk.id, "fruit");
+    assert!(top.sources.contains_key("bm25") && top.sources.contains_key("dense"), "{:?}", top.sources);
+    assert!(hybrid.trace.iter().any(|e| e.action == "hybrid" && e.detail.contains_key("fusion")));
+}
+
+#[tokio::test]
+async fn without_an_embedder_auto_falls_back_to_bm25_and_says_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut engine = Engine::open_with_embedder(config(dir.path()), None).await.unwrap();
+    engine.index_documents(&docs(), Chunking::WholeDocuments, &mut |_, _| {}).await.unwrap();
+    let out = engine.search(Query::new("apples")).await.unwrap();
+    assert_eq!(out.trace[0].action, "bm25");
+    assert!(out.trace[0].detail.contains_key("fallback"), "{:?}", out.trace[0]);
+    let err = engine.search_with(Query::new("apples"), Strategy::Dense).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unavailable);
+    assert!(err.to_string().contains("`dense` retrieval is not possible"), "{err}");
+}
+
+#[tokio::test]
+async fn a_store_refuses_another_embedding_model() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let e: Arc<dyn Embedder> = Arc::new(HashEmbedder::new(64));
+        let mut engine = Engine::open_with_embedder(config(dir.path()), Some(e)).await.unwrap();
+        engine.index_documents(&docs(), Chunking::WholeDocuments, &mut |_, _| {}).await.unwrap();
+    }
+    let other: Arc<dyn Embedder> = Arc::new(HashEmbedder::new(32));
+    let err = Engine::open_with_embedder(config(dir.path()), Some(other)).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Mismatch);
+    assert!(err.to_string().contains("64 dimensions"), "{err}");
+    // The store itself is intact and still searchable lexically.
+    let engine = Engine::open_with_embedder(config(dir.path()), None).await.unwrap();
+    assert_eq!(engine.store().stats(&Ctx::new()).await.unwrap().dense_vectors, 3);
+    assert_eq!(engine.search_with(Query::new("market"), Strategy::Bm25).await.unwrap().hits[0].chunk.id, "market");
+}
