@@ -9,6 +9,8 @@ fn ragtune(args: &[&str], cwd: &Path) -> Output {
         .current_dir(cwd)
         .env_remove("RAGTUNE_CONFIG")
         .env_remove("RAGTUNE_STORE")
+        // An empty home: no provisioned models, so these tests see the lexical engine whatever the machine has.
+        .env("RAGTUNE_HOME", cwd.join("home"))
         .output()
         .expect("the ragtune binary runs")
 }
@@ -53,7 +55,10 @@ fn index_then_search_prints_ranked_hits() {
     assert_eq!(first["chunk"]["doc_id"], "guide/install.md");
     assert_eq!(first["chunk"]["header_path"][1], "Upgrading");
     assert_eq!(first["sources"]["bm25"]["rank"], 1);
-    assert_eq!(json["trace"][0]["stage"], "retrieve");
+    assert_eq!(json["trace"][0]["stage"], "route");
+    assert_eq!(json["trace"][0]["action"], "bm25");
+    assert!(json["trace"][0]["detail"]["fallback"].is_string(), "the trace says why dense retrieval is off");
+    assert_eq!(json["trace"][1]["stage"], "retrieve");
 }
 
 #[test]
