@@ -30,6 +30,14 @@ fn corpus() -> (String, Vec<Document>, Vec<String>) {
     ("synthetic".into(), docs, queries)
 }
 
+/// BM25 only: the dense model is benchmarked by `cargo xtask bench embed`.
+fn bm25_config(dir: &Path) -> Config {
+    let mut cfg = Config::default();
+    cfg.store.path = dir.join("s");
+    cfg.embedding.mode = ragtune::EmbeddingMode::Off;
+    cfg
+}
+
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("tokio runtime")
 }
@@ -58,8 +66,7 @@ fn benches(c: &mut Criterion) {
             || tempfile::tempdir().expect("tempdir"),
             |dir| {
                 rt.block_on(async {
-                    let cfg =
-                        Config { store: ragtune::StoreConfig { path: dir.path().join("s") }, ..Config::default() };
+                    let cfg = bm25_config(dir.path());
                     let mut engine = Engine::open(cfg).await.expect("open");
                     engine.index_documents(&docs, Chunking::WholeDocuments, &mut |_, _| {}).await.expect("index");
                 });
@@ -71,7 +78,7 @@ fn benches(c: &mut Criterion) {
 
     let dir = tempfile::tempdir().expect("tempdir");
     let engine = rt.block_on(async {
-        let cfg = Config { store: ragtune::StoreConfig { path: dir.path().join("s") }, ..Config::default() };
+        let cfg = bm25_config(dir.path());
         let mut engine = Engine::open(cfg).await.expect("open");
         engine.index_documents(&docs, Chunking::WholeDocuments, &mut |_, _| {}).await.expect("index");
         engine
