@@ -1,17 +1,28 @@
-//! `cargo xtask bench`: runs the criterion benchmarks of the `benches` package (release build).
+//! `cargo xtask bench`: the benchmarks.
 //!
 //! ```text
-//! cargo xtask bench            # every benchmark
-//! cargo xtask bench bm25       # one benchmark target
+//! cargo xtask bench              # every criterion benchmark of the `benches` package (release build)
+//! cargo xtask bench bm25         # one criterion target (bm25, retrieval)
+//! cargo xtask bench embed [--passages N] [--batch-size N] [--threads N]
+//!                                # FastEmbedder vs Python onnxruntime on the same model file, same settings
 //! ```
 //!
 //! Benchmarks that need `../shared/data` say so and measure only what they can without it.
 
-use anyhow::Result;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use ragtune::embed::provisioning::ModelLayout;
 
 use crate::shell::{self, Shell};
 
+/// Python packages of the reference side, pinned: the same ONNX Runtime as the Rust side loads.
+const PY_REQUIREMENTS: [&str; 3] = ["onnxruntime==1.31.1", "tokenizers==0.23.3", "numpy==2.4.6"];
+
 pub fn run(args: &[String]) -> Result<()> {
+    if args.first().is_some_and(|a| a == "embed") {
+        return embed(&args[1..]);
+    }
     let sh = Shell::new();
     let mut cmd = sh.cargo(&["bench", "-j2", "-p", "benches"]);
     if let Some((target, rest)) = args.split_first().filter(|(t, _)| !t.starts_with('-')) {
@@ -20,4 +31,97 @@ pub fn run(args: &[String]) -> Result<()> {
         cmd.arg("--").args(args);
     }
     shell::run(&mut cmd)
+}
+
+fn embed(args: &[String]) -> Result<()> {
+    let (mut passages, mut batch, mut threads) = ("512".to_owned(), "32".to_owned(), "1".to_owned());
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let v = it.next().with_context(|| format!("{a} needs a value"))?.clone();
+        match a.as_str() {
+            "--passages" => passages = v,
+            "--batch-size" => batch = v,
+            "--threads" => threads = v,
+            other => bail!("unknown argument {other} (use --passages, --batch-size, --threads)"),
+        }
+    }
+    let home = crate::models::provision_models()?;
+    let layout = ModelLayout::new(&home);
+    let sh = Shell::new();
+    let corpus = sh.root().join("../shared/data/beir/scifact/corpus.jsonl");
+    if !corpus.is_file() {
+        bail!("the embedding benchmark embeds SciFact passages: {} is missing", corpus.display());
+    }
+    let out_dir = sh.target_dir().join("bench-embed");
+    std::fs::create_dir_all(&out_dir)?;
+    let dump = out_dir.join("rust-vectors.f32");
+
+    shell::run(&mut sh.cargo(&["build", "--release", "--quiet", "-j2", "-p", "benches", "--bin", "embed-throughput"]))?;
+    let exe = sh.target_dir().join("release").join("embed-throughput");
+    let common = ["--passages", &passages, "--batch-size", &batch, "--threads", &threads];
+    let mut rust = sh.cmd(&exe);
+    rust.arg("--model-dir").arg(layout.minilm_dir()).arg("--ort-library").arg(layout.onnxruntime_library());
+    rust.arg("--corpus").arg(&corpus).args(common).arg("--dump").arg(&dump);
+    let rust_out = json_line(&mut rust)?;
+
+    let python = python_venv(&sh, &home.join("bench-venv"))?;
+    let mut py = sh.cmd(&python);
+    py.arg(sh.root().join("crates/ragtune-embed/scripts/reference_embed.py"));
+    py.arg("--model-dir")
+        .arg(layout.minilm_dir())
+        .arg("--corpus")
+        .arg(&corpus)
+        .args(common)
+        .arg("--compare")
+        .arg(&dump);
+    let py_out = json_line(&mut py)?;
+
+    let (r, p) = (rust_out["per_second"].as_f64().unwrap_or(0.0), py_out["per_second"].as_f64().unwrap_or(0.0));
+    println!(
+        "\nembedding throughput, all-MiniLM-L6-v2 (int8 weights), {passages} SciFact passages, batch {batch}, {threads} thread(s)"
+    );
+    println!("  rust  (fastembed, ort)        {r:>8.1} passages/s");
+    println!("  python (onnxruntime, tokenizers) {p:>5.1} passages/s");
+    println!("  ratio rust/python             {:>8.2}", if p > 0.0 { r / p } else { f64::NAN });
+    println!(
+        "  same vectors: cosine min {:.6}, mean {:.6}",
+        py_out["cosine_to_rust"]["min"].as_f64().unwrap_or(f64::NAN),
+        py_out["cosine_to_rust"]["mean"].as_f64().unwrap_or(f64::NAN)
+    );
+    println!("  (2-core machine: compare runs made under the same load; `uptime` now: {})", load());
+    Ok(())
+}
+
+/// Runs a command and parses the last line of its stdout as JSON.
+fn json_line(cmd: &mut std::process::Command) -> Result<serde_json::Value> {
+    println!("$ {}", shell::display(cmd));
+    let out = cmd.output().with_context(|| format!("cannot run `{}`", shell::display(cmd)))?;
+    if !out.status.success() {
+        bail!("`{}` failed: {}", shell::display(cmd), String::from_utf8_lossy(&out.stderr));
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout.lines().last().context("no output")?;
+    println!("{line}");
+    serde_json::from_str(line).with_context(|| format!("not JSON: {line}"))
+}
+
+/// A virtual environment with the pinned reference packages, created once.
+fn python_venv(sh: &Shell, dir: &Path) -> Result<PathBuf> {
+    let python = dir.join("bin").join("python");
+    let stamp = dir.join("requirements.txt");
+    let wanted = PY_REQUIREMENTS.join("\n");
+    if python.is_file() && std::fs::read_to_string(&stamp).is_ok_and(|s| s == wanted) {
+        return Ok(python);
+    }
+    shell::run(sh.cmd("python3").args(["-m", "venv"]).arg(dir))?;
+    shell::run(
+        sh.cmd(&python).args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"]).args(PY_REQUIREMENTS),
+    )?;
+    std::fs::write(&stamp, wanted)?;
+    Ok(python)
+}
+
+fn load() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map_or_else(|_| "unknown".into(), |s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
 }

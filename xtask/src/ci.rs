@@ -40,9 +40,13 @@ pub fn run(args: &[String]) -> Result<()> {
         shell::run(&mut cmd)
     })?;
     steps.run("nextest", || {
-        shell::run(&mut shell.cargo(&["nextest", "run", "--workspace", "--profile", "ci", "--build-jobs", "2"]))
+        let mut cmd = shell.cargo(&["nextest", "run", "--workspace", "--profile", "ci", "--build-jobs", "2"]);
+        // Models were provisioned above: a test that cannot find them must fail, not skip.
+        shell::run(cmd.env("RAGTUNE_REQUIRE_MODELS", "1"))
     })?;
-    steps.run("doctests", || shell::run(&mut shell.cargo(&["test", "--workspace", "--doc", "-j2"])))?;
+    steps.run("doctests", || {
+        shell::run(shell.cargo(&["test", "--workspace", "--doc", "-j2"]).env("RAGTUNE_REQUIRE_MODELS", "1"))
+    })?;
 
     steps.summary();
     println!("ci: all steps passed in {}", seconds(started.elapsed()));

