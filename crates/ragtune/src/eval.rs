@@ -137,12 +137,8 @@ pub async fn run_eval(opts: &EvalOptions, log: &mut dyn FnMut(&str)) -> Result<E
         "store": "embedded",
     });
     if let Some(e) = &embedder {
-        config["embedder"] = serde_json::json!({
-            "spec": e.spec(),
-            "max_length": opts.embedding.max_length,
-            "batch_size": opts.embedding.batch_size,
-            "threads": opts.embedding.threads,
-        });
+        // Threads and batch size change speed, not results: they stay out of the config that baselines compare.
+        config["embedder"] = serde_json::json!({ "spec": e.spec(), "max_length": opts.embedding.max_length });
     }
     if strategy == Strategy::Hybrid {
         let h = opts.hybrid;
