@@ -65,10 +65,10 @@ async fn bad_options_are_clear_errors() {
     tiny_beir(&data);
     let mut opts = EvalOptions::new(&data);
     opts.cache_dir = dir.path().join("cache");
-    opts.retriever = "dense".into();
+    opts.retriever = "splade".into();
     let err = run_eval(&opts, &mut |_| {}).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidInput);
-    assert!(err.to_string().contains("available: bm25"), "{err}");
+    assert!(err.to_string().contains("available: bm25, dense, hybrid"), "{err}");
     opts.retriever = "bm25".into();
     opts.split = "train".into();
     let err = run_eval(&opts, &mut |_| {}).await.unwrap_err();

@@ -16,9 +16,26 @@ pub fn shared_data() -> Option<PathBuf> {
     dir.is_dir().then_some(dir)
 }
 
-/// An engine on a fresh store in `dir`.
+/// A lexical engine on a fresh store in `dir` (the embedding model stays off, whatever the machine has
+/// provisioned, so these tests see BM25 only; dense paths have tests of their own).
 pub async fn engine_in(dir: &std::path::Path) -> ragtune::Engine {
     let mut cfg = ragtune::Config::default();
     cfg.store.path = dir.join("store");
+    cfg.embedding.mode = ragtune::EmbeddingMode::Off;
     ragtune::Engine::open(cfg).await.expect("a fresh store opens")
+}
+
+/// Whether the embedding model is provisioned; prints why a test skips when it is not, and fails instead when
+/// `RAGTUNE_REQUIRE_MODELS=1` (set by `cargo xtask ci` after provisioning).
+pub fn models_provisioned() -> bool {
+    use std::io::Write;
+    let layout = ragtune::embed::provisioning::ModelLayout::new(ragtune::ragtune_home());
+    if layout.is_provisioned() {
+        return true;
+    }
+    let msg = format!("models are not provisioned under {}: run `cargo xtask models`", layout.home().display());
+    let required = std::env::var("RAGTUNE_REQUIRE_MODELS").is_ok_and(|v| v == "1");
+    assert!(!required, "RAGTUNE_REQUIRE_MODELS=1 but {msg}");
+    let _ = writeln!(std::io::stderr(), "SKIPPED: {msg}");
+    false
 }

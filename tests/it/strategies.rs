@@ -70,3 +70,29 @@ async fn a_store_refuses_another_embedding_model() {
     assert_eq!(engine.store().stats(&Ctx::new()).await.unwrap().dense_vectors, 3);
     assert_eq!(engine.search_with(Query::new("market"), Strategy::Bm25).await.unwrap().hits[0].chunk.id, "market");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_real_model_makes_auto_hybrid_and_finds_paraphrases() {
+    if !crate::models_provisioned() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    cfg.embedding.mode = ragtune::EmbeddingMode::On;
+    let mut engine = Engine::open(cfg).await.unwrap();
+    let docs = vec![
+        Document::new("physician", "The physician prescribed antibiotics for the bacterial infection."),
+        Document::new("finance", "Quarterly earnings beat analyst expectations."),
+        Document::new("weather", "Heavy rain is expected across the region tomorrow."),
+    ];
+    let report = engine.index_documents(&docs, Chunking::WholeDocuments, &mut |_, _| {}).await.unwrap();
+    assert_eq!(report.store.dense_vectors, 3);
+    assert_eq!(report.store.dense_spec.as_ref().map(|s| s.dim), Some(384));
+    // No word in common with the right document: only the dense side can find it.
+    let dense = engine.search_with(Query::new("doctor gave medicine").with_top_k(1), Strategy::Dense).await.unwrap();
+    assert_eq!(dense.hits[0].chunk.id, "physician");
+    let auto = engine.search(Query::new("doctor gave medicine for an infection").with_top_k(3)).await.unwrap();
+    assert_eq!(auto.trace[0].action, "hybrid");
+    assert_eq!(auto.hits[0].chunk.id, "physician");
+    assert!(auto.trace.iter().any(|e| e.stage == "embed"), "the embedding call is traced with its cost");
+}

@@ -34,7 +34,7 @@ pub fn run(args: &[String]) -> Result<()> {
 }
 
 fn embed(args: &[String]) -> Result<()> {
-    let (mut passages, mut batch, mut threads) = ("512".to_owned(), "32".to_owned(), "1".to_owned());
+    let (mut passages, mut batch, mut threads) = ("256".to_owned(), "32".to_owned(), "1".to_owned());
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let v = it.next().with_context(|| format!("{a} needs a value"))?.clone();

@@ -6,7 +6,7 @@
 //! each model sits behind a mutex and runs on Tokio's blocking pool, never on an async worker.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use async_trait::async_trait;
@@ -24,26 +24,34 @@ static ORT_ENV: Mutex<Option<Environment>> = Mutex::new(None);
 /// Whether this process has loaded ONNX Runtime already (a process can load it once).
 #[must_use]
 pub fn onnx_runtime_loaded() -> bool {
-    ORT_ENV.lock().unwrap_or_else(std::sync::PoisonError::into_inner).is_some()
+    ORT_ENV.lock().unwrap_or_else(PoisonError::into_inner).is_some()
 }
 
-/// Loads ONNX Runtime from `library` into this process's one environment, or returns the environment loaded
-/// earlier (from whichever library came first: a process can load only one).
+/// Loads ONNX Runtime from `library` into this process's one environment, unless it is loaded already.
+///
+/// A process can load ONNX Runtime once: after the first success, later calls naming another existing file share
+/// the library loaded first. Models call this themselves; call it early to report a missing runtime up front.
 ///
 /// # Errors
-/// [`Unavailable`](ragtune_core::ErrorKind::Unavailable) when the file is missing or is not a usable ONNX Runtime
-/// (too old for API 24, wrong platform); never a panic.
-pub fn init_onnx_runtime(library: &Path) -> Result<Environment> {
-    let mut env = ORT_ENV.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    if let Some(e) = env.as_ref() {
-        return Ok(e.clone());
-    }
+/// [`Unavailable`](ragtune_core::ErrorKind::Unavailable) when the file does not exist (always checked, even when a
+/// runtime is loaded already) or is not a usable ONNX Runtime (too old for API 24, wrong platform); never a panic.
+pub fn init_onnx_runtime(library: &Path) -> Result<()> {
+    environment(library).map(drop)
+}
+
+/// The process's ONNX Runtime environment, created from `library` on first use.
+fn environment(library: &Path) -> Result<Environment> {
     if !library.is_file() {
         return Err(Error::unavailable(format!(
             "ONNX Runtime is not at {}: run `cargo xtask models` to provision it",
             library.display()
         )));
     }
+    let mut env = ORT_ENV.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(e) = env.as_ref() {
+        return Ok(e.clone());
+    }
+    // `init_from` returns an error for a missing or foreign library; the lazy `ORT_DYLIB_PATH` path would panic.
     let built = ort::init_from(library)
         .map_err(|e| Error::unavailable(format!("cannot load ONNX Runtime from {}: {e}", library.display())))?
         .with_name("ragtune")
@@ -51,6 +59,35 @@ pub fn init_onnx_runtime(library: &Path) -> Result<Environment> {
         .map_err(|e| Error::unavailable(format!("cannot start ONNX Runtime from {}: {e}", library.display())))?;
     *env = Some(built.clone());
     Ok(built)
+}
+
+/// Where a model's files come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ModelSource {
+    /// A directory holding `model.onnx` and the tokenizer files (`tokenizer.json`, `config.json`,
+    /// `special_tokens_map.json`, `tokenizer_config.json`), as `cargo xtask models` provisions them.
+    LocalDir(PathBuf),
+    /// A model fastembed knows by name (its hub repository, e.g. `Qdrant/all-MiniLM-L6-v2-onnx` or
+    /// `BAAI/bge-reranker-base`, or its enum name, e.g. `AllMiniLML6V2`), downloaded from the Hugging Face hub
+    /// into `cache_dir` on first use. Needs the `online` feature and network access to the hub.
+    #[cfg(feature = "online")]
+    Named {
+        /// The model's name.
+        name: String,
+        /// The hub cache (`$HF_HOME` overrides it, as in fastembed).
+        cache_dir: PathBuf,
+    },
+}
+
+impl ModelSource {
+    fn describe(&self) -> String {
+        match self {
+            Self::LocalDir(dir) => dir.display().to_string(),
+            #[cfg(feature = "online")]
+            Self::Named { name, .. } => format!("hub model `{name}`"),
+        }
+    }
 }
 
 fn read(path: &Path) -> Result<Vec<u8>> {
@@ -73,6 +110,13 @@ fn model_err(what: &str) -> impl Fn(fastembed::Error) -> Error + '_ {
     move |e| Error::unavailable(format!("{what}: {e}"))
 }
 
+fn check_sizes(max_length: usize, batch_size: usize, intra_threads: usize) -> Result<()> {
+    if max_length == 0 || batch_size == 0 || intra_threads == 0 {
+        return Err(Error::invalid_input("max_length, batch_size and intra_threads must be at least 1"));
+    }
+    Ok(())
+}
+
 /// Runs blocking model work on Tokio's blocking pool when inside a runtime, inline otherwise.
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
     match tokio::runtime::Handle::try_current() {
@@ -83,12 +127,33 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'sta
     }
 }
 
+/// What tokenising one batch showed: the tokens the model sees and how many inputs were cut at `max_length`.
+#[derive(Debug, Clone, Copy, Default)]
+struct TokenCount {
+    tokens: u64,
+    truncated: usize,
+}
+
+/// Counts with the model's own tokenizer (fastembed configures its truncation and padding): tokens are the
+/// attention mask's ones, so padding is not charged; a truncated input is one whose encoding overflowed.
+fn count_tokens<'s, E>(tokenizer: &tokenizers::Tokenizer, inputs: Vec<E>) -> Result<TokenCount>
+where
+    E: Into<tokenizers::EncodeInput<'s>> + Send,
+{
+    let encodings = tokenizer
+        .encode_batch(inputs, true)
+        .map_err(|e| Error::invalid_input(format!("cannot tokenise the input: {e}")))?;
+    Ok(TokenCount {
+        tokens: encodings.iter().map(|e| e.get_attention_mask().iter().map(|&m| u64::from(m)).sum::<u64>()).sum(),
+        truncated: encodings.iter().filter(|e| !e.get_overflowing().is_empty()).count(),
+    })
+}
+
 /// Settings of a [`FastEmbedder`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FastEmbedderConfig {
-    /// Directory holding `model.onnx` and the tokenizer files (`tokenizer.json`, `config.json`,
-    /// `special_tokens_map.json`, `tokenizer_config.json`).
-    pub model_dir: PathBuf,
+    /// Where the model comes from.
+    pub model: ModelSource,
     /// The ONNX Runtime shared library.
     pub ort_library: PathBuf,
     /// The model's identity in the embedding spec; the provisioned file is all-MiniLM-L6-v2 with int8 weights
@@ -103,10 +168,10 @@ pub struct FastEmbedderConfig {
 }
 
 impl FastEmbedderConfig {
-    /// Settings for the model in `model_dir` with the defaults used here (max length 256, batch 32, 1 thread).
+    /// Settings for all-MiniLM-L6-v2 in `model_dir` (max length 256, batch 32, 1 thread).
     pub fn new(model_dir: impl Into<PathBuf>, ort_library: impl Into<PathBuf>) -> Self {
         Self {
-            model_dir: model_dir.into(),
+            model: ModelSource::LocalDir(model_dir.into()),
             ort_library: ort_library.into(),
             model_id: "sentence-transformers/all-MiniLM-L6-v2@int8".into(),
             max_length: 256,
@@ -118,8 +183,10 @@ impl FastEmbedderConfig {
 
 /// A dense [`Embedder`] on fastembed/ONNX Runtime: mean pooling, L2-normalised, cosine space.
 ///
-/// Cost: one call per batch, `docs` = texts, `tokens` = input tokens after truncation. Roles are accepted for
-/// asymmetric models; all-MiniLM-L6-v2 embeds queries and passages alike.
+/// Cost: one call per batch of `batch_size` texts, `docs` = texts, `tokens` = input tokens after truncation
+/// (padding excluded). Inputs longer than `max_length` tokens are truncated and counted in an
+/// `embed`/`truncated` trace event. Roles are accepted for asymmetric models (query/passage prefixes); the
+/// default all-MiniLM-L6-v2 embeds queries and passages alike.
 pub struct FastEmbedder {
     model: Arc<Mutex<TextEmbedding>>,
     tokenizer: Arc<tokenizers::Tokenizer>,
@@ -134,37 +201,63 @@ impl std::fmt::Debug for FastEmbedder {
 }
 
 impl FastEmbedder {
-    /// Loads the model (seconds on a small CPU; call it off the async executor if that matters).
+    /// Loads the model and embeds one probe text to learn its dimension (seconds on a small CPU; call it off
+    /// the async executor if that matters).
     ///
     /// # Errors
-    /// [`Unavailable`](ragtune_core::ErrorKind::Unavailable) for missing files or a model ONNX Runtime cannot load;
-    /// [`InvalidInput`](ragtune_core::ErrorKind::InvalidInput) for zero sizes.
+    /// [`Unavailable`](ragtune_core::ErrorKind::Unavailable) for a missing ONNX Runtime, missing files or a model
+    /// ONNX Runtime cannot load; [`Corrupt`](ragtune_core::ErrorKind::Corrupt) when the model's output disagrees
+    /// with its `config.json`; [`InvalidInput`](ragtune_core::ErrorKind::InvalidInput) for zero sizes or an
+    /// unknown named model.
     pub fn new(config: FastEmbedderConfig) -> Result<Self> {
-        if config.max_length == 0 || config.batch_size == 0 || config.intra_threads == 0 {
-            return Err(Error::invalid_input("max_length, batch_size and intra_threads must be at least 1"));
-        }
-        let env = init_onnx_runtime(&config.ort_library)?;
-        let dir = &config.model_dir;
-        let hidden: serde_json::Value = serde_json::from_slice(&read(&dir.join("config.json"))?)
-            .map_err(|e| Error::corrupt(format!("{} is not JSON", dir.join("config.json").display())).with_source(e))?;
-        let dim = hidden["hidden_size"]
-            .as_u64()
-            .ok_or_else(|| Error::corrupt(format!("{} has no hidden_size", dir.join("config.json").display())))?;
-        let model = UserDefinedEmbeddingModel::new(read(&dir.join("model.onnx"))?, tokenizer_files(dir)?)
-            .with_pooling(Pooling::Mean);
-        let options = InitOptionsUserDefined::new()
-            .with_max_length(config.max_length)
-            .with_intra_threads(config.intra_threads)
-            .with_environment(env);
-        let model = TextEmbedding::try_new_from_user_defined(model, options)
-            .map_err(model_err(&format!("cannot load the embedding model in {}", dir.display())))?;
-        let tokenizer = Arc::new(model.tokenizer.clone());
-        let spec = EmbeddingSpec {
-            model_id: config.model_id.clone(),
-            dim: usize::try_from(dim).map_err(|_| Error::corrupt("hidden_size does not fit in usize"))?,
-            normalized: true,
-            distance: Distance::Cosine,
+        check_sizes(config.max_length, config.batch_size, config.intra_threads)?;
+        let env = environment(&config.ort_library)?;
+        let (mut model, hidden_size) = match &config.model {
+            ModelSource::LocalDir(dir) => {
+                let hidden_size = read_hidden_size(dir)?;
+                let model = UserDefinedEmbeddingModel::new(read(&dir.join("model.onnx"))?, tokenizer_files(dir)?)
+                    .with_pooling(Pooling::Mean);
+                let options = InitOptionsUserDefined::new()
+                    .with_max_length(config.max_length)
+                    .with_intra_threads(config.intra_threads)
+                    .with_environment(env);
+                let model = TextEmbedding::try_new_from_user_defined(model, options)
+                    .map_err(model_err(&format!("cannot load the embedding model in {}", dir.display())))?;
+                (model, hidden_size)
+            }
+            #[cfg(feature = "online")]
+            ModelSource::Named { name, cache_dir } => {
+                let info = TextEmbedding::list_supported_models()
+                    .into_iter()
+                    .find(|m| {
+                        m.model_code.eq_ignore_ascii_case(name) || format!("{:?}", m.model).eq_ignore_ascii_case(name)
+                    })
+                    .ok_or_else(|| Error::invalid_input(format!("fastembed has no embedding model named `{name}`")))?;
+                let options = fastembed::TextInitOptions::new(info.model.clone())
+                    .with_max_length(config.max_length)
+                    .with_intra_threads(config.intra_threads)
+                    .with_cache_dir(cache_dir.clone())
+                    .with_show_download_progress(false)
+                    .with_environment(env);
+                let model = TextEmbedding::try_new(options)
+                    .map_err(model_err(&format!("cannot load the embedding model `{name}` from the hub")))?;
+                (model, Some(info.dim))
+            }
         };
+        // The dimension is what the model outputs, checked against its configuration where there is one.
+        let probe = model
+            .embed(["dimension probe"], None)
+            .map_err(model_err(&format!("the embedding model in {} cannot run", config.model.describe())))?;
+        let dim = probe.first().map_or(0, Vec::len);
+        if dim == 0 || hidden_size.is_some_and(|h| h != dim) {
+            return Err(Error::corrupt(format!(
+                "the embedding model in {} outputs {dim} values per text, its configuration says {hidden_size:?}",
+                config.model.describe()
+            )));
+        }
+        let tokenizer = Arc::new(model.tokenizer.clone());
+        let spec =
+            EmbeddingSpec { model_id: config.model_id.clone(), dim, normalized: true, distance: Distance::Cosine };
         Ok(Self { model: Arc::new(Mutex::new(model)), tokenizer, spec, config })
     }
 
@@ -175,21 +268,21 @@ impl FastEmbedder {
     }
 }
 
-/// Input tokens after truncation and how many texts were truncated.
-fn count_tokens(tokenizer: &tokenizers::Tokenizer, texts: &[String]) -> Result<(u64, usize)> {
-    let encodings = tokenizer
-        .encode_batch(texts.to_vec(), true)
-        .map_err(|e| Error::invalid_input(format!("cannot tokenise the input: {e}")))?;
-    let tokens = encodings.iter().map(|e| e.len() as u64).sum();
-    let truncated = encodings.iter().filter(|e| !e.get_overflowing().is_empty()).count();
-    Ok((tokens, truncated))
+/// `hidden_size` from the model directory's `config.json`, when it has one.
+fn read_hidden_size(dir: &Path) -> Result<Option<usize>> {
+    let path = dir.join("config.json");
+    let config: serde_json::Value = serde_json::from_slice(&read(&path)?)
+        .map_err(|e| Error::corrupt(format!("{} is not JSON", path.display())).with_source(e))?;
+    Ok(config["hidden_size"].as_u64().and_then(|h| usize::try_from(h).ok()))
 }
 
-fn l2_normalise(v: &mut [f32]) {
-    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+/// L2-normalises `v` and returns its norm before normalisation.
+fn l2_normalise(v: &mut [f32]) -> f32 {
+    let norm = v.iter().map(|&x| f64::from(x) * f64::from(x)).sum::<f64>().sqrt() as f32;
     if norm > 0.0 {
         v.iter_mut().for_each(|x| *x /= norm);
     }
+    norm
 }
 
 #[async_trait]
@@ -212,43 +305,58 @@ impl Embedder for FastEmbedder {
         let owned: Vec<String> = texts.iter().map(|t| (*t).to_owned()).collect();
         let (model, tokenizer, batch) = (self.model.clone(), self.tokenizer.clone(), self.config.batch_size);
         let cancel = ctx.clone();
-        let (vectors, tokens, truncated) = blocking(move || {
-            let (tokens, truncated) = count_tokens(&tokenizer, &owned)?;
-            let mut out = Vec::with_capacity(owned.len());
-            // Work in slices of a few batches so a cancelled or late request stops between them.
-            for part in owned.chunks(batch * 4) {
+        let (vectors, count, batches) = blocking(move || {
+            let (mut out, mut count, mut batches) = (Vec::with_capacity(owned.len()), TokenCount::default(), 0u64);
+            for part in owned.chunks(batch) {
+                // A cancelled or late request stops between batches.
                 cancel.check()?;
-                let mut guard = model.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                let mut vs = guard.embed(part, Some(batch)).map_err(model_err("embedding failed"))?;
-                drop(guard);
-                vs.iter_mut().for_each(|v| l2_normalise(v));
+                let c = count_tokens(&tokenizer, part.to_vec())?;
+                count.tokens += c.tokens;
+                count.truncated += c.truncated;
+                let vs = model
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .embed(part, Some(part.len()))
+                    .map_err(model_err("embedding failed"))?;
                 out.extend(vs);
+                batches += 1;
             }
-            Ok((out, tokens, truncated))
+            Ok((out, count, batches))
         })
         .await?;
-        if let Some(bad) = vectors.iter().find(|v| v.len() != self.spec.dim || v.iter().any(|x| !x.is_finite())) {
+        if vectors.len() != texts.len() {
             return Err(Error::corrupt(format!(
-                "the model returned a vector of {} values (expected {} finite values)",
-                bad.len(),
-                self.spec.dim
+                "the model returned {} vectors for {} texts",
+                vectors.len(),
+                texts.len()
             )));
         }
-        let cost = Cost::new(tokens, texts.len() as u64, 1);
-        if truncated > 0 {
-            ctx.trace(
-                TraceEvent::new("embed", "truncated")
-                    .detail("texts", truncated)
-                    .detail("max_length", self.config.max_length),
-            );
+        let mut vectors = vectors;
+        for v in &mut vectors {
+            // fastembed normalises already; normalising again costs nothing and makes the invariant ours.
+            let norm = l2_normalise(v);
+            if v.len() != self.spec.dim || !norm.is_finite() || norm == 0.0 {
+                return Err(Error::corrupt(format!(
+                    "the model returned a vector of {} values with norm {norm} (expected {} finite values)",
+                    v.len(),
+                    self.spec.dim
+                )));
+            }
         }
         ctx.trace(
             TraceEvent::new("embed", self.spec.model_id.clone())
                 .detail("texts", texts.len())
                 .detail("role", format!("{role:?}").to_lowercase())
-                .cost(cost)
+                .cost(Cost::new(count.tokens, texts.len() as u64, batches))
                 .elapsed(started.elapsed()),
         );
+        if count.truncated > 0 {
+            ctx.trace(
+                TraceEvent::new("embed", "truncated")
+                    .detail("texts", count.truncated)
+                    .detail("max_length", self.config.max_length),
+            );
+        }
         Ok(vectors)
     }
 }
@@ -256,8 +364,8 @@ impl Embedder for FastEmbedder {
 /// Settings of a [`CrossEncoderReranker`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CrossEncoderConfig {
-    /// Directory holding `model.onnx` (output `logits [batch, 1]`) and the tokenizer files.
-    pub model_dir: PathBuf,
+    /// Where the model comes from: `model.onnx` must output `logits [batch, 1]`.
+    pub model: ModelSource,
     /// The ONNX Runtime shared library.
     pub ort_library: PathBuf,
     /// The model's name in provenance (`cross-encoder:<model_id>`).
@@ -274,7 +382,7 @@ impl CrossEncoderConfig {
     /// Settings for the model in `model_dir` (max length 512, batch 16, 1 thread).
     pub fn new(model_dir: impl Into<PathBuf>, ort_library: impl Into<PathBuf>, model_id: impl Into<String>) -> Self {
         Self {
-            model_dir: model_dir.into(),
+            model: ModelSource::LocalDir(model_dir.into()),
             ort_library: ort_library.into(),
             model_id: model_id.into(),
             max_length: 512,
@@ -284,10 +392,14 @@ impl CrossEncoderConfig {
     }
 }
 
-/// A cross-encoder [`Reranker`] on fastembed's `TextRerank`: one forward pass per query–passage pair; scores are
-/// the model's raw logits (higher is more relevant), in input order.
+/// A cross-encoder [`Reranker`] on fastembed's `TextRerank`: one forward pass per query–passage pair.
+///
+/// Scores are the model's raw logits (no sigmoid; higher is more relevant), one per candidate in input order.
+/// Cost: one call per batch of `batch_size` pairs, `docs` = pairs, `tokens` = pair tokens after truncation; pairs
+/// longer than `max_length` are truncated and counted in a `rerank`/`truncated` trace event.
 pub struct CrossEncoderReranker {
     model: Arc<Mutex<TextRerank>>,
+    tokenizer: Arc<tokenizers::Tokenizer>,
     name: String,
     config: CrossEncoderConfig,
 }
@@ -307,20 +419,34 @@ impl CrossEncoderReranker {
     /// # Errors
     /// As [`FastEmbedder::new`].
     pub fn new(config: CrossEncoderConfig) -> Result<Self> {
-        if config.max_length == 0 || config.batch_size == 0 || config.intra_threads == 0 {
-            return Err(Error::invalid_input("max_length, batch_size and intra_threads must be at least 1"));
-        }
-        let env = init_onnx_runtime(&config.ort_library)?;
-        let dir = &config.model_dir;
-        let model = UserDefinedRerankingModel::new(read(&dir.join("model.onnx"))?, tokenizer_files(dir)?);
-        let options = RerankInitOptionsUserDefined::new()
-            .with_max_length(config.max_length)
-            .with_intra_threads(config.intra_threads)
-            .with_environment(env);
-        let model = TextRerank::try_new_from_user_defined(model, options)
-            .map_err(model_err(&format!("cannot load the cross-encoder in {}", dir.display())))?;
+        check_sizes(config.max_length, config.batch_size, config.intra_threads)?;
+        let env = environment(&config.ort_library)?;
+        let model = match &config.model {
+            ModelSource::LocalDir(dir) => {
+                let model = UserDefinedRerankingModel::new(read(&dir.join("model.onnx"))?, tokenizer_files(dir)?);
+                let options = RerankInitOptionsUserDefined::new()
+                    .with_max_length(config.max_length)
+                    .with_intra_threads(config.intra_threads)
+                    .with_environment(env);
+                TextRerank::try_new_from_user_defined(model, options)
+                    .map_err(model_err(&format!("cannot load the cross-encoder in {}", dir.display())))?
+            }
+            #[cfg(feature = "online")]
+            ModelSource::Named { name, cache_dir } => {
+                let model: fastembed::RerankerModel = name.parse().map_err(Error::invalid_input)?;
+                let options = fastembed::RerankInitOptions::new(model)
+                    .with_max_length(config.max_length)
+                    .with_intra_threads(config.intra_threads)
+                    .with_cache_dir(cache_dir.clone())
+                    .with_show_download_progress(false)
+                    .with_environment(env);
+                TextRerank::try_new(options)
+                    .map_err(model_err(&format!("cannot load the cross-encoder `{name}` from the hub")))?
+            }
+        };
+        let tokenizer = Arc::new(model.tokenizer.clone());
         let name = format!("cross-encoder:{}", config.model_id);
-        Ok(Self { model: Arc::new(Mutex::new(model)), name, config })
+        Ok(Self { model: Arc::new(Mutex::new(model)), tokenizer, name, config })
     }
 }
 
@@ -343,21 +469,31 @@ impl Reranker for CrossEncoderReranker {
         let started = Instant::now();
         let query = query.to_owned();
         let docs: Vec<String> = candidates.iter().map(|c| c.chunk.indexable_text()).collect();
-        let (model, batch, n) = (self.model.clone(), self.config.batch_size, docs.len());
-        let scores = blocking(move || {
-            let refs: Vec<&str> = docs.iter().map(String::as_str).collect();
-            let mut guard = model.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            let results =
-                guard.rerank(query.as_str(), refs, false, Some(batch)).map_err(model_err("reranking failed"))?;
-            drop(guard);
-            // fastembed returns results sorted by score; put them back in input order.
-            let mut scores = vec![f32::NAN; n];
-            for r in results {
-                if let Some(slot) = scores.get_mut(r.index) {
-                    *slot = r.score;
+        let (model, tokenizer, batch, n) =
+            (self.model.clone(), self.tokenizer.clone(), self.config.batch_size, docs.len());
+        let cancel = ctx.clone();
+        let (scores, count, batches) = blocking(move || {
+            let (mut scores, mut count, mut batches) = (vec![f32::NAN; n], TokenCount::default(), 0u64);
+            for (b, part) in docs.chunks(batch).enumerate() {
+                cancel.check()?;
+                let c = count_tokens(&tokenizer, part.iter().map(|d| (query.as_str(), d.as_str())).collect())?;
+                count.tokens += c.tokens;
+                count.truncated += c.truncated;
+                let refs: Vec<&str> = part.iter().map(String::as_str).collect();
+                let results = model
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .rerank(query.as_str(), refs, false, Some(part.len()))
+                    .map_err(model_err("reranking failed"))?;
+                // fastembed returns results sorted by score; put them back in input order.
+                for r in results {
+                    if let Some(slot) = scores.get_mut(b * batch + r.index) {
+                        *slot = r.score;
+                    }
                 }
+                batches += 1;
             }
-            Ok(scores)
+            Ok((scores, count, batches))
         })
         .await?;
         if scores.iter().any(|s| !s.is_finite()) {
@@ -366,9 +502,16 @@ impl Reranker for CrossEncoderReranker {
         ctx.trace(
             TraceEvent::new("rerank", self.name.clone())
                 .detail("pairs", n)
-                .cost(Cost::new(0, n as u64, 1))
+                .cost(Cost::new(count.tokens, n as u64, batches))
                 .elapsed(started.elapsed()),
         );
+        if count.truncated > 0 {
+            ctx.trace(
+                TraceEvent::new("rerank", "truncated")
+                    .detail("pairs", count.truncated)
+                    .detail("max_length", self.config.max_length),
+            );
+        }
         Ok(scores)
     }
 }

