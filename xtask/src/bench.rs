@@ -5,6 +5,9 @@
 //! cargo xtask bench bm25         # one criterion target (bm25, retrieval)
 //! cargo xtask bench embed [--passages N] [--batch-size N] [--threads N]
 //!                                # FastEmbedder vs Python onnxruntime on the same model file, same settings
+//! cargo xtask bench store [--retriever dense|bm25] [--batch N] [--qdrant-url URL]
+//!                                # upsert throughput and query latency of the embedded store (and Qdrant when
+//!                                # $QDRANT_URL or --qdrant-url is set) on SciFact
 //! ```
 //!
 //! Benchmarks that need `../shared/data` say so and measure only what they can without it.
@@ -22,6 +25,9 @@ const PY_REQUIREMENTS: [&str; 3] = ["onnxruntime==1.31.1", "tokenizers==0.23.3",
 pub fn run(args: &[String]) -> Result<()> {
     if args.first().is_some_and(|a| a == "embed") {
         return embed(&args[1..]);
+    }
+    if args.first().is_some_and(|a| a == "store") {
+        return store(&args[1..]);
     }
     let sh = Shell::new();
     let mut cmd = sh.cargo(&["bench", "-j2", "-p", "benches"]);
@@ -90,6 +96,23 @@ fn embed(args: &[String]) -> Result<()> {
     );
     println!("  (2-core machine: compare runs made under the same load; `uptime` now: {})", load());
     Ok(())
+}
+
+fn store(args: &[String]) -> Result<()> {
+    let sh = Shell::new();
+    let dataset = sh.root().join("../shared/data/beir/scifact");
+    if !dataset.join("corpus.jsonl").is_file() {
+        bail!("the store benchmark indexes SciFact: {} is missing", dataset.display());
+    }
+    // Dense vectors need the model; without it the benchmark still measures BM25.
+    let mut args = args.to_vec();
+    if !args.iter().any(|a| a == "--retriever") {
+        let dense = crate::models::provision_models().is_ok();
+        args.extend(["--retriever".to_owned(), if dense { "dense" } else { "bm25" }.to_owned()]);
+    }
+    shell::run(&mut sh.cargo(&["build", "--release", "--quiet", "-j2", "-p", "benches", "--bin", "store-bench"]))?;
+    let exe = sh.target_dir().join("release").join("store-bench");
+    shell::run(sh.cmd(&exe).arg("--dataset").arg(&dataset).args(&args))
 }
 
 /// Runs a command and parses the last line of its stdout as JSON.

@@ -1,5 +1,6 @@
-//! The `ragtune` command-line tool: index documents into the embedded store, search them, and evaluate on BEIR
-//! datasets. Exit codes: 0 success, 1 runtime error, 2 usage error.
+//! The `ragtune` command-line tool: index documents into the embedded store (or a Qdrant server), search them,
+//! evaluate on BEIR datasets, and migrate an embedded store into Qdrant. Exit codes: 0 success, 1 runtime error,
+//! 2 usage error.
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -9,7 +10,7 @@ use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use ragtune::core::Query;
 use ragtune::eval::{EvalOptions, run_eval, summary_table};
-use ragtune::{Bm25Settings, Config, Engine, Strategy};
+use ragtune::{Bm25Settings, Config, Engine, StoreBackend, Strategy};
 
 #[derive(Debug, Parser)]
 #[command(name = "ragtune", version, about = "A self-correcting, budget-aware retrieval engine for RAG.")]
@@ -30,6 +31,8 @@ enum Command {
         /// The store directory (default: the config's store.path, `.ragtune`).
         #[arg(long, value_name = "DIR")]
         store: Option<PathBuf>,
+        #[command(flatten)]
+        qdrant: QdrantArgs,
         /// Print the summary as JSON.
         #[arg(long)]
         json: bool,
@@ -41,6 +44,8 @@ enum Command {
         /// The store directory.
         #[arg(long, value_name = "DIR")]
         store: Option<PathBuf>,
+        #[command(flatten)]
+        qdrant: QdrantArgs,
         /// Number of results.
         #[arg(short = 'k', long = "top-k", value_name = "N")]
         top_k: Option<usize>,
@@ -95,7 +100,60 @@ enum Command {
         /// Where cached indexes live (default: $RAGTUNE_HOME/eval-cache).
         #[arg(long, value_name = "DIR")]
         cache_dir: Option<PathBuf>,
+        /// Where to index: `embedded` (cached between runs) or `qdrant` (a collection per dataset and settings,
+        /// rebuilt every run).
+        #[arg(long, value_name = "BACKEND", default_value = "embedded")]
+        store: StoreBackend,
+        /// The Qdrant gRPC URL for `--store qdrant` (default: the config's, else $RAGTUNE_QDRANT_URL, else
+        /// http://127.0.0.1:6334).
+        #[arg(long, value_name = "URL")]
+        qdrant_url: Option<String>,
     },
+    /// Copy an embedded store (chunks, payloads, dense and sparse vectors) into a Qdrant collection or another
+    /// embedded store. Idempotent: an interrupted migration can be run again.
+    Migrate {
+        /// The embedded store to read (default: the config's store.path).
+        #[arg(long, value_name = "DIR")]
+        from: Option<PathBuf>,
+        /// The target backend: `qdrant` or `embedded`.
+        #[arg(long, value_name = "BACKEND")]
+        to: StoreBackend,
+        /// The target directory for `--to embedded`.
+        #[arg(long, value_name = "DIR", required_if_eq("to", "embedded"))]
+        to_dir: Option<PathBuf>,
+        #[command(flatten)]
+        qdrant: QdrantArgs,
+        /// Delete the target collection first (Qdrant only).
+        #[arg(long)]
+        replace: bool,
+        /// Records per write.
+        #[arg(long, default_value_t = 256)]
+        batch: usize,
+    },
+}
+
+/// Where a Qdrant store is, overriding the configuration file.
+#[derive(Debug, clap::Args)]
+struct QdrantArgs {
+    /// Use a Qdrant server at this gRPC URL (e.g. http://127.0.0.1:6334) instead of the embedded store.
+    #[arg(long, value_name = "URL")]
+    qdrant_url: Option<String>,
+    /// The Qdrant collection (default: the config's store.qdrant.collection, `ragtune`).
+    #[arg(long, value_name = "NAME")]
+    collection: Option<String>,
+}
+
+impl QdrantArgs {
+    /// Applies the options to a configuration; a URL switches the backend to Qdrant.
+    fn apply(self, cfg: &mut Config) {
+        if let Some(url) = self.qdrant_url {
+            cfg.store.backend = StoreBackend::Qdrant;
+            cfg.store.qdrant.url = url;
+        }
+        if let Some(c) = self.collection {
+            cfg.store.qdrant.collection = c;
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -129,8 +187,9 @@ fn config(cli_config: Option<&PathBuf>, store: Option<PathBuf>) -> anyhow::Resul
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Index { path, store, json } => {
-            let cfg = config(cli.config.as_ref(), store)?;
+        Command::Index { path, store, qdrant, json } => {
+            let mut cfg = config(cli.config.as_ref(), store)?;
+            qdrant.apply(&mut cfg);
             let mut engine = Engine::open(cfg).await?;
             let bar =
                 if std::io::stderr().is_terminal() && !json { ProgressBar::new(0) } else { ProgressBar::hidden() };
@@ -152,7 +211,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 println!(
                     "indexed {} documents into {} ({} passages, {} sections) in {:.2} s; the store holds {} chunks of {} documents",
                     report.documents,
-                    engine.store_path().display(),
+                    engine.store_location(),
                     report.passages,
                     report.sections,
                     report.seconds,
@@ -170,8 +229,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 }
             }
         }
-        Command::Search { query, store, top_k, strategy, json } => {
-            let cfg = config(cli.config.as_ref(), store)?;
+        Command::Search { query, store, qdrant, top_k, strategy, json } => {
+            let mut cfg = config(cli.config.as_ref(), store)?;
+            qdrant.apply(&mut cfg);
             let k = top_k.unwrap_or(cfg.search.top_k);
             let strategy = strategy.unwrap_or(cfg.search.strategy);
             let engine = Engine::open(cfg).await?;
@@ -215,6 +275,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             out,
             reindex,
             cache_dir,
+            store,
+            qdrant_url,
         } => {
             let cfg = config(cli.config.as_ref(), None)?;
             let mut opts = EvalOptions::new(dataset);
@@ -237,6 +299,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             if let Some(d) = cache_dir {
                 opts.cache_dir = d;
             }
+            opts.store = store;
+            opts.qdrant = cfg.store.qdrant.clone();
+            if let Some(url) = qdrant_url {
+                opts.qdrant.url = url;
+            }
             let report = run_eval(&opts, &mut |line| eprintln!("{line}")).await?;
             print!("{}", summary_table(&report));
             if let Some(path) = out {
@@ -244,6 +311,49 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                     .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
                 eprintln!("wrote {}", path.display());
             }
+        }
+        Command::Migrate { from, to, to_dir, qdrant, replace, batch } => {
+            let mut cfg = config(cli.config.as_ref(), from)?;
+            let source_dir = cfg.store.path.clone();
+            if !source_dir.join("ragtune.redb").is_file() {
+                anyhow::bail!("there is no embedded store at {} to migrate (use --from DIR)", source_dir.display());
+            }
+            let source = ragtune::store::EmbeddedStore::open(&source_dir)?;
+            let mut target_cfg = cfg.store.clone();
+            target_cfg.backend = to;
+            match to {
+                StoreBackend::Embedded => {
+                    target_cfg.path = to_dir.ok_or_else(|| anyhow::anyhow!("--to embedded needs --to-dir DIR"))?;
+                }
+                StoreBackend::Qdrant => {
+                    qdrant.apply(&mut cfg);
+                    target_cfg.qdrant = cfg.store.qdrant.clone();
+                    if replace {
+                        ragtune::stores::drop_collection(&target_cfg).await?;
+                    }
+                }
+            }
+            let target = ragtune::stores::open_store(&target_cfg).await?;
+            let bar = if std::io::stderr().is_terminal() { ProgressBar::new(0) } else { ProgressBar::hidden() };
+            bar.set_style(
+                ProgressStyle::with_template("{spinner} migrating [{bar:30}] {pos}/{len} records ({elapsed})")
+                    .map_err(|e| anyhow::anyhow!("progress template: {e}"))?
+                    .progress_chars("=> "),
+            );
+            let report = ragtune::stores::migrate(&source, &*target.store, batch, &mut |done, total| {
+                bar.set_length(total);
+                bar.set_position(done);
+            })
+            .await?;
+            bar.finish_and_clear();
+            println!(
+                "migrated {} records from {} to {} in {:.2} s; the target holds {} chunks",
+                report.records,
+                source_dir.display(),
+                target_cfg.location(),
+                report.seconds,
+                report.target_chunks
+            );
         }
     }
     Ok(())

@@ -111,3 +111,43 @@ fn a_locked_store_is_a_clear_error() {
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stderr).contains("locked"), "{}", text(&out.stderr));
 }
+
+#[test]
+fn migrate_copies_a_store_that_then_answers_the_same() {
+    let dir = tempfile::tempdir().unwrap();
+    corpus(dir.path());
+    let out = ragtune(&["index", "docs", "--store", "store"], dir.path());
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+
+    let out =
+        ragtune(&["migrate", "--from", "store", "--to", "embedded", "--to-dir", "copy", "--batch", "2"], dir.path());
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(stdout.starts_with("migrated "), "{stdout}");
+
+    let search = |store: &str| {
+        let out = ragtune(&["search", "upgrades keep data", "--store", store, "--json"], dir.path());
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["hits"].clone()
+    };
+    let (a, b) = (search("store"), search("copy"));
+    assert!(!a.as_array().unwrap().is_empty());
+    assert_eq!(a, b, "the copy ranks and scores exactly like the original");
+
+    // Running it again changes nothing (upserts by chunk id).
+    let again = ragtune(&["migrate", "--from", "store", "--to", "embedded", "--to-dir", "copy"], dir.path());
+    assert_eq!(again.status.code(), Some(0), "{}", text(&again.stderr));
+    assert_eq!(search("copy"), b);
+}
+
+#[test]
+fn migrate_needs_an_existing_source_and_a_known_target() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = ragtune(&["migrate", "--from", "nowhere", "--to", "embedded", "--to-dir", "x"], dir.path());
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("there is no embedded store at nowhere"), "{}", text(&out.stderr));
+    let out = ragtune(&["migrate", "--to", "elsewhere"], dir.path());
+    assert_eq!(out.status.code(), Some(2), "a usage error");
+    assert!(text(&out.stderr).contains("unknown store `elsewhere`"), "{}", text(&out.stderr));
+}

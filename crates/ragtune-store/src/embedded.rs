@@ -144,6 +144,18 @@ impl EmbeddedStore {
         blocking(move || inner.optimize()).await
     }
 
+    /// Reads up to `limit` records (chunk, dense and sparse vectors) in ascending chunk id order, starting after
+    /// the chunk id `after` (from the beginning when `None`): a consistent page of one committed state, for
+    /// exporting the store (`ragtune migrate`) and for benchmarks. Page on with the last id returned; an empty
+    /// page means the end.
+    ///
+    /// # Errors
+    /// IO failures; [`ErrorKind::Corrupt`] when a stored record cannot be decoded.
+    pub async fn scan(&self, after: Option<String>, limit: usize) -> Result<Vec<Record>> {
+        let inner = self.inner.clone();
+        blocking(move || inner.scan(after.as_deref(), limit)).await
+    }
+
     /// The directory holding the store.
     #[must_use]
     pub fn dir(&self) -> &Path {
@@ -443,6 +455,34 @@ impl Inner {
             state.index.insert(chunk, r.sparse.as_ref(), r.dense.as_deref());
         }
         Ok(WriteReport { upserted: last.len() as u64, deleted: removed.len() as u64 + replaced })
+    }
+
+    fn scan(&self, after: Option<&str>, limit: usize) -> Result<Vec<Record>> {
+        let rx = self.db.begin_read().map_err(|e| self.err("starting a read", e))?;
+        let chunks = rx.open_table(CHUNKS).map_err(|e| self.err("opening chunks", e))?;
+        let sparse = rx.open_table(SPARSE).map_err(|e| self.err("opening sparse vectors", e))?;
+        let dense = rx.open_table(DENSE).map_err(|e| self.err("opening dense vectors", e))?;
+        let range = match after {
+            Some(a) => chunks.range::<&str>((std::ops::Bound::Excluded(a), std::ops::Bound::Unbounded)),
+            None => chunks.range::<&str>(..),
+        }
+        .map_err(|e| self.err("reading chunks", e))?;
+        let mut out = Vec::with_capacity(limit.min(4096));
+        for entry in range.take(limit) {
+            let (k, v) = entry.map_err(|e| self.err("reading chunks", e))?;
+            let key = k.value();
+            let chunk = codec::decode_chunk(key, v.value())?;
+            let sparse = match sparse.get(key).map_err(|e| self.err("reading sparse vectors", e))? {
+                Some(g) => Some(codec::decode_sparse(key, g.value())?),
+                None => None,
+            };
+            let dense = match dense.get(key).map_err(|e| self.err("reading dense vectors", e))? {
+                Some(g) => Some(codec::decode_dense(key, g.value())?),
+                None => None,
+            };
+            out.push(Record { chunk, dense, sparse });
+        }
+        Ok(out)
     }
 
     fn optimize(&self) -> Result<OptimizeReport> {

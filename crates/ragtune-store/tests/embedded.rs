@@ -133,3 +133,50 @@ fn block_on<F: Future>(f: F) -> F::Output {
         }
     }
 }
+
+#[tokio::test]
+async fn scan_pages_through_every_record_with_its_vectors_in_id_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let ctx = Ctx::new();
+    let store = EmbeddedStore::open(dir.path()).unwrap();
+    store.ensure_spaces(&ctx, Some(&dense_spec()), Some(&sparse_spec())).await.unwrap();
+    let mut written: Vec<Record> =
+        (0..7).map(|i| record(&format!("d{}#{i}", i % 3), &format!("d{}", i % 3), &[i, 100], [1.0, 0.5])).collect();
+    // A parent section without vectors is exported too.
+    written.push(Record { chunk: Chunk::new("d0#s", "d0", "section"), dense: None, sparse: None });
+    store.upsert(&ctx, written.clone()).await.unwrap();
+
+    let mut pages = Vec::new();
+    let mut after = None;
+    loop {
+        let page = store.scan(after.clone(), 3).await.unwrap();
+        if page.is_empty() {
+            break;
+        }
+        after = page.last().map(|r| r.chunk.id.clone());
+        pages.push(page);
+    }
+    assert_eq!(pages.iter().map(Vec::len).collect::<Vec<_>>(), vec![3, 3, 2]);
+    let read: Vec<Record> = pages.into_iter().flatten().collect();
+    let mut want = written;
+    want.sort_by(|a, b| a.chunk.id.cmp(&b.chunk.id));
+    // Dense vectors come back normalised (the store keeps cosine vectors unit-length).
+    for w in &mut want {
+        if let Some(v) = &mut w.dense {
+            let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+            v.iter_mut().for_each(|x| *x /= n);
+        }
+    }
+    assert_eq!(
+        read.iter().map(|r| r.chunk.id.as_str()).collect::<Vec<_>>(),
+        want.iter().map(|r| r.chunk.id.as_str()).collect::<Vec<_>>()
+    );
+    for (r, w) in read.iter().zip(&want) {
+        assert_eq!(r.chunk, w.chunk);
+        assert_eq!(r.sparse, w.sparse);
+        match (&r.dense, &w.dense) {
+            (Some(a), Some(b)) => assert!(a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-6), "{a:?} vs {b:?}"),
+            (a, b) => assert_eq!(a, b),
+        }
+    }
+}

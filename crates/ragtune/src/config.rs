@@ -28,15 +28,135 @@ pub struct Config {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct StoreConfig {
+    /// Which store holds the index: the embedded store (default) or a Qdrant server.
+    pub backend: StoreBackend,
     /// The embedded store's directory (created on first use).
     pub path: PathBuf,
-    /// Dense search switches from exact to an HNSW index at this many vectors.
+    /// Dense search switches from exact to an HNSW index at this many vectors (embedded store).
     pub ann_min_vectors: usize,
+    /// The Qdrant server and collection, when `backend = "qdrant"`.
+    pub qdrant: QdrantSettings,
 }
 
 impl Default for StoreConfig {
     fn default() -> Self {
-        Self { path: PathBuf::from(".ragtune"), ann_min_vectors: ragtune_store::AnnConfig::default().min_vectors }
+        Self {
+            backend: StoreBackend::Embedded,
+            path: PathBuf::from(".ragtune"),
+            ann_min_vectors: ragtune_store::AnnConfig::default().min_vectors,
+            qdrant: QdrantSettings::default(),
+        }
+    }
+}
+
+impl StoreConfig {
+    /// Where the index lives, for messages: the directory, or the Qdrant URL and collection.
+    #[must_use]
+    pub fn location(&self) -> String {
+        match self.backend {
+            StoreBackend::Embedded => self.path.display().to_string(),
+            StoreBackend::Qdrant => format!("{} (collection `{}`)", self.qdrant.url, self.qdrant.collection),
+        }
+    }
+}
+
+/// The store backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StoreBackend {
+    /// The embedded store in `store.path` (crash-safe, one machine).
+    #[default]
+    Embedded,
+    /// A Qdrant server or cluster (needs a ragtune built with the `qdrant` feature).
+    Qdrant,
+}
+
+impl std::fmt::Display for StoreBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Embedded => "embedded",
+            Self::Qdrant => "qdrant",
+        })
+    }
+}
+
+impl std::str::FromStr for StoreBackend {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "embedded" => Ok(Self::Embedded),
+            "qdrant" => Ok(Self::Qdrant),
+            other => Err(Error::invalid_input(format!("unknown store `{other}` (use `embedded` or `qdrant`)"))),
+        }
+    }
+}
+
+/// Connection and collection settings for a Qdrant server or cluster.
+///
+/// The API key is read from `$QDRANT_API_KEY` when the file does not set one, is never written back out, and is
+/// never shown in `Debug` output.
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct QdrantSettings {
+    /// The gRPC URL (port 6334 by default; `https://` for TLS).
+    pub url: String,
+    /// The collection holding the index.
+    pub collection: String,
+    /// The API key (prefer `$QDRANT_API_KEY`).
+    #[serde(skip_serializing)]
+    pub api_key: Option<String>,
+    /// Per-request timeout in seconds.
+    pub timeout_secs: f64,
+    /// Connection timeout in seconds.
+    pub connect_timeout_secs: f64,
+    /// Retries of transient failures (with exponential backoff).
+    pub max_retries: u32,
+    /// Shards of a new collection (cluster deployments).
+    pub shard_number: Option<u32>,
+    /// Replicas of each shard of a new collection (cluster deployments).
+    pub replication_factor: Option<u32>,
+    /// Replicas that must acknowledge a write (cluster deployments).
+    pub write_consistency_factor: Option<u32>,
+    /// Keep payloads (chunk texts) on disk rather than in RAM.
+    pub on_disk_payload: bool,
+    /// Points per upsert request.
+    pub upsert_batch_size: usize,
+}
+
+impl Default for QdrantSettings {
+    fn default() -> Self {
+        Self {
+            url: "http://127.0.0.1:6334".into(),
+            collection: "ragtune".into(),
+            api_key: None,
+            timeout_secs: 30.0,
+            connect_timeout_secs: 5.0,
+            max_retries: 3,
+            shard_number: None,
+            replication_factor: None,
+            write_consistency_factor: None,
+            on_disk_payload: true,
+            upsert_batch_size: 256,
+        }
+    }
+}
+
+impl std::fmt::Debug for QdrantSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QdrantSettings")
+            .field("url", &self.url)
+            .field("collection", &self.collection)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("timeout_secs", &self.timeout_secs)
+            .field("connect_timeout_secs", &self.connect_timeout_secs)
+            .field("max_retries", &self.max_retries)
+            .field("shard_number", &self.shard_number)
+            .field("replication_factor", &self.replication_factor)
+            .field("write_consistency_factor", &self.write_consistency_factor)
+            .field("on_disk_payload", &self.on_disk_payload)
+            .field("upsert_batch_size", &self.upsert_batch_size)
+            .finish()
     }
 }
 
@@ -234,7 +354,8 @@ impl Config {
     }
 
     /// Loads the configuration the CLI and server use: the file named by `path`, else `$RAGTUNE_CONFIG` when set,
-    /// else defaults; then `$RAGTUNE_STORE` overrides the store path.
+    /// else defaults; then `$RAGTUNE_STORE` overrides the store path, `$RAGTUNE_QDRANT_URL` the Qdrant URL, and
+    /// `$QDRANT_API_KEY` supplies the Qdrant API key when the file has none.
     ///
     /// # Errors
     /// As [`from_file`](Self::from_file).
@@ -246,6 +367,12 @@ impl Config {
         };
         if let Some(store) = std::env::var_os("RAGTUNE_STORE") {
             cfg.store.path = PathBuf::from(store);
+        }
+        if let Some(url) = std::env::var("RAGTUNE_QDRANT_URL").ok().filter(|u| !u.is_empty()) {
+            cfg.store.qdrant.url = url;
+        }
+        if cfg.store.qdrant.api_key.is_none() {
+            cfg.store.qdrant.api_key = std::env::var("QDRANT_API_KEY").ok().filter(|k| !k.is_empty());
         }
         Ok(cfg)
     }

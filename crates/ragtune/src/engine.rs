@@ -12,11 +12,12 @@ use ragtune_core::{
 use ragtune_embed::{Bm25Config, Bm25Encoder};
 use ragtune_ingest::{ChunkerConfig, LoadIssue, Loaded};
 use ragtune_retrieve::{DenseRetriever, Fused, HybridRetriever, RrfConfig, SparseRetriever};
-use ragtune_store::{AnnConfig, EmbeddedStore, StoreOptions};
+use ragtune_store::EmbeddedStore;
 use serde::{Deserialize, Serialize};
 
 use crate::Config;
 use crate::config::{EmbeddingMode, Strategy};
+use crate::stores::{OpenStore, open_store};
 
 /// How documents become chunks.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -60,7 +61,7 @@ pub struct SearchResponse {
 /// call, small enough to keep progress moving and memory flat.
 const BATCH_CHUNKS: usize = 256;
 
-/// The ragtune engine on the embedded store.
+/// The ragtune engine on the configured store (the embedded store by default, or Qdrant).
 ///
 /// It indexes documents with BM25 and, when the embedding model is available, dense vectors; it answers queries
 /// with BM25, dense or hybrid (RRF) retrieval. Routing, Corrective RAG, budgeted reranking and generation plug into
@@ -68,7 +69,7 @@ const BATCH_CHUNKS: usize = 256;
 #[derive(Debug)]
 pub struct Engine {
     config: Config,
-    store: Arc<EmbeddedStore>,
+    store: OpenStore,
     encoder: Option<Arc<Bm25Encoder>>,
     embedder: Option<Arc<dyn Embedder>>,
     /// Why a capability is off (for example "dense retrieval is off: models are not provisioned"), shown in traces.
@@ -107,10 +108,8 @@ impl Engine {
     /// # Errors
     /// As [`open`](Self::open).
     pub async fn open_with_embedder(config: Config, embedder: Option<Arc<dyn Embedder>>) -> Result<Self> {
-        let options =
-            StoreOptions { ann: AnnConfig { min_vectors: config.store.ann_min_vectors, ..AnnConfig::default() } };
-        let store = Arc::new(EmbeddedStore::open_with(&config.store.path, options)?);
-        let stats = store.stats(&Ctx::new()).await?;
+        let store = open_store(&config.store).await?;
+        let stats = store.store.stats(&Ctx::new()).await?;
         let encoder = match &stats.sparse_spec {
             Some(spec) => Some(Arc::new(Bm25Encoder::new(Bm25Config::from_spec_id(&spec.encoder_id)?)?)),
             None => None,
@@ -120,7 +119,7 @@ impl Engine {
         {
             return Err(Error::mismatch(format!(
                 "the store at {} was built with the embedding model `{}` ({} dimensions); the configured model is `{}` ({} dimensions): use the same model, another store, or embedding.mode = \"off\"",
-                config.store.path.display(),
+                config.store.location(),
                 have.model_id,
                 have.dim,
                 e.spec().model_id,
@@ -138,8 +137,14 @@ impl Engine {
 
     /// The store.
     #[must_use]
-    pub fn store(&self) -> &Arc<EmbeddedStore> {
-        &self.store
+    pub fn store(&self) -> &Arc<dyn VectorStore> {
+        &self.store.store
+    }
+
+    /// The embedded store, when that is the backend.
+    #[must_use]
+    pub fn embedded_store(&self) -> Option<&Arc<EmbeddedStore>> {
+        self.store.embedded.as_ref()
     }
 
     /// The BM25 encoder, once the store has a sparse space.
@@ -217,7 +222,7 @@ impl Engine {
         }
         let encoder = self.encoder_for(&per_doc).await?;
         if let Some(e) = &self.embedder {
-            self.store.ensure_spaces(&ctx, Some(e.spec()), None).await?;
+            self.store.store.ensure_spaces(&ctx, Some(e.spec()), None).await?;
         }
         let total = per_doc.len();
         let mut done = 0;
@@ -239,10 +244,12 @@ impl Engine {
             self.write_batch(&ctx, &encoder, pending, &mut report).await?;
         }
         progress(done, total);
-        if self.embedder.is_some() {
-            self.store.optimize().await?;
+        if self.embedder.is_some()
+            && let Some(embedded) = &self.store.embedded
+        {
+            embedded.optimize().await?;
         }
-        report.store = self.store.stats(&ctx).await?;
+        report.store = self.store.store.stats(&ctx).await?;
         report.seconds = started.elapsed().as_secs_f64();
         Ok(report)
     }
@@ -282,7 +289,7 @@ impl Engine {
                 batch.upsert.push(Record { chunk, dense: d, sparse: s });
             }
         }
-        self.store.write(ctx, batch).await?;
+        self.store.store.write(ctx, batch).await?;
         Ok(())
     }
 
@@ -310,7 +317,7 @@ impl Engine {
             }
         };
         let encoder = Arc::new(Bm25Encoder::new(cfg)?);
-        self.store.ensure_spaces(&Ctx::new(), None, Some(encoder.spec())).await?;
+        self.store.store.ensure_spaces(&Ctx::new(), None, Some(encoder.spec())).await?;
         self.encoder = Some(encoder.clone());
         Ok(encoder)
     }
@@ -324,12 +331,11 @@ impl Engine {
     pub async fn resolve(&self, requested: Strategy) -> Result<(Strategy, Option<String>)> {
         if self.encoder.is_none() {
             return Err(Error::not_found(format!(
-                "the store at {} has no index yet: run `ragtune index <path> --store {}` first",
-                self.store.dir().display(),
-                self.store.dir().display()
+                "the store at {} has no index yet: run `ragtune index <path>` with this store first",
+                self.config.store.location()
             )));
         }
-        let dense_vectors = self.store.stats(&Ctx::new()).await?.dense_vectors;
+        let dense_vectors = self.store.store.stats(&Ctx::new()).await?.dense_vectors;
         let why_not = match (&self.embedder, dense_vectors) {
             (None, _) => Some(self.notes.first().cloned().unwrap_or_else(|| "no embedding model is loaded".into())),
             (Some(_), 0) => Some("the store holds no dense vectors (re-index with the embedding model)".to_owned()),
@@ -350,7 +356,7 @@ impl Engine {
     /// As [`resolve`](Self::resolve); invalid hybrid settings.
     pub async fn retriever(&self, requested: Strategy) -> Result<Arc<dyn Retriever>> {
         let (strategy, _) = self.resolve(requested).await?;
-        let store: Arc<dyn VectorStore> = self.store.clone();
+        let store: Arc<dyn VectorStore> = self.store.store.clone();
         let bm25 = |s: &Self| -> Result<Arc<dyn Retriever>> {
             let encoder = s.encoder.clone().ok_or_else(|| Error::not_found("nothing indexed yet"))?;
             Ok(Arc::new(SparseRetriever::new("bm25", encoder, store.clone())))
@@ -401,10 +407,16 @@ impl Engine {
         Ok(SearchResponse { hits, trace: sink.take() })
     }
 
-    /// The store directory.
+    /// The embedded store's directory (the configured path, also when another backend is in use).
     #[must_use]
     pub fn store_path(&self) -> PathBuf {
-        self.store.dir().to_path_buf()
+        self.store.embedded.as_ref().map_or_else(|| self.config.store.path.clone(), |s| s.dir().to_path_buf())
+    }
+
+    /// Where the index lives, for messages: the directory, or the Qdrant URL and collection.
+    #[must_use]
+    pub fn store_location(&self) -> String {
+        self.config.store.location()
     }
 }
 

@@ -10,7 +10,8 @@ use ragtune_evaluators::metrics::{Metric, Runs, evaluate, percentile};
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    Bm25Settings, Chunking, Config, EmbeddingMode, EmbeddingSettings, Engine, HybridSettings, StoreConfig, Strategy,
+    Bm25Settings, Chunking, Config, EmbeddingMode, EmbeddingSettings, Engine, HybridSettings, QdrantSettings,
+    StoreBackend, StoreConfig, Strategy,
 };
 
 /// The retrievers `eval` knows.
@@ -37,6 +38,11 @@ pub struct EvalOptions {
     pub cache_dir: PathBuf,
     /// Ignore a cached index and build it again.
     pub reindex: bool,
+    /// Where the index is built: the embedded store (cached under `cache_dir`) or a Qdrant server.
+    pub store: StoreBackend,
+    /// The Qdrant server, for `store = qdrant`; the collection name is derived from the dataset and the index
+    /// settings (`ragtune-eval-<dataset>-<key>`), so runs with other settings never share a collection.
+    pub qdrant: QdrantSettings,
 }
 
 impl EvalOptions {
@@ -52,6 +58,8 @@ impl EvalOptions {
             hybrid: HybridSettings::default(),
             cache_dir: crate::ragtune_home().join("eval-cache"),
             reindex: false,
+            store: StoreBackend::Embedded,
+            qdrant: QdrantSettings::default(),
         }
     }
 }
@@ -93,6 +101,9 @@ pub struct EvalReport {
     pub failed_queries: Vec<String>,
     /// Problems met while loading the dataset.
     pub load_issues: Vec<String>,
+    /// Where the index is: the embedded store's directory, or the Qdrant URL and collection.
+    #[serde(default)]
+    pub store_location: String,
 }
 
 const COMPLETE_MARKER: &str = "complete.json";
@@ -134,7 +145,7 @@ pub async fn run_eval(opts: &EvalOptions, log: &mut dyn FnMut(&str)) -> Result<E
         "top_k": opts.top_k,
         "bm25": { "k1": opts.bm25.k1, "b": opts.bm25.b, "avg_doc_len": opts.bm25.avg_doc_len },
         "chunking": chunking,
-        "store": "embedded",
+        "store": opts.store.to_string(),
     });
     if let Some(e) = &embedder {
         // Threads and batch size change speed, not results: they stay out of the config that baselines compare.
@@ -160,29 +171,41 @@ pub async fn run_eval(opts: &EvalOptions, log: &mut dyn FnMut(&str)) -> Result<E
     let key_hash = xxhash_rust::xxh3::xxh3_64(key.as_bytes());
     let store_dir = opts.cache_dir.join(format!("{name}-{key_hash:016x}"));
     let marker = store_dir.join(COMPLETE_MARKER);
-    let cached = marker.is_file() && !opts.reindex;
-    if !cached && store_dir.exists() {
-        // An incomplete or unwanted index: start over rather than evaluate a partial one.
-        std::fs::remove_dir_all(&store_dir).map_err(|e| {
-            Error::permanent(format!("cannot clear the cached index {}", store_dir.display())).with_source(e)
-        })?;
-    }
-    let cfg = Config {
-        store: StoreConfig { path: store_dir.join("store"), ..StoreConfig::default() },
-        bm25: opts.bm25,
-        hybrid: opts.hybrid,
-        embedding: opts.embedding.clone(),
-        ..Config::default()
+    let mut store = StoreConfig { path: store_dir.join("store"), ..StoreConfig::default() };
+    let cached = match opts.store {
+        StoreBackend::Embedded => {
+            let cached = marker.is_file() && !opts.reindex;
+            if !cached && store_dir.exists() {
+                // An incomplete or unwanted index: start over rather than evaluate a partial one.
+                std::fs::remove_dir_all(&store_dir).map_err(|e| {
+                    Error::permanent(format!("cannot clear the cached index {}", store_dir.display())).with_source(e)
+                })?;
+            }
+            cached
+        }
+        StoreBackend::Qdrant => {
+            store.backend = StoreBackend::Qdrant;
+            store.qdrant =
+                QdrantSettings { collection: format!("ragtune-eval-{name}-{key_hash:016x}"), ..opts.qdrant.clone() };
+            // A remote collection has no completion marker: it is rebuilt on every run, from empty.
+            crate::stores::drop_collection(&store).await?;
+            false
+        }
     };
+    let location = store.location();
+    let cfg =
+        Config { store, bm25: opts.bm25, hybrid: opts.hybrid, embedding: opts.embedding.clone(), ..Config::default() };
     let mut engine = Engine::open_with_embedder(cfg, embedder).await?;
     let started = Instant::now();
     if cached {
-        log(&format!("using the cached index {}", store_dir.display()));
+        log(&format!("using the cached index {location}"));
     } else {
-        log(&format!("indexing {} documents into {}", data.corpus.len(), store_dir.display()));
+        log(&format!("indexing {} documents into {location}", data.corpus.len()));
         engine.index_documents(&data.corpus, Chunking::WholeDocuments, &mut |_, _| {}).await?;
-        std::fs::write(&marker, serde_json::to_vec_pretty(&serde_json::json!({ "key": key })).unwrap_or_default())
-            .map_err(|e| Error::permanent(format!("cannot write {}", marker.display())).with_source(e))?;
+        if opts.store == StoreBackend::Embedded {
+            std::fs::write(&marker, serde_json::to_vec_pretty(&serde_json::json!({ "key": key })).unwrap_or_default())
+                .map_err(|e| Error::permanent(format!("cannot write {}", marker.display())).with_source(e))?;
+        }
     }
     let index_seconds = started.elapsed().as_secs_f64();
 
@@ -239,6 +262,7 @@ pub async fn run_eval(opts: &EvalOptions, log: &mut dyn FnMut(&str)) -> Result<E
         documents: data.corpus.len(),
         failed_queries: failed,
         load_issues: data.issues.iter().map(ToString::to_string).collect(),
+        store_location: location,
     })
 }
 

@@ -35,9 +35,10 @@ mod config;
 mod engine;
 pub mod eval;
 mod models;
+pub mod stores;
 
 pub use config::{
-    Bm25Settings, ChunkingSettings, Config, EmbeddingMode, EmbeddingSettings, HybridSettings, SearchSettings,
-    StoreConfig, Strategy, ragtune_home,
+    Bm25Settings, ChunkingSettings, Config, EmbeddingMode, EmbeddingSettings, HybridSettings, QdrantSettings,
+    SearchSettings, StoreBackend, StoreConfig, Strategy, ragtune_home,
 };
 pub use engine::{Chunking, Engine, IndexReport, SearchResponse};

@@ -1,0 +1,175 @@
+//! `cargo xtask bench store`: upsert throughput and query latency of the stores on a real corpus.
+//!
+//! Usage: `store-bench --dataset DIR [--retriever dense|bm25] [--batch N] [--qdrant-url URL]`.
+//!
+//! The records (chunks with their BM25 and, when the embedding model is provisioned, dense vectors) come from the
+//! evaluation index of the dataset (`ragtune eval`, cached), so the benchmark measures the store alone, not the
+//! encoders. Each store gets the same records in batches of `--batch`, then the split's queries one at a time:
+//! BM25 queries encoded by the store's own encoder, and dense queries that are stored passage vectors (the same
+//! distribution as real query vectors, without timing the model). The embedded store always runs; Qdrant runs when
+//! `--qdrant-url` or `$QDRANT_URL` is given (a fresh collection, deleted afterwards). The last line is JSON.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use ragtune::core::{Ctx, Record, SearchRequest, SparseEncoder, TextRole, VectorQuery, VectorStore, WriteBatch};
+use ragtune::eval::{EvalOptions, run_eval};
+use ragtune::store::EmbeddedStore;
+use ragtune::{StoreBackend, StoreConfig};
+
+fn main() -> Result<()> {
+    let mut dataset = None;
+    let (mut retriever, mut batch, mut qdrant_url) = ("dense".to_owned(), 256_usize, std::env::var("QDRANT_URL").ok());
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        let mut value = || args.next().with_context(|| format!("{a} needs a value"));
+        match a.as_str() {
+            "--dataset" => dataset = Some(value()?),
+            "--retriever" => retriever = value()?,
+            "--batch" => batch = value()?.parse().context("--batch")?,
+            "--qdrant-url" => qdrant_url = Some(value()?),
+            other => bail!("unknown argument {other}"),
+        }
+    }
+    let dataset = dataset.context("--dataset DIR is required")?;
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    rt.block_on(run(&dataset, &retriever, batch, qdrant_url.filter(|u| !u.is_empty())))
+}
+
+async fn run(dataset: &str, retriever: &str, batch: usize, qdrant_url: Option<String>) -> Result<()> {
+    let mut opts = EvalOptions::new(dataset);
+    opts.retriever = retriever.to_owned();
+    opts.top_k = 10;
+    eprintln!("store-bench: preparing the {retriever} index of {dataset} (cached after the first run)");
+    let report = run_eval(&opts, &mut |l| eprintln!("  {l}")).await?;
+    let source = EmbeddedStore::open(&report.store_location)?;
+    let ctx = Ctx::new();
+    let stats = source.stats(&ctx).await?;
+    let mut records: Vec<Record> = Vec::new();
+    loop {
+        let page = source.scan(records.last().map(|r| r.chunk.id.clone()), 4096).await?;
+        if page.is_empty() {
+            break;
+        }
+        records.extend(page);
+    }
+    drop(source);
+
+    // Queries: the split's texts through the store's BM25 encoder, and stored passage vectors.
+    let data = ragtune::ingest::load_beir(std::path::Path::new(dataset), "test")?;
+    let queries: Vec<String> = data.queries_with_qrels().iter().map(|q| q.text.clone()).collect();
+    let spec = stats.sparse_spec.clone().context("the index has no sparse space")?;
+    let encoder = ragtune::embed::Bm25Encoder::new(ragtune::embed::Bm25Config::from_spec_id(&spec.encoder_id)?)?;
+    let texts: Vec<&str> = queries.iter().map(String::as_str).collect();
+    let sparse_queries = encoder.encode(&ctx, &texts, TextRole::Query).await?;
+    let step = (records.len() / queries.len().max(1)).max(1);
+    let dense_queries: Vec<Vec<f32>> =
+        records.iter().step_by(step).filter_map(|r| r.dense.clone()).take(queries.len()).collect();
+
+    let mut results = Vec::new();
+    let dir = tempfile_dir()?;
+    let embedded: Arc<dyn VectorStore> = Arc::new(EmbeddedStore::open(&dir)?);
+    results.push(measure("embedded", &*embedded, &stats, &records, batch, &sparse_queries, &dense_queries).await?);
+    drop(embedded);
+    let _ = std::fs::remove_dir_all(&dir);
+    if let Some(url) = qdrant_url {
+        let mut cfg = StoreConfig { backend: StoreBackend::Qdrant, ..StoreConfig::default() };
+        cfg.qdrant.url = url;
+        cfg.qdrant.collection = format!("ragtune-bench-{}", std::process::id());
+        let store = ragtune::stores::open_store(&cfg).await?;
+        let measured = measure("qdrant", &*store.store, &stats, &records, batch, &sparse_queries, &dense_queries).await;
+        ragtune::stores::drop_collection(&cfg).await?;
+        results.push(measured?);
+    } else {
+        eprintln!("store-bench: Qdrant skipped (set QDRANT_URL or pass --qdrant-url to include it)");
+    }
+
+    println!(
+        "\nstore benchmark: {} records ({} with dense vectors) of {}, batches of {batch}, {} BM25 and {} dense queries, top 10",
+        records.len(),
+        stats.dense_vectors,
+        report.dataset,
+        sparse_queries.len(),
+        dense_queries.len()
+    );
+    println!(
+        "{:<10} {:>12} {:>10} {:>10} {:>10} {:>10}",
+        "store", "upsert/s", "bm25 p50", "bm25 p99", "dense p50", "dense p99"
+    );
+    for r in &results {
+        println!(
+            "{:<10} {:>12.0} {:>9.3}ms {:>9.3}ms {:>9.3}ms {:>9.3}ms",
+            r["store"].as_str().unwrap_or(""),
+            r["upsert_per_second"].as_f64().unwrap_or(0.0),
+            r["bm25_ms"]["p50"].as_f64().unwrap_or(0.0),
+            r["bm25_ms"]["p99"].as_f64().unwrap_or(0.0),
+            r["dense_ms"]["p50"].as_f64().unwrap_or(0.0),
+            r["dense_ms"]["p99"].as_f64().unwrap_or(0.0),
+        );
+    }
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!("(load average now: {})", load.split_whitespace().take(3).collect::<Vec<_>>().join(" "));
+    println!(
+        "{}",
+        serde_json::json!({ "dataset": report.dataset, "records": records.len(), "batch": batch, "stores": results })
+    );
+    Ok(())
+}
+
+fn tempfile_dir() -> Result<std::path::PathBuf> {
+    let dir = std::env::temp_dir().join(format!("ragtune-store-bench-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(dir)
+}
+
+async fn measure(
+    name: &str,
+    store: &dyn VectorStore,
+    stats: &ragtune::core::StoreStats,
+    records: &[Record],
+    batch: usize,
+    sparse_queries: &[ragtune::core::SparseVector],
+    dense_queries: &[Vec<f32>],
+) -> Result<serde_json::Value> {
+    let ctx = Ctx::new();
+    store.ensure_spaces(&ctx, stats.dense_spec.as_ref(), stats.sparse_spec.as_ref()).await?;
+    let t = Instant::now();
+    for chunk in records.chunks(batch.max(1)) {
+        store.write(&ctx, WriteBatch { delete_docs: Vec::new(), upsert: chunk.to_vec() }).await?;
+    }
+    let upsert_s = t.elapsed().as_secs_f64();
+    eprintln!("store-bench: {name}: {} records written in {upsert_s:.2} s", records.len());
+    let time = |reqs: Vec<SearchRequest>| {
+        let store = &store;
+        let ctx = &ctx;
+        async move {
+            let mut ms = Vec::with_capacity(reqs.len());
+            for r in reqs {
+                let t = Instant::now();
+                let hits = store.search(ctx, std::slice::from_ref(&r)).await?;
+                ms.push(t.elapsed().as_secs_f64() * 1000.0);
+                std::hint::black_box(hits);
+            }
+            ms.sort_by(f64::total_cmp);
+            anyhow::Ok(ms)
+        }
+    };
+    let req = |v: VectorQuery| SearchRequest { vector: v, top_k: 10, filter: None };
+    let bm25 = time(sparse_queries.iter().map(|q| req(VectorQuery::Sparse(q.clone()))).collect()).await?;
+    let dense = if stats.dense_vectors > 0 {
+        time(dense_queries.iter().map(|q| req(VectorQuery::Dense(q.clone()))).collect()).await?
+    } else {
+        Vec::new()
+    };
+    let pct = |v: &[f64], p: f64| ragtune::evaluators::metrics::percentile(v, p);
+    #[allow(clippy::cast_precision_loss)]
+    let per_second = records.len() as f64 / upsert_s.max(1e-9);
+    Ok(serde_json::json!({
+        "store": name,
+        "upsert_seconds": upsert_s,
+        "upsert_per_second": per_second,
+        "bm25_ms": { "p50": pct(&bm25, 50.0), "p99": pct(&bm25, 99.0) },
+        "dense_ms": { "p50": pct(&dense, 50.0), "p99": pct(&dense, 99.0) },
+    }))
+}

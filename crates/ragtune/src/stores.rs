@@ -1,0 +1,140 @@
+//! Opening the configured store: the embedded store, or a Qdrant server when built with the `qdrant` feature.
+
+use std::sync::Arc;
+
+use ragtune_core::{Error, Result, VectorStore};
+use ragtune_store::{AnnConfig, EmbeddedStore, StoreOptions};
+
+use crate::config::{StoreBackend, StoreConfig};
+
+/// An open store: the seam every layer uses, and the embedded store behind it when that is the backend (for what
+/// only it can do, such as `optimize` and `scan`).
+#[derive(Debug, Clone)]
+pub struct OpenStore {
+    /// The store as a [`VectorStore`].
+    pub store: Arc<dyn VectorStore>,
+    /// The same store when it is the embedded one.
+    pub embedded: Option<Arc<EmbeddedStore>>,
+}
+
+/// Opens the store named by `config`.
+///
+/// # Errors
+/// Embedded: locked or damaged stores, IO failures. Qdrant: an unreachable server, an unsupported version, or a
+/// build without the `qdrant` feature ([`Unavailable`](ragtune_core::ErrorKind::Unavailable)).
+pub async fn open_store(config: &StoreConfig) -> Result<OpenStore> {
+    match config.backend {
+        StoreBackend::Embedded => {
+            let options =
+                StoreOptions { ann: AnnConfig { min_vectors: config.ann_min_vectors, ..AnnConfig::default() } };
+            let store = Arc::new(EmbeddedStore::open_with(&config.path, options)?);
+            Ok(OpenStore { store: store.clone(), embedded: Some(store) })
+        }
+        StoreBackend::Qdrant => open_qdrant(config).await,
+    }
+}
+
+#[cfg(feature = "qdrant")]
+async fn open_qdrant(config: &StoreConfig) -> Result<OpenStore> {
+    let store = ragtune_store::QdrantStore::connect(qdrant_config(&config.qdrant)).await?;
+    Ok(OpenStore { store: Arc::new(store), embedded: None })
+}
+
+#[cfg(not(feature = "qdrant"))]
+#[allow(clippy::unused_async)]
+async fn open_qdrant(config: &StoreConfig) -> Result<OpenStore> {
+    Err(Error::unavailable(format!(
+        "the store is configured as Qdrant ({}) but this ragtune was built without Qdrant support: rebuild with \
+         `--features qdrant`",
+        config.location()
+    )))
+}
+
+/// Deletes the Qdrant collection named by `config` when it exists (the embedded store is left alone).
+///
+/// # Errors
+/// As [`open_store`].
+pub async fn drop_collection(config: &StoreConfig) -> Result<()> {
+    if config.backend != StoreBackend::Qdrant {
+        return Ok(());
+    }
+    drop_qdrant(config).await
+}
+
+#[cfg(feature = "qdrant")]
+async fn drop_qdrant(config: &StoreConfig) -> Result<()> {
+    ragtune_store::QdrantStore::connect(qdrant_config(&config.qdrant)).await?.drop_collection().await
+}
+
+#[cfg(not(feature = "qdrant"))]
+async fn drop_qdrant(config: &StoreConfig) -> Result<()> {
+    open_qdrant(config).await.map(drop)
+}
+
+/// The store layer's Qdrant settings for the facade's.
+#[cfg(feature = "qdrant")]
+#[must_use]
+pub fn qdrant_config(s: &crate::config::QdrantSettings) -> ragtune_store::QdrantConfig {
+    let secs = |x: f64| std::time::Duration::from_secs_f64(if x.is_finite() && x > 0.0 { x } else { 1.0 });
+    ragtune_store::QdrantConfig {
+        url: s.url.clone(),
+        api_key: s.api_key.clone(),
+        collection: s.collection.clone(),
+        timeout: secs(s.timeout_secs),
+        connect_timeout: secs(s.connect_timeout_secs),
+        max_retries: s.max_retries,
+        shard_number: s.shard_number,
+        replication_factor: s.replication_factor,
+        write_consistency_factor: s.write_consistency_factor,
+        on_disk_payload: s.on_disk_payload,
+        upsert_batch_size: s.upsert_batch_size.max(1),
+    }
+}
+
+/// What a migration copied.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct MigrateReport {
+    /// Records copied (chunks with their vectors, sections included).
+    pub records: u64,
+    /// Chunks in the target afterwards.
+    pub target_chunks: u64,
+    /// Seconds spent.
+    pub seconds: f64,
+}
+
+/// Copies every record of an embedded store into `target` in batches of `batch` records, fixing the target's
+/// spaces to the source's first (a target of other spaces is a `Mismatch` error before anything is written).
+/// Writing is idempotent (upserts by chunk id), so an interrupted migration can simply be run again.
+/// `progress` is called with the records copied so far and the total.
+///
+/// # Errors
+/// Source read failures; target space mismatches and write failures; counts that disagree afterwards.
+pub async fn migrate(
+    source: &EmbeddedStore,
+    target: &dyn VectorStore,
+    batch: usize,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<MigrateReport> {
+    use ragtune_core::{Ctx, WriteBatch};
+    let started = std::time::Instant::now();
+    let ctx = Ctx::new();
+    let stats = source.stats(&ctx).await?;
+    target.ensure_spaces(&ctx, stats.dense_spec.as_ref(), stats.sparse_spec.as_ref()).await?;
+    let mut after: Option<String> = None;
+    let mut copied = 0_u64;
+    loop {
+        let page = source.scan(after.clone(), batch.max(1)).await?;
+        let Some(last) = page.last() else { break };
+        after = Some(last.chunk.id.clone());
+        copied += page.len() as u64;
+        target.write(&ctx, WriteBatch { delete_docs: Vec::new(), upsert: page }).await?;
+        progress(copied, stats.chunks);
+    }
+    let target_chunks = target.stats(&ctx).await?.chunks;
+    if target_chunks < copied {
+        return Err(Error::permanent(format!(
+            "the migration wrote {copied} records but the target holds {target_chunks} chunks"
+        )));
+    }
+    Ok(MigrateReport { records: copied, target_chunks, seconds: started.elapsed().as_secs_f64() })
+}
