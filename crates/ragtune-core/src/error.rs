@@ -32,6 +32,9 @@ pub enum ErrorKind {
     DeadlineExceeded,
     /// Anything else that will fail again if retried (a bug in a provider, an IO error on a full disk).
     Permanent,
+    /// A model's structured output did not parse or was cut short (invalid or truncated JSON). Callers may retry
+    /// once with a repair prompt, then degrade.
+    MalformedOutput,
 }
 
 impl ErrorKind {
@@ -49,6 +52,7 @@ impl ErrorKind {
             Self::Cancelled => "cancelled",
             Self::DeadlineExceeded => "deadline_exceeded",
             Self::Permanent => "permanent",
+            Self::MalformedOutput => "malformed_output",
         }
     }
 }
@@ -112,6 +116,11 @@ impl Error {
     /// Shorthand for [`ErrorKind::Permanent`].
     pub fn permanent(message: impl Into<String>) -> Self {
         Self::new(ErrorKind::Permanent, message)
+    }
+
+    /// Shorthand for [`ErrorKind::MalformedOutput`].
+    pub fn malformed_output(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::MalformedOutput, message)
     }
 
     /// Attaches the underlying cause.

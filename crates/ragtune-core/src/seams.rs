@@ -346,7 +346,8 @@ pub trait Llm: Send + Sync + Debug {
     ///
     /// # Errors
     /// Unreachable server ([`Unavailable`](crate::ErrorKind::Unavailable)), exhausted retries
-    /// ([`Transient`](crate::ErrorKind::Transient)), malformed structured output ([`Corrupt`](crate::ErrorKind::Corrupt)).
+    /// ([`Transient`](crate::ErrorKind::Transient)), malformed or truncated structured output
+    /// ([`MalformedOutput`](crate::ErrorKind::MalformedOutput), whose message holds the start of the raw text).
     async fn generate(&self, ctx: &Ctx, requests: &[LlmRequest]) -> Result<Vec<LlmResponse>>;
 }
 

@@ -1,0 +1,377 @@
+//! The OpenAI-compatible client: `/v1/chat/completions` and `/v1/completions` over HTTP.
+
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use ragtune_core::{Cost, Ctx, Error, Llm, LlmRequest, LlmResponse, Message, Result, Role, TraceEvent};
+use serde_json::{Value, json};
+
+use crate::structured::{RawOutput, parse_json_text};
+
+/// Which API the client calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Endpoint {
+    /// `/v1/chat/completions` with the request's messages (the default).
+    #[default]
+    Chat,
+    /// `/v1/completions` with the messages rendered as one plain-text prompt (for base models and servers
+    /// without a chat template).
+    Completions,
+}
+
+/// Settings of an [`OpenAiClient`].
+#[derive(Clone, PartialEq)]
+pub struct LlmConfig {
+    /// The server's base URL, with or without the trailing `/v1` (`http://127.0.0.1:8080`,
+    /// `https://api.openai.com/v1`).
+    pub base_url: String,
+    /// The model name sent with every request.
+    pub model: String,
+    /// Bearer token; never logged, never in errors or traces, never shown by `Debug`.
+    pub api_key: Option<String>,
+    /// Which API to call.
+    pub endpoint: Endpoint,
+    /// Time allowed for one attempt (the call's deadline in [`Ctx`] may cut it shorter).
+    pub timeout: Duration,
+    /// Time allowed to connect.
+    pub connect_timeout: Duration,
+    /// Retries after a transient failure (timeouts, HTTP 408/429/5xx, connection resets).
+    pub max_retries: u32,
+    /// The first backoff; it doubles with every retry (a server's `Retry-After` wins, up to 10 s).
+    pub initial_backoff: Duration,
+}
+
+impl Default for LlmConfig {
+    fn default() -> Self {
+        Self {
+            base_url: "http://127.0.0.1:8080".into(),
+            model: "local".into(),
+            api_key: None,
+            endpoint: Endpoint::Chat,
+            timeout: Duration::from_secs(60),
+            connect_timeout: Duration::from_secs(5),
+            max_retries: 2,
+            initial_backoff: Duration::from_millis(250),
+        }
+    }
+}
+
+impl fmt::Debug for LlmConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LlmConfig")
+            .field("base_url", &self.base_url)
+            .field("model", &self.model)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("endpoint", &self.endpoint)
+            .field("timeout", &self.timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("max_retries", &self.max_retries)
+            .field("initial_backoff", &self.initial_backoff)
+            .finish()
+    }
+}
+
+/// An [`Llm`] on any OpenAI-compatible server: OpenAI, vLLM, Ollama, llama.cpp (the local LLM of
+/// `cargo xtask llm start`).
+///
+/// Requests of a batch run one after another (a local CPU server serves one at a time anyway). Each request
+/// becomes one HTTP call, retried with exponential backoff only for transient failures, within the deadline of
+/// the [`Ctx`]; every call records an `llm` trace event with the model, tokens, attempts and time (never the API
+/// key). With a JSON schema the output is checked to be JSON: invalid or truncated output is an
+/// [`ErrorKind::MalformedOutput`] error whose source is a [`RawOutput`] holding the text, so that callers can ask
+/// for a repair ([`generate_json`](crate::generate_json) does).
+#[derive(Clone)]
+pub struct OpenAiClient {
+    config: LlmConfig,
+    base: String,
+    http: reqwest::Client,
+}
+
+impl fmt::Debug for OpenAiClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OpenAiClient").field("config", &self.config).finish_non_exhaustive()
+    }
+}
+
+impl OpenAiClient {
+    /// A client for the configured server. Nothing is sent until the first request.
+    ///
+    /// # Errors
+    /// [`ErrorKind::InvalidInput`] for a URL that is not `http(s)://…`; a TLS backend that cannot start.
+    pub fn new(config: LlmConfig) -> Result<Self> {
+        let trimmed = config.base_url.trim().trim_end_matches('/');
+        if !(trimmed.starts_with("http://") || trimmed.starts_with("https://")) {
+            return Err(Error::invalid_input(format!(
+                "the LLM URL `{}` must start with http:// or https://",
+                config.base_url
+            )));
+        }
+        let base = if trimmed.ends_with("/v1") { trimmed.to_owned() } else { format!("{trimmed}/v1") };
+        let http = reqwest::Client::builder()
+            .connect_timeout(config.connect_timeout)
+            .build()
+            .map_err(|e| Error::permanent("cannot start the HTTP client").with_source(e))?;
+        Ok(Self { config, base, http })
+    }
+
+    /// The settings.
+    #[must_use]
+    pub fn config(&self) -> &LlmConfig {
+        &self.config
+    }
+
+    /// Checks that the server answers (`GET /v1/models`) within the connect timeout.
+    ///
+    /// # Errors
+    /// [`ErrorKind::Unavailable`] when it does not.
+    pub async fn ping(&self) -> Result<()> {
+        let mut req = self.http.get(format!("{}/models", self.base)).timeout(self.config.connect_timeout * 2);
+        if let Some(key) = &self.config.api_key {
+            req = req.bearer_auth(key);
+        }
+        match req.send().await {
+            Ok(r) if r.status().is_success() => Ok(()),
+            Ok(r) => Err(Error::unavailable(format!("the LLM at {} answered {} to a ping", self.base, r.status()))),
+            Err(e) => Err(Error::unavailable(format!("cannot reach the LLM at {}: {}", self.base, describe(&e)))),
+        }
+    }
+
+    fn body(&self, request: &LlmRequest) -> Value {
+        let mut body = json!({
+            "model": self.config.model,
+            "temperature": request.temperature,
+            "max_tokens": request.max_tokens,
+        });
+        match self.config.endpoint {
+            Endpoint::Chat => body["messages"] = serde_json::to_value(&request.messages).unwrap_or_default(),
+            Endpoint::Completions => body["prompt"] = Value::String(plain_prompt(&request.messages)),
+        }
+        if let Some(seed) = request.seed {
+            body["seed"] = json!(seed);
+        }
+        if !request.stop.is_empty() {
+            body["stop"] = json!(request.stop);
+        }
+        if let Some(schema) = &request.json_schema {
+            body["response_format"] =
+                json!({ "type": "json_schema", "json_schema": { "name": "output", "strict": true, "schema": schema } });
+        }
+        body
+    }
+
+    fn url(&self) -> String {
+        match self.config.endpoint {
+            Endpoint::Chat => format!("{}/chat/completions", self.base),
+            Endpoint::Completions => format!("{}/completions", self.base),
+        }
+    }
+
+    /// One request with retries.
+    async fn call(&self, ctx: &Ctx, request: &LlmRequest) -> Result<LlmResponse> {
+        let body = self.body(request);
+        let started = Instant::now();
+        let mut attempt = 0_u32;
+        loop {
+            ctx.check()?;
+            let timeout = ctx.remaining().map_or(self.config.timeout, |r| r.min(self.config.timeout));
+            let result = self.attempt(&body, request, timeout).await;
+            match result {
+                Ok(response) => {
+                    ctx.trace(
+                        TraceEvent::new("llm", "generate")
+                            .detail("model", response.model.clone())
+                            .detail("attempts", attempt + 1)
+                            .detail("finish_reason", response.finish_reason.clone())
+                            .cost(response.cost)
+                            .elapsed(started.elapsed()),
+                    );
+                    return Ok(response);
+                }
+                Err((error, retry_after)) => {
+                    let retry = error.is_retryable() && attempt < self.config.max_retries;
+                    if !retry {
+                        ctx.trace(
+                            TraceEvent::new("llm", "failed")
+                                .detail("error", error.kind().as_str())
+                                .detail("message", error.message().to_owned())
+                                .detail("attempts", attempt + 1)
+                                .elapsed(started.elapsed()),
+                        );
+                        return Err(error);
+                    }
+                    let backoff = retry_after
+                        .unwrap_or_else(|| self.config.initial_backoff * 2_u32.saturating_pow(attempt))
+                        .min(Duration::from_secs(10));
+                    if ctx.remaining().is_some_and(|r| r <= backoff) {
+                        return Err(error.context("no time left in the deadline to retry"));
+                    }
+                    tokio::time::sleep(backoff).await;
+                    attempt += 1;
+                }
+            }
+        }
+    }
+
+    /// One HTTP attempt; on failure the error and the server's `Retry-After`, if any.
+    async fn attempt(
+        &self,
+        body: &Value,
+        request: &LlmRequest,
+        timeout: Duration,
+    ) -> std::result::Result<LlmResponse, (Error, Option<Duration>)> {
+        let mut req = self.http.post(self.url()).timeout(timeout).json(body);
+        if let Some(key) = &self.config.api_key {
+            req = req.bearer_auth(key);
+        }
+        let response = req.send().await.map_err(|e| (self.transport_error(&e, timeout), None))?;
+        let status = response.status();
+        let retry_after = response
+            .headers()
+            .get(reqwest::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map(Duration::from_secs);
+        let text = response.text().await.map_err(|e| (self.transport_error(&e, timeout), None))?;
+        if !status.is_success() {
+            return Err((self.status_error(status.as_u16(), &text), retry_after));
+        }
+        self.parse(&text, request).map_err(|e| (e, None))
+    }
+
+    fn transport_error(&self, e: &reqwest::Error, timeout: Duration) -> Error {
+        if e.is_timeout() {
+            Error::transient(format!("the LLM at {} did not answer within {:.1} s", self.base, timeout.as_secs_f64()))
+        } else if e.is_connect() {
+            Error::unavailable(format!("cannot reach the LLM at {}: {}", self.base, describe(e)))
+        } else {
+            // Resets and truncated bodies: the next attempt may well succeed.
+            Error::transient(format!("the connection to the LLM at {} failed: {}", self.base, describe(e)))
+        }
+    }
+
+    fn status_error(&self, status: u16, body: &str) -> Error {
+        let server = server_message(body);
+        let what = format!("the LLM at {} answered HTTP {status}: {server}", self.base);
+        match status {
+            408 | 409 | 425 | 429 | 500 | 502 | 503 | 504 => Error::transient(what),
+            401 | 403 => Error::permanent(format!("{what} (check the API key: `llm.api_key` or $RAGTUNE_LLM_API_KEY)")),
+            404 => Error::not_found(format!("{what} (check the URL and the model name `{}`)", self.config.model)),
+            400 | 413 | 422 => Error::invalid_input(what),
+            _ => Error::permanent(what),
+        }
+    }
+
+    fn parse(&self, text: &str, request: &LlmRequest) -> Result<LlmResponse> {
+        let v: Value = serde_json::from_str(text).map_err(|e| {
+            Error::permanent(format!("the LLM at {} sent a response that is not JSON: {}", self.base, snippet(text)))
+                .with_source(e)
+        })?;
+        let choice = &v["choices"][0];
+        let content = match self.config.endpoint {
+            Endpoint::Chat => choice["message"]["content"].as_str(),
+            Endpoint::Completions => choice["text"].as_str(),
+        }
+        .ok_or_else(|| {
+            Error::permanent(format!("the LLM at {} sent a response without text: {}", self.base, snippet(text)))
+        })?;
+        let finish_reason = choice["finish_reason"].as_str().unwrap_or("unknown").to_owned();
+        let usage = &v["usage"];
+        let prompt = usage["prompt_tokens"].as_u64().unwrap_or(0);
+        let completion = usage["completion_tokens"].as_u64().unwrap_or(0);
+        let tokens = usage["total_tokens"].as_u64().unwrap_or(prompt + completion);
+        let model = v["model"].as_str().unwrap_or(&self.config.model).to_owned();
+        let mut out =
+            LlmResponse { text: content.to_owned(), cost: Cost { tokens, docs: 0, calls: 1 }, finish_reason, model };
+        if request.json_schema.is_some() {
+            if out.finish_reason == "length" {
+                return Err(Error::malformed_output(format!(
+                    "the structured output was cut at {} tokens (max_tokens): {}",
+                    request.max_tokens,
+                    snippet(&out.text)
+                ))
+                .with_source(RawOutput { text: out.text, cost: out.cost }));
+            }
+            match parse_json_text(&out.text) {
+                Ok(value) => out.text = value.to_string(),
+                Err(e) => {
+                    return Err(Error::malformed_output(format!(
+                        "the structured output is not valid JSON ({e}): {}",
+                        snippet(&out.text)
+                    ))
+                    .with_source(RawOutput { text: out.text, cost: out.cost }));
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+#[async_trait]
+impl Llm for OpenAiClient {
+    fn name(&self) -> &str {
+        &self.config.model
+    }
+
+    async fn generate(&self, ctx: &Ctx, requests: &[LlmRequest]) -> Result<Vec<LlmResponse>> {
+        let mut out = Vec::with_capacity(requests.len());
+        for request in requests {
+            if request.messages.is_empty() {
+                return Err(Error::invalid_input("an LLM request needs at least one message"));
+            }
+            out.push(self.call(ctx, request).await?);
+        }
+        Ok(out)
+    }
+}
+
+/// The messages as one plain prompt for `/v1/completions`.
+#[must_use]
+pub fn plain_prompt(messages: &[Message]) -> String {
+    let mut out = String::new();
+    for m in messages {
+        let who = match m.role {
+            Role::System => "",
+            Role::User => "User: ",
+            Role::Assistant => "Assistant: ",
+        };
+        out.push_str(who);
+        out.push_str(m.content.trim());
+        out.push_str("\n\n");
+    }
+    out.push_str("Assistant:");
+    out
+}
+
+/// The `error.message` of an OpenAI-style error body, or the start of the body.
+fn server_message(body: &str) -> String {
+    serde_json::from_str::<Value>(body)
+        .ok()
+        .and_then(|v| v["error"]["message"].as_str().or_else(|| v["error"].as_str()).map(str::to_owned))
+        .unwrap_or_else(|| snippet(body))
+}
+
+/// The start of a text, on one line, for messages.
+fn snippet(text: &str) -> String {
+    let flat: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    match flat.char_indices().nth(200) {
+        Some((i, _)) => format!("{}…", &flat[..i]),
+        None => flat,
+    }
+}
+
+/// A transport error without the URL query (reqwest's message already names the URL; the key is in a header,
+/// never in the URL).
+fn describe(e: &reqwest::Error) -> String {
+    let mut out = e.to_string();
+    let mut cur = std::error::Error::source(e);
+    while let Some(s) = cur {
+        let t = s.to_string();
+        if !out.contains(&t) {
+            out.push_str(": ");
+            out.push_str(&t);
+        }
+        cur = s.source();
+    }
+    out
+}

@@ -1,0 +1,218 @@
+//! Every prompt ragtune sends, in one place, versioned, each with the JSON schema of its output where the output
+//! is structured.
+//!
+//! A prompt's `version` changes whenever its wording or schema changes; caches key on the rendered request, so a
+//! new version never reuses answers to the old one, and traces name `id@version`.
+//! Placeholders are written `{{name}}`; rendering fails on a missing value or a leftover placeholder.
+
+use ragtune_core::{Error, LlmRequest, Result};
+use serde_json::{Value, json};
+
+use crate::structured::chat;
+
+/// One prompt template.
+#[derive(Debug, Clone, Copy)]
+pub struct Prompt {
+    /// Stable name (`hyde`, `multi_query`).
+    pub id: &'static str,
+    /// Bumped on every change of wording or schema.
+    pub version: u32,
+    /// The system message.
+    pub system: &'static str,
+    /// The user message with `{{placeholders}}`.
+    pub user: &'static str,
+    /// The output's JSON schema, for structured prompts.
+    pub schema: Option<fn() -> Value>,
+    /// Sampling temperature.
+    pub temperature: f32,
+    /// Most tokens to generate.
+    pub max_tokens: u32,
+}
+
+impl Prompt {
+    /// `id@version`, for traces.
+    #[must_use]
+    pub fn tag(&self) -> String {
+        format!("{}@{}", self.id, self.version)
+    }
+
+    /// The request for the given values (seed 0, so answers are reproducible where the server honours seeds).
+    ///
+    /// # Errors
+    /// [`ErrorKind::InvalidInput`](ragtune_core::ErrorKind::InvalidInput) naming a placeholder without a value.
+    pub fn render(&self, values: &[(&str, &str)]) -> Result<LlmRequest> {
+        let user = fill(self.user, values).map_err(|e| e.context(self.tag()))?;
+        Ok(LlmRequest {
+            messages: chat(self.system, &user),
+            temperature: self.temperature,
+            max_tokens: self.max_tokens,
+            seed: Some(0),
+            stop: Vec::new(),
+            json_schema: self.schema.map(|f| f()),
+        })
+    }
+}
+
+fn fill(template: &str, values: &[(&str, &str)]) -> Result<String> {
+    let mut out = template.to_owned();
+    for (k, v) in values {
+        out = out.replace(&format!("{{{{{k}}}}}"), v);
+    }
+    if let Some(i) = out.find("{{") {
+        let name: String = out[i + 2..].chars().take_while(|c| *c != '}').collect();
+        return Err(Error::invalid_input(format!("the prompt needs a value for `{name}`")));
+    }
+    Ok(out)
+}
+
+/// HyDE: a hypothetical passage that would answer the question, embedded in place of (or with) the question.
+pub const HYDE: Prompt = Prompt {
+    id: "hyde",
+    version: 1,
+    system: "You write short, factual passages in the style of an encyclopedia or a scientific abstract.",
+    user: "Write one passage of 3 to 5 sentences that answers the question below. State facts directly; do not \
+           mention the question or that you are unsure.\n\nQuestion: {{query}}\n\nPassage:",
+    schema: None,
+    temperature: 0.7,
+    max_tokens: 256,
+};
+
+/// Multi-query (RAG-Fusion): several different search queries for one question.
+pub const MULTI_QUERY: Prompt = Prompt {
+    id: "multi_query",
+    version: 1,
+    system: "You help a search engine find documents. You answer with JSON only.",
+    user: "Write {{n}} different search queries that together find the documents needed to answer the question. \
+           Vary the wording: use synonyms, more specific terms, and related concepts. Each query must be short.\n\n\
+           Question: {{query}}\n\nAnswer as {\"queries\": [\"...\", ...]}.",
+    schema: Some(multi_query_schema),
+    temperature: 0.7,
+    max_tokens: 200,
+};
+
+fn multi_query_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": { "queries": { "type": "array", "items": { "type": "string" }, "minItems": 1, "maxItems": 8 } },
+        "required": ["queries"],
+        "additionalProperties": false
+    })
+}
+
+/// Rewrite-Retrieve-Read: the question rewritten as a search query (with conversation context when given).
+pub const REWRITE: Prompt = Prompt {
+    id: "rewrite",
+    version: 1,
+    system: "You rewrite questions into search queries for a document search engine. You answer with JSON only.",
+    user: "Rewrite the question into one search query: keep every important term, resolve references using the \
+           conversation, drop filler words, and add key terms a relevant document would contain.\n\n\
+           Conversation so far:\n{{context}}\n\nQuestion: {{query}}\n\nAnswer as {\"query\": \"...\"}.",
+    schema: Some(rewrite_schema),
+    temperature: 0.0,
+    max_tokens: 96,
+};
+
+fn rewrite_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": { "query": { "type": "string", "minLength": 1 } },
+        "required": ["query"],
+        "additionalProperties": false
+    })
+}
+
+/// The LLM side of the complexity router.
+pub const ROUTE: Prompt = Prompt {
+    id: "route",
+    version: 1,
+    system: "You classify questions for a retrieval system. You answer with JSON only.",
+    user: "Classify the question.\n- simple: one fact, answerable from one passage.\n- moderate: needs a few \
+           passages or some explanation.\n- complex: compares things, has several parts, or needs facts found in \
+           one passage to search for another.\n\nQuestion: {{query}}\n\n\
+           Answer as {\"complexity\": \"simple\" | \"moderate\" | \"complex\"}.",
+    schema: Some(route_schema),
+    temperature: 0.0,
+    max_tokens: 24,
+};
+
+fn route_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": { "complexity": { "type": "string", "enum": ["simple", "moderate", "complex"] } },
+        "required": ["complexity"],
+        "additionalProperties": false
+    })
+}
+
+/// Multi-hop: what is still missing after the passages found so far, as a follow-up query.
+pub const FOLLOW_UP: Prompt = Prompt {
+    id: "follow_up",
+    version: 1,
+    system: "You plan searches for a question answering system. You answer with JSON only.",
+    user: "Question: {{query}}\n\nPassages found so far:\n{{passages}}\n\nIf the passages contain everything \
+           needed to answer the question, answer {\"done\": true, \"follow_up\": \"\"}. Otherwise write one new \
+           search query for the missing information: {\"done\": false, \"follow_up\": \"...\"}.",
+    schema: Some(follow_up_schema),
+    temperature: 0.0,
+    max_tokens: 96,
+};
+
+fn follow_up_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": { "done": { "type": "boolean" }, "follow_up": { "type": "string" } },
+        "required": ["done", "follow_up"],
+        "additionalProperties": false
+    })
+}
+
+/// Repair: asks for the broken structured output again, as valid JSON.
+pub const REPAIR_JSON: Prompt = Prompt {
+    id: "repair_json",
+    version: 1,
+    system: "You fix JSON. You answer with JSON only.",
+    user: "This output should be JSON following the schema below, but it is not valid. Write it again as valid \
+           JSON that follows the schema, keeping its content.\n\nSchema: {{schema}}\n\nOutput:\n{{output}}",
+    schema: None,
+    temperature: 0.0,
+    max_tokens: 256,
+};
+
+/// Every prompt, for listings and tests.
+pub const ALL: [&Prompt; 6] = [&HYDE, &MULTI_QUERY, &REWRITE, &ROUTE, &FOLLOW_UP, &REPAIR_JSON];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_prompt_renders_with_its_values_and_refuses_a_missing_one() {
+        let values = [
+            ("query", "what causes scurvy?"),
+            ("n", "3"),
+            ("context", "(none)"),
+            ("passages", "[1] Scurvy is caused by a lack of vitamin C."),
+            ("schema", "{}"),
+            ("output", "{\"a\": "),
+        ];
+        for p in ALL {
+            let r = p.render(&values).unwrap();
+            let text: String = r.messages.iter().map(|m| m.content.as_str()).collect();
+            assert!(!text.contains("{{"), "{} left a placeholder", p.tag());
+            assert_eq!(r.json_schema.is_some(), p.schema.is_some());
+            assert!(r.max_tokens > 0);
+            let err = p.render(&[]).unwrap_err();
+            assert!(err.to_string().contains(p.id), "{err}");
+        }
+        let ids: std::collections::BTreeSet<_> = ALL.iter().map(|p| p.id).collect();
+        assert_eq!(ids.len(), ALL.len(), "prompt ids are unique");
+    }
+
+    #[test]
+    fn rendered_prompts_are_stable() {
+        let r = MULTI_QUERY.render(&[("query", "what causes scurvy?"), ("n", "3")]).unwrap();
+        insta::assert_snapshot!(serde_json::to_string_pretty(&r).unwrap());
+        let r = HYDE.render(&[("query", "what causes scurvy?")]).unwrap();
+        insta::assert_snapshot!(serde_json::to_string_pretty(&r).unwrap());
+    }
+}

@@ -1,0 +1,285 @@
+//! The client against real HTTP servers on 127.0.0.1: a scripted one for failures and retries, and the local LLM
+//! (`cargo xtask llm start`, `RAGTUNE_LLM_URL`) for real answers.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ragtune_core::{Ctx, ErrorKind, Llm, LlmRequest, TraceSink};
+use ragtune_llm::{CachedLlm, Endpoint, LlmConfig, OpenAiClient, generate_json, prompts, raw_output};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+/// One scripted HTTP answer: status, extra headers, body, and a delay before answering.
+#[derive(Clone)]
+struct Reply {
+    status: u16,
+    headers: Vec<(&'static str, String)>,
+    body: String,
+    delay: Duration,
+}
+
+fn ok(content: &str, finish: &str) -> Reply {
+    let body = serde_json::json!({
+        "model": "scripted",
+        "choices": [{ "message": { "role": "assistant", "content": content }, "text": content, "finish_reason": finish }],
+        "usage": { "prompt_tokens": 11, "completion_tokens": 5, "total_tokens": 16 }
+    });
+    Reply { status: 200, headers: Vec::new(), body: body.to_string(), delay: Duration::ZERO }
+}
+
+fn status(code: u16, body: &str) -> Reply {
+    Reply { status: code, headers: Vec::new(), body: body.to_owned(), delay: Duration::ZERO }
+}
+
+/// A real HTTP/1.1 server on 127.0.0.1 answering each connection with the next scripted reply (the last one
+/// repeats) and recording every request (head and body).
+struct Scripted {
+    url: String,
+    requests: Arc<Mutex<Vec<String>>>,
+}
+
+async fn serve(script: Vec<Reply>) -> Scripted {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let requests = Arc::new(Mutex::new(Vec::new()));
+    let seen = Arc::clone(&requests);
+    tokio::spawn(async move {
+        let mut n = 0;
+        loop {
+            let Ok((mut sock, _)) = listener.accept().await else { return };
+            let reply = script[n.min(script.len() - 1)].clone();
+            n += 1;
+            let seen = Arc::clone(&seen);
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0_u8; 4096];
+                // Read the head, then as many body bytes as Content-Length says.
+                loop {
+                    let Ok(k) = sock.read(&mut chunk).await else { return };
+                    if k == 0 {
+                        return;
+                    }
+                    buf.extend_from_slice(&chunk[..k]);
+                    let text = String::from_utf8_lossy(&buf).to_string();
+                    if let Some(end) = text.find("\r\n\r\n") {
+                        let len = text
+                            .lines()
+                            .find_map(|l| {
+                                l.to_ascii_lowercase()
+                                    .strip_prefix("content-length:")
+                                    .map(|v| v.trim().parse::<usize>().unwrap_or(0))
+                            })
+                            .unwrap_or(0);
+                        if buf.len() >= end + 4 + len {
+                            break;
+                        }
+                    }
+                }
+                seen.lock().unwrap().push(String::from_utf8_lossy(&buf).to_string());
+                tokio::time::sleep(reply.delay).await;
+                let mut head = format!(
+                    "HTTP/1.1 {} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n",
+                    reply.status,
+                    reply.body.len()
+                );
+                for (k, v) in &reply.headers {
+                    head.push_str(&format!("{k}: {v}\r\n"));
+                }
+                head.push_str("\r\n");
+                let _ = sock.write_all(head.as_bytes()).await;
+                let _ = sock.write_all(reply.body.as_bytes()).await;
+                let _ = sock.shutdown().await;
+            });
+        }
+    });
+    Scripted { url, requests }
+}
+
+fn client(url: &str) -> OpenAiClient {
+    OpenAiClient::new(LlmConfig {
+        base_url: url.to_owned(),
+        model: "m".into(),
+        api_key: Some("sk-secret-key".into()),
+        timeout: Duration::from_secs(5),
+        initial_backoff: Duration::from_millis(10),
+        ..LlmConfig::default()
+    })
+    .unwrap()
+}
+
+fn simple() -> LlmRequest {
+    prompts::HYDE.render(&[("query", "what causes scurvy?")]).unwrap()
+}
+
+#[tokio::test]
+async fn a_chat_answer_carries_text_tokens_and_model_and_the_request_is_openai_shaped() {
+    let server = serve(vec![ok("Scurvy is caused by a lack of vitamin C.", "stop")]).await;
+    let llm = client(&server.url);
+    let sink = TraceSink::new();
+    let out = llm.generate(&Ctx::new().with_trace(sink.clone()), &[simple()]).await.unwrap();
+    assert_eq!(out[0].text, "Scurvy is caused by a lack of vitamin C.");
+    assert_eq!((out[0].cost.tokens, out[0].cost.calls), (16, 1));
+    assert_eq!((out[0].model.as_str(), out[0].finish_reason.as_str()), ("scripted", "stop"));
+    let req = server.requests.lock().unwrap()[0].clone();
+    assert!(req.starts_with("POST /v1/chat/completions"), "{req}");
+    assert!(
+        req.to_ascii_lowercase().contains("authorization: bearer sk-secret-key"),
+        "the key is sent as a bearer token"
+    );
+    let body: serde_json::Value = serde_json::from_str(&req[req.find("\r\n\r\n").unwrap() + 4..]).unwrap();
+    assert_eq!(body["model"], "m");
+    assert_eq!(body["messages"][1]["role"], "user");
+    assert_eq!(body["max_tokens"], 256);
+    assert_eq!(body["seed"], 0);
+    let trace = serde_json::to_string(&sink.take()).unwrap();
+    assert!(trace.contains("\"llm\"") && !trace.contains("sk-secret-key"), "traced, without the key: {trace}");
+}
+
+#[tokio::test]
+async fn completions_mode_sends_one_prompt() {
+    let server = serve(vec![ok("a passage", "stop")]).await;
+    let llm = OpenAiClient::new(LlmConfig {
+        base_url: format!("{}/v1/", server.url),
+        endpoint: Endpoint::Completions,
+        ..LlmConfig::default()
+    })
+    .unwrap();
+    let out = llm.generate(&Ctx::new(), &[simple()]).await.unwrap();
+    assert_eq!(out[0].text, "a passage");
+    let req = server.requests.lock().unwrap()[0].clone();
+    assert!(req.starts_with("POST /v1/completions"), "{req}");
+    assert!(req.contains("\"prompt\":") && req.contains("Assistant:"), "{req}");
+}
+
+#[tokio::test]
+async fn transient_failures_are_retried_and_permanent_ones_are_not() {
+    let server = serve(vec![
+        status(503, "{\"error\":{\"message\":\"loading model\"}}"),
+        status(429, "slow down"),
+        ok("fine", "stop"),
+    ])
+    .await;
+    let out = client(&server.url).generate(&Ctx::new(), &[simple()]).await.unwrap();
+    assert_eq!(out[0].text, "fine");
+    assert_eq!(server.requests.lock().unwrap().len(), 3, "two retries, then success");
+
+    let server = serve(vec![status(401, "{\"error\":{\"message\":\"bad key\"}}"), ok("never", "stop")]).await;
+    let err = client(&server.url).generate(&Ctx::new(), &[simple()]).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Permanent);
+    assert!(err.to_string().contains("HTTP 401: bad key") && err.to_string().contains("API key"), "{err}");
+    assert!(!err.to_string().contains("sk-secret-key"), "the key never appears in errors: {err}");
+    assert_eq!(server.requests.lock().unwrap().len(), 1, "no retry of a permanent failure");
+
+    let server = serve(vec![status(500, "boom")]).await;
+    let err = client(&server.url).generate(&Ctx::new(), &[simple()]).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Transient, "exhausted retries stay transient");
+    assert_eq!(server.requests.lock().unwrap().len(), 3, "1 try + max_retries (2)");
+}
+
+#[tokio::test]
+async fn a_slow_server_times_out_and_an_absent_one_is_unavailable() {
+    let mut slow = ok("late", "stop");
+    slow.delay = Duration::from_secs(3);
+    let server = serve(vec![slow]).await;
+    let llm = OpenAiClient::new(LlmConfig {
+        base_url: server.url.clone(),
+        timeout: Duration::from_millis(200),
+        max_retries: 1,
+        initial_backoff: Duration::from_millis(10),
+        ..LlmConfig::default()
+    })
+    .unwrap();
+    let err = llm.generate(&Ctx::new(), &[simple()]).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Transient);
+    assert!(err.to_string().contains("did not answer within 0.2 s"), "{err}");
+
+    // A deadline in the context cuts the attempt shorter than the configured timeout.
+    let llm = client(&server.url);
+    let ctx = Ctx::new().with_timeout(Duration::from_millis(150));
+    assert!(llm.generate(&ctx, &[simple()]).await.is_err());
+
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead = format!("http://{}", listener.local_addr().unwrap());
+    drop(listener);
+    let err = client(&dead).generate(&Ctx::new(), &[simple()]).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unavailable);
+    assert!(err.to_string().contains(&dead), "the message names the URL: {err}");
+}
+
+#[tokio::test]
+async fn malformed_structured_output_is_its_own_error_and_one_repair_fixes_it() {
+    let request = prompts::REWRITE.render(&[("query", "who wrote it?"), ("context", "Dune")]).unwrap();
+    // Invalid JSON, then (for the repair prompt) valid JSON.
+    let server = serve(vec![ok("{\"query\": \"Dune auth", "stop"), ok("{\"query\": \"Dune author\"}", "stop")]).await;
+    let llm = client(&server.url);
+    let err = llm.generate(&Ctx::new(), std::slice::from_ref(&request)).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::MalformedOutput);
+    assert_eq!(raw_output(&err).unwrap().text, "{\"query\": \"Dune auth");
+
+    let server = serve(vec![ok("{\"query\": \"Dune auth", "stop"), ok("{\"query\": \"Dune author\"}", "stop")]).await;
+    let answer = generate_json(&client(&server.url), &Ctx::new(), request.clone()).await.unwrap();
+    assert_eq!(answer.value["query"], "Dune author");
+    assert!(answer.repaired);
+    assert_eq!(answer.cost.calls, 2);
+    assert!(server.requests.lock().unwrap()[1].contains("not valid"), "the second call is the repair prompt");
+
+    // Truncated output (finish_reason length), twice: the caller gets MalformedOutput and can degrade.
+    let server = serve(vec![ok("{\"query\": \"Dune", "length")]).await;
+    let err = generate_json(&client(&server.url), &Ctx::new(), request).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::MalformedOutput);
+}
+
+#[tokio::test]
+async fn the_disk_cache_answers_repeated_requests_without_calling() {
+    let server = serve(vec![ok("first", "stop"), ok("second", "stop")]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let cached = CachedLlm::new(Arc::new(client(&server.url)), dir.path()).unwrap();
+    let a = cached.generate(&Ctx::new(), &[simple()]).await.unwrap();
+    let b = cached.generate(&Ctx::new(), &[simple()]).await.unwrap();
+    assert_eq!(a, b, "the same answer, cost included");
+    assert_eq!(server.requests.lock().unwrap().len(), 1);
+    let other = prompts::HYDE.render(&[("query", "what causes rickets?")]).unwrap();
+    assert_eq!(cached.generate(&Ctx::new(), &[other]).await.unwrap()[0].text, "second");
+    // A fresh decorator on the same directory reads the same answers.
+    let again = CachedLlm::new(Arc::new(client(&server.url)), dir.path()).unwrap();
+    assert_eq!(again.generate(&Ctx::new(), &[simple()]).await.unwrap(), a);
+    assert_eq!(server.requests.lock().unwrap().len(), 2);
+}
+
+/// The local LLM server, when one runs (`cargo xtask llm start` exports `RAGTUNE_LLM_URL`; CI requires it).
+fn local_llm() -> Option<OpenAiClient> {
+    let url = std::env::var("RAGTUNE_LLM_URL").ok().filter(|u| !u.is_empty());
+    let required = std::env::var("RAGTUNE_REQUIRE_LLM").is_ok_and(|v| v == "1");
+    match url {
+        Some(url) => Some(
+            OpenAiClient::new(LlmConfig { base_url: url, timeout: Duration::from_secs(120), ..LlmConfig::default() })
+                .unwrap(),
+        ),
+        None => {
+            assert!(!required, "RAGTUNE_REQUIRE_LLM=1 but RAGTUNE_LLM_URL is not set");
+            eprintln!("SKIPPED: RAGTUNE_LLM_URL is not set; run `cargo xtask llm start` to test against the local LLM");
+            None
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_local_llm_answers_text_and_schema_constrained_json() {
+    let Some(llm) = local_llm() else { return };
+    let mut request = prompts::HYDE.render(&[("query", "what causes scurvy?")]).unwrap();
+    request.temperature = 0.0;
+    request.max_tokens = 32;
+    let out = llm.generate(&Ctx::new(), &[request]).await.unwrap();
+    assert!(!out[0].text.trim().is_empty());
+    assert!(out[0].cost.tokens > 0 && out[0].cost.calls == 1, "usage is reported: {:?}", out[0].cost);
+
+    let request = prompts::ROUTE.render(&[("query", "Compare the causes of scurvy and rickets.")]).unwrap();
+    let answer = generate_json(&llm, &Ctx::new(), request).await.unwrap();
+    let verdict = answer.value["complexity"].as_str().unwrap_or_default().to_owned();
+    assert!(["simple", "moderate", "complex"].contains(&verdict.as_str()), "a verdict of the schema: {}", answer.value);
+
+    let request = prompts::MULTI_QUERY.render(&[("query", "what causes scurvy?"), ("n", "3")]).unwrap();
+    let answer = generate_json(&llm, &Ctx::new(), request).await.unwrap();
+    let queries = answer.value["queries"].as_array().expect("a list of queries");
+    assert!(!queries.is_empty() && queries.iter().all(serde_json::Value::is_string), "{}", answer.value);
+}
