@@ -21,6 +21,7 @@ mod control;
 mod cost;
 mod error;
 mod filter;
+pub mod prompt;
 mod seams;
 mod trace;
 mod types;
@@ -29,6 +30,7 @@ pub use control::{CancellationToken, Ctx, TraceSink};
 pub use cost::{Budget, Cost, CostModel};
 pub use error::{BoxError, Error, ErrorKind, Result};
 pub use filter::Filter;
+pub use prompt::Prompt;
 pub use seams::{
     Embedder, Llm, LlmRequest, LlmResponse, Message, RelevanceEvaluator, RelevanceJudgement, Reranker, Retriever, Role,
     SearchRequest, SparseEncoder, StoreStats, VectorQuery, VectorStore, Verdict, WebQuery, WebResult, WebSearch,

@@ -5,65 +5,8 @@
 //! new version never reuses answers to the old one, and traces name `id@version`.
 //! Placeholders are written `{{name}}`; rendering fails on a missing value or a leftover placeholder.
 
-use ragtune_core::{Error, LlmRequest, Result};
+pub use ragtune_core::Prompt;
 use serde_json::{Value, json};
-
-use crate::structured::chat;
-
-/// One prompt template.
-#[derive(Debug, Clone, Copy)]
-pub struct Prompt {
-    /// Stable name (`hyde`, `multi_query`).
-    pub id: &'static str,
-    /// Bumped on every change of wording or schema.
-    pub version: u32,
-    /// The system message.
-    pub system: &'static str,
-    /// The user message with `{{placeholders}}`.
-    pub user: &'static str,
-    /// The output's JSON schema, for structured prompts.
-    pub schema: Option<fn() -> Value>,
-    /// Sampling temperature.
-    pub temperature: f32,
-    /// Most tokens to generate.
-    pub max_tokens: u32,
-}
-
-impl Prompt {
-    /// `id@version`, for traces.
-    #[must_use]
-    pub fn tag(&self) -> String {
-        format!("{}@{}", self.id, self.version)
-    }
-
-    /// The request for the given values (seed 0, so answers are reproducible where the server honours seeds).
-    ///
-    /// # Errors
-    /// [`ErrorKind::InvalidInput`](ragtune_core::ErrorKind::InvalidInput) naming a placeholder without a value.
-    pub fn render(&self, values: &[(&str, &str)]) -> Result<LlmRequest> {
-        let user = fill(self.user, values).map_err(|e| e.context(self.tag()))?;
-        Ok(LlmRequest {
-            messages: chat(self.system, &user),
-            temperature: self.temperature,
-            max_tokens: self.max_tokens,
-            seed: Some(0),
-            stop: Vec::new(),
-            json_schema: self.schema.map(|f| f()),
-        })
-    }
-}
-
-fn fill(template: &str, values: &[(&str, &str)]) -> Result<String> {
-    let mut out = template.to_owned();
-    for (k, v) in values {
-        out = out.replace(&format!("{{{{{k}}}}}"), v);
-    }
-    if let Some(i) = out.find("{{") {
-        let name: String = out[i + 2..].chars().take_while(|c| *c != '}').collect();
-        return Err(Error::invalid_input(format!("the prompt needs a value for `{name}`")));
-    }
-    Ok(out)
-}
 
 /// HyDE: a hypothetical passage that would answer the question, embedded in place of (or with) the question.
 pub const HYDE: Prompt = Prompt {

@@ -1,159 +1,17 @@
-//! Structured (JSON) output: parsing what models write, and one repair round before giving up.
+//! Structured output with ragtune's own repair prompt.
 
-use std::fmt;
+use ragtune_core::{Ctx, Llm, LlmRequest, Result};
 
-use ragtune_core::{Cost, Ctx, Error, ErrorKind, Llm, LlmRequest, Message, Result, Role, TraceEvent};
-use serde_json::Value;
+pub use ragtune_core::prompt::{JsonAnswer, RawOutput, chat, parse_json_text, raw_output};
 
 use crate::prompts;
 
-/// The raw text of a structured answer that did not parse, attached as the source of a
-/// [`ErrorKind::MalformedOutput`] error so that a caller can show it or ask for a repair.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RawOutput {
-    /// What the model wrote.
-    pub text: String,
-    /// What producing it cost.
-    pub cost: Cost,
-}
-
-impl fmt::Display for RawOutput {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "raw output of {} bytes", self.text.len())
-    }
-}
-
-impl std::error::Error for RawOutput {}
-
-/// The [`RawOutput`] behind a malformed-output error, if there is one.
-#[must_use]
-pub fn raw_output(error: &Error) -> Option<&RawOutput> {
-    let mut cur: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(error);
-    while let Some(e) = cur {
-        if let Some(raw) = e.downcast_ref::<RawOutput>() {
-            return Some(raw);
-        }
-        cur = e.source();
-    }
-    None
-}
-
-/// Parses a model's JSON answer, tolerating what models add around it: whitespace, a Markdown code fence, or prose
-/// before the first `{`/`[` and after the matching last `}`/`]`.
+/// [`ragtune_core::prompt::generate_json`] with [`prompts::REPAIR_JSON`] as the repair prompt: runs a request
+/// that has a JSON schema, repairs a malformed answer once, and otherwise returns the
+/// [`MalformedOutput`](ragtune_core::ErrorKind::MalformedOutput) error for the caller to degrade on.
 ///
 /// # Errors
-/// The parser's message when no JSON document can be found.
-pub fn parse_json_text(text: &str) -> std::result::Result<Value, String> {
-    let t = text.trim();
-    if let Ok(v) = serde_json::from_str::<Value>(t) {
-        return Ok(v);
-    }
-    let unfenced = t.trim_start_matches("```json").trim_start_matches("```").trim_end_matches("```").trim();
-    if let Ok(v) = serde_json::from_str::<Value>(unfenced) {
-        return Ok(v);
-    }
-    let start = unfenced.find(['{', '[']);
-    let end = unfenced.rfind(['}', ']']);
-    match (start, end) {
-        (Some(s), Some(e)) if e > s => serde_json::from_str(&unfenced[s..=e]).map_err(|e| e.to_string()),
-        _ => Err("no JSON object or array in the output".into()),
-    }
-}
-
-/// What [`generate_json`] returns: the parsed value, what it cost (repair included), and whether a repair was
-/// needed.
-#[derive(Debug, Clone, PartialEq)]
-pub struct JsonAnswer {
-    /// The parsed output.
-    pub value: Value,
-    /// Tokens and calls of every attempt.
-    pub cost: Cost,
-    /// Whether the first answer was malformed and a repair prompt fixed it.
-    pub repaired: bool,
-}
-
-/// Runs a request that has a JSON schema and returns the parsed output. When the answer is malformed or
-/// truncated, asks once more with the repair prompt ([`prompts::REPAIR_JSON`]) showing the broken output and the
-/// schema; when that fails too, returns the [`ErrorKind::MalformedOutput`] error so the caller can degrade.
-///
-/// # Errors
-/// [`ErrorKind::InvalidInput`] when the request has no schema; the LLM's errors; `MalformedOutput` after a failed
-/// repair.
+/// As [`ragtune_core::prompt::generate_json`].
 pub async fn generate_json(llm: &dyn Llm, ctx: &Ctx, request: LlmRequest) -> Result<JsonAnswer> {
-    let Some(schema) = request.json_schema.clone() else {
-        return Err(Error::invalid_input("generate_json needs a request with a JSON schema"));
-    };
-    let first = llm.generate(ctx, std::slice::from_ref(&request)).await;
-    let error = match first {
-        Ok(mut r) => {
-            let response = r.pop().ok_or_else(|| Error::permanent("the LLM returned no response"))?;
-            match parse_json_text(&response.text) {
-                Ok(value) => return Ok(JsonAnswer { value, cost: response.cost, repaired: false }),
-                Err(e) => Error::malformed_output(format!("the structured output is not valid JSON ({e})"))
-                    .with_source(RawOutput { text: response.text, cost: response.cost }),
-            }
-        }
-        Err(e) if e.kind() == ErrorKind::MalformedOutput => e,
-        Err(e) => return Err(e),
-    };
-    let raw = raw_output(&error).cloned().unwrap_or(RawOutput { text: String::new(), cost: Cost::ZERO });
-    ctx.trace(TraceEvent::new("llm", "repair").detail("error", error.message().to_owned()));
-    let schema_text = serde_json::to_string(&schema).unwrap_or_default();
-    let mut repair = prompts::REPAIR_JSON
-        .render(&[("schema", &schema_text), ("output", &truncate(&raw.text, 4000))])
-        .map_err(|e| e.context("rendering the repair prompt"))?;
-    repair.json_schema = Some(schema);
-    repair.seed = request.seed;
-    repair.max_tokens = request.max_tokens.max(repair.max_tokens);
-    let mut cost = raw.cost;
-    match llm.generate(ctx, std::slice::from_ref(&repair)).await {
-        Ok(mut r) => {
-            let response = r.pop().ok_or_else(|| Error::permanent("the LLM returned no response"))?;
-            cost += response.cost;
-            parse_json_text(&response.text)
-                .map(|value| JsonAnswer { value, cost, repaired: true })
-                .map_err(|e| Error::malformed_output(format!("the repaired output is still not valid JSON ({e})")))
-        }
-        Err(e) if e.kind() == ErrorKind::MalformedOutput => Err(e.context("after one repair attempt")),
-        Err(e) => Err(e),
-    }
-}
-
-fn truncate(text: &str, max: usize) -> String {
-    match text.char_indices().nth(max) {
-        Some((i, _)) => text[..i].to_owned(),
-        None => text.to_owned(),
-    }
-}
-
-/// A system message and a user message.
-#[must_use]
-pub fn chat(system: &str, user: &str) -> Vec<Message> {
-    let mut out = Vec::with_capacity(2);
-    if !system.is_empty() {
-        out.push(Message { role: Role::System, content: system.to_owned() });
-    }
-    out.push(Message { role: Role::User, content: user.to_owned() });
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn check(input: &str, expect: Option<&str>) {
-        let got = parse_json_text(input).ok().map(|v| v.to_string());
-        assert_eq!(got.as_deref(), expect, "input: {input:?}");
-    }
-
-    #[test]
-    fn json_is_found_inside_what_models_write() {
-        check(r#"{"a": 1}"#, Some(r#"{"a":1}"#));
-        check("```json\n{\"a\": [1, 2]}\n```", Some(r#"{"a":[1,2]}"#));
-        check("Sure! Here it is: {\"q\": \"x\"} Hope that helps.", Some(r#"{"q":"x"}"#));
-        check("[\"a\", \"b\"]", Some(r#"["a","b"]"#));
-        check("{\"a\": ", None);
-        check("no json here", None);
-        check("", None);
-    }
+    ragtune_core::prompt::generate_json(llm, ctx, request, &prompts::REPAIR_JSON).await
 }
