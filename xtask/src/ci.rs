@@ -3,6 +3,9 @@
 //! Provisioning comes first, then the checks from the cheapest to the most expensive, failing fast: the first step
 //! that fails stops the run with an error naming it. Every step prints its name and how long it took, and a summary
 //! of the durations closes the run. Builds use `-j2`: CI machines have 2 cores.
+//!
+//! The local LLM server (SmolLM2, provisioned with the rest) is started just before the tests, which get its URL in
+//! `RAGTUNE_LLM_URL` and `RAGTUNE_REQUIRE_LLM=1`; a guard stops it after the tests, and also when a step fails.
 
 use std::time::{Duration, Instant};
 
@@ -39,14 +42,15 @@ pub fn run(args: &[String]) -> Result<()> {
         cmd.args(DENY_CHECKS);
         shell::run(&mut cmd)
     })?;
+    let llm = steps.run("llm", || crate::llm::start_guarded(&shell, crate::llm::model(crate::llm::CI_MODEL)?))?;
+    // Models and the LLM were provisioned above: a test that cannot find them must fail, not skip.
+    let test_env = [("RAGTUNE_REQUIRE_MODELS", "1"), ("RAGTUNE_LLM_URL", llm.url()), ("RAGTUNE_REQUIRE_LLM", "1")];
     steps.run("nextest", || {
         let mut cmd = shell.cargo(&["nextest", "run", "--workspace", "--profile", "ci", "--build-jobs", "2"]);
-        // Models were provisioned above: a test that cannot find them must fail, not skip.
-        shell::run(cmd.env("RAGTUNE_REQUIRE_MODELS", "1"))
+        shell::run(cmd.envs(test_env))
     })?;
-    steps.run("doctests", || {
-        shell::run(shell.cargo(&["test", "--workspace", "--doc", "-j2"]).env("RAGTUNE_REQUIRE_MODELS", "1"))
-    })?;
+    steps.run("doctests", || shell::run(shell.cargo(&["test", "--workspace", "--doc", "-j2"]).envs(test_env)))?;
+    llm.stop()?;
 
     steps.summary();
     println!("ci: all steps passed in {}", seconds(started.elapsed()));
@@ -61,16 +65,16 @@ struct Steps {
 
 impl Steps {
     /// Runs one step between banners; on failure prints the summary so far and names the step in the error.
-    fn run(&mut self, name: &'static str, step: impl FnOnce() -> Result<()>) -> Result<()> {
+    fn run<T>(&mut self, name: &'static str, step: impl FnOnce() -> Result<T>) -> Result<T> {
         println!("\n==> ci: {name}");
         let started = Instant::now();
         let result = step();
         let elapsed = started.elapsed();
         match result {
-            Ok(()) => {
+            Ok(value) => {
                 println!("<== ci: {name} passed in {}", seconds(elapsed));
                 self.done.push((name, elapsed));
-                Ok(())
+                Ok(value)
             }
             Err(error) => {
                 self.summary();

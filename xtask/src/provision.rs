@@ -50,8 +50,8 @@ const TOOLS: &[Tool] = &[
 
 /// Installs what CI needs and puts it on the `PATH` of `shell`'s child processes.
 ///
-/// This is the one place where CI prepares the machine: later work adds the embedding and reranking models and the
-/// local LLM server here, after the tools.
+/// This is the one place where CI prepares the machine: tools first, then the embedding model, then the local LLM's
+/// engine and weights.
 pub fn provision(shell: &mut Shell) -> Result<()> {
     // `cargo install` puts binaries in $CARGO_HOME/bin, which a fresh machine may not have on PATH; the wheels'
     // binaries go to the target directory and come first, so a pinned tool wins over an older one on the machine.
@@ -66,7 +66,10 @@ pub fn provision(shell: &mut Shell) -> Result<()> {
 
     // Models: ONNX Runtime and the embedding model, so model tests run for real in CI.
     crate::models::provision_models()?;
-    // LLM: later issues provision and start the local LLM server here.
+    // The local LLM: the engine and the small model CI serves. `ci` starts the server just before the tests, so
+    // that downloads happen here, up front, and the server runs no longer than the tests need it.
+    let ci_model = crate::llm::model(crate::llm::CI_MODEL)?;
+    crate::llm::provision(shell, ci_model)?;
     Ok(())
 }
 

@@ -126,6 +126,10 @@ pub struct Query {
     /// Only chunks that match this filter may be returned.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub filter: Option<Filter>,
+    /// The conversation before this question (earlier turns, oldest first), for transformations that resolve
+    /// references ("who wrote it?") such as query rewriting.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub context: Vec<String>,
 }
 
 impl Query {
@@ -137,7 +141,7 @@ impl Query {
 
     /// A query for `text` with the default `top_k` and no filter.
     pub fn new(text: impl Into<String>) -> Self {
-        Self { id: None, text: text.into(), top_k: Self::DEFAULT_TOP_K, filter: None }
+        Self { id: None, text: text.into(), top_k: Self::DEFAULT_TOP_K, filter: None, context: Vec::new() }
     }
 
     /// Sets `top_k`.
@@ -152,6 +156,12 @@ impl Query {
     pub fn with_filter(mut self, filter: Filter) -> Self {
         self.filter = Some(filter);
         self
+    }
+
+    /// The same query (options, filter, context) with another text: what query transformations retrieve with.
+    #[must_use]
+    pub fn with_text(&self, text: impl Into<String>) -> Self {
+        Self { text: text.into(), ..self.clone() }
     }
 
     /// Checks that the query can be answered at all.

@@ -154,8 +154,18 @@ impl OpenAiClient {
             body["stop"] = json!(request.stop);
         }
         if let Some(schema) = &request.json_schema {
-            body["response_format"] =
-                json!({ "type": "json_schema", "json_schema": { "name": "output", "strict": true, "schema": schema } });
+            match self.config.endpoint {
+                // OpenAI's structured outputs; llama.cpp, vLLM and Ollama honour it on the chat endpoint.
+                Endpoint::Chat => {
+                    body["response_format"] = json!({
+                        "type": "json_schema",
+                        "json_schema": { "name": "output", "strict": true, "schema": schema }
+                    });
+                }
+                // On `/v1/completions` llama.cpp ignores `response_format` and constrains only with a top-level
+                // `json_schema` (measured on the local server; see docs/llm.md).
+                Endpoint::Completions => body["json_schema"] = schema.clone(),
+            }
         }
         body
     }

