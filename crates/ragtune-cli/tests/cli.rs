@@ -151,3 +151,13 @@ fn migrate_needs_an_existing_source_and_a_known_target() {
     assert_eq!(out.status.code(), Some(2), "a usage error");
     assert!(text(&out.stderr).contains("unknown store `elsewhere`"), "{}", text(&out.stderr));
 }
+
+#[test]
+fn an_unreachable_qdrant_is_a_clear_runtime_error() {
+    let dir = tempfile::tempdir().unwrap();
+    // Port 9 (discard) has no Qdrant: connection refused at once.
+    let out = ragtune(&["search", "anything", "--qdrant-url", "http://127.0.0.1:9"], dir.path());
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(err.contains("cannot reach Qdrant at http://127.0.0.1:9"), "{err}");
+}

@@ -3,7 +3,11 @@
 //! [`EmbeddedStore`] is the default backend: a directory holding a crash-safe [redb](https://www.redb.org)
 //! database (chunks with their payload, sparse vectors and dense vectors), with an in-memory inverted index and
 //! dense matrix rebuilt on open. It implements [`VectorStore`](ragtune_core::VectorStore) and passes the contract
-//! suite of `ragtune-testkit`. A Qdrant adapter joins it behind a feature with the Qdrant issue.
+//! suite of `ragtune-testkit`.
+//!
+//! `QdrantStore`, behind the `qdrant` feature, keeps the same data in a collection of a
+//! [Qdrant](https://qdrant.tech) server (1.17 or newer, over gRPC), passes the same contract suite, and adds
+//! server-side hybrid search (`QdrantStore::hybrid_search`, reciprocal rank fusion inside Qdrant).
 //!
 //! ```
 //! use ragtune_core::{Chunk, Ctx, Record, SearchRequest, SparseSpec, SparseVector, VectorQuery, VectorStore};
@@ -22,11 +26,36 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! With the `qdrant` feature, the same calls against a server:
+//!
+#![cfg_attr(feature = "qdrant", doc = "```no_run")]
+#![cfg_attr(not(feature = "qdrant"), doc = "```ignore")]
+//! use ragtune_core::{Ctx, SparseSpec, VectorStore};
+//! use ragtune_store::{QdrantConfig, QdrantStore};
+//!
+//! # async fn run() -> ragtune_core::Result<()> {
+//! let config = QdrantConfig {
+//!     url: "http://127.0.0.1:6334".into(),
+//!     collection: "docs".into(),
+//!     api_key: std::env::var("QDRANT_API_KEY").ok(),
+//!     ..QdrantConfig::default()
+//! };
+//! let store = QdrantStore::connect(config).await?;
+//! store.ensure_spaces(&Ctx::new(), None, Some(&SparseSpec { encoder_id: "terms".into(), idf: true })).await?;
+//! println!("{} on Qdrant {}: {:?}", store.collection(), store.server_version(), store.stats(&Ctx::new()).await?);
+//! # Ok(())
+//! # }
+//! ```
 
 mod ann;
 mod codec;
 mod embedded;
 mod index;
+#[cfg(feature = "qdrant")]
+mod qdrant;
 
 pub use ann::AnnConfig;
 pub use embedded::{EmbeddedStore, OptimizeReport, StoreOptions};
+#[cfg(feature = "qdrant")]
+pub use qdrant::{QdrantConfig, QdrantStore};
