@@ -80,7 +80,12 @@ fn baseline_name(report: &serde_json::Value) -> Result<String> {
     let dataset = field("dataset").context("report has no dataset")?;
     let split = field("split").context("report has no split")?;
     let retriever = report["config"]["retriever"].as_str().context("report has no retriever")?;
-    Ok(format!("{dataset}-{split}-{retriever}.json"))
+    // A transformation (and the LLM behind it) gets baselines of its own.
+    let transform = match report["config"]["transform"]["kind"].as_str() {
+        Some(kind) => format!("-{kind}"),
+        None => String::new(),
+    };
+    Ok(format!("{dataset}-{split}-{retriever}{transform}.json"))
 }
 
 /// Prints every metric beside its baseline and returns the regressions.
@@ -115,5 +120,7 @@ mod tests {
     fn baseline_names_come_from_the_report() {
         let r = serde_json::json!({"dataset": "scifact", "split": "test", "config": {"retriever": "bm25"}});
         assert_eq!(baseline_name(&r).unwrap(), "scifact-test-bm25.json");
+        let r = serde_json::json!({"dataset": "scifact", "split": "test", "config": {"retriever": "hybrid", "transform": {"kind": "hyde"}}});
+        assert_eq!(baseline_name(&r).unwrap(), "scifact-test-hybrid-hyde.json");
     }
 }

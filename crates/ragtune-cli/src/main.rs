@@ -10,7 +10,7 @@ use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use ragtune::core::Query;
 use ragtune::eval::{EvalOptions, run_eval, summary_table};
-use ragtune::{Bm25Settings, Config, Engine, StoreBackend, Strategy};
+use ragtune::{Bm25Settings, Config, Engine, StoreBackend, Strategy, Transform};
 
 #[derive(Debug, Parser)]
 #[command(name = "ragtune", version, about = "A self-correcting, budget-aware retrieval engine for RAG.")]
@@ -23,6 +23,8 @@ struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
+// Parsed once per process: the size of the largest variant does not matter.
+#[allow(clippy::large_enum_variant)]
 enum Command {
     /// Index a folder of Markdown/text files, a JSONL file, or a BEIR directory.
     Index {
@@ -52,6 +54,12 @@ enum Command {
         /// Retrieval strategy: auto (hybrid when dense vectors are available, else bm25), bm25, dense, hybrid.
         #[arg(long, value_name = "NAME")]
         strategy: Option<Strategy>,
+        /// Query transformation: none, hyde, multi-query, rewrite, expand, routed, multi-hop.
+        #[arg(long, value_name = "NAME")]
+        transform: Option<Transform>,
+        /// An OpenAI-compatible LLM for transformations (default: the config's llm.url, else $RAGTUNE_LLM_URL).
+        #[arg(long, value_name = "URL")]
+        llm_url: Option<String>,
         /// Print results (with provenance and trace) as JSON.
         #[arg(long)]
         json: bool,
@@ -108,6 +116,30 @@ enum Command {
         /// http://127.0.0.1:6334).
         #[arg(long, value_name = "URL")]
         qdrant_url: Option<String>,
+        /// Query transformation: none, hyde, multi-query, rewrite, expand, routed, multi-hop.
+        #[arg(long, value_name = "NAME", default_value = "none")]
+        transform: Transform,
+        /// The OpenAI-compatible LLM for transformations (default: the config's llm.url, else $RAGTUNE_LLM_URL).
+        #[arg(long, value_name = "URL")]
+        llm_url: Option<String>,
+        /// The model name sent to the LLM (default: the config's llm.model).
+        #[arg(long, value_name = "NAME")]
+        llm_model: Option<String>,
+        /// Evaluate only the first N queries of the split (for slow transformations).
+        #[arg(long, value_name = "N")]
+        limit: Option<usize>,
+        /// Generated queries per question for multi-query (default 4).
+        #[arg(long, value_name = "N")]
+        multi_query_n: Option<usize>,
+        /// Retrievals at most for multi-hop (default 3).
+        #[arg(long, value_name = "N")]
+        max_hops: Option<usize>,
+        /// A synonym table for expand (default: the built-in one).
+        #[arg(long, value_name = "FILE")]
+        synonyms: Option<PathBuf>,
+        /// Let the LLM classify questions for routed (default: the heuristic only).
+        #[arg(long)]
+        router_llm: bool,
     },
     /// Copy an embedded store (chunks, payloads, dense and sparse vectors) into a Qdrant collection or another
     /// embedded store. Idempotent: an interrupted migration can be run again.
@@ -229,9 +261,15 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 }
             }
         }
-        Command::Search { query, store, qdrant, top_k, strategy, json } => {
+        Command::Search { query, store, qdrant, top_k, strategy, transform, llm_url, json } => {
             let mut cfg = config(cli.config.as_ref(), store)?;
             qdrant.apply(&mut cfg);
+            if let Some(t) = transform {
+                cfg.transform.kind = t;
+            }
+            if let Some(url) = llm_url {
+                cfg.llm.url = url;
+            }
             let k = top_k.unwrap_or(cfg.search.top_k);
             let strategy = strategy.unwrap_or(cfg.search.strategy);
             let engine = Engine::open(cfg).await?;
@@ -277,6 +315,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             cache_dir,
             store,
             qdrant_url,
+            transform,
+            llm_url,
+            llm_model,
+            limit,
+            multi_query_n,
+            max_hops,
+            synonyms,
+            router_llm,
         } => {
             let cfg = config(cli.config.as_ref(), None)?;
             let mut opts = EvalOptions::new(dataset);
@@ -300,6 +346,21 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 opts.cache_dir = d;
             }
             opts.store = store;
+            opts.limit = limit;
+            opts.transform = cfg.transform.clone();
+            opts.transform.kind = transform;
+            let t = &mut opts.transform;
+            t.multi_query_n = multi_query_n.unwrap_or(t.multi_query_n);
+            t.max_hops = max_hops.unwrap_or(t.max_hops);
+            t.synonyms = synonyms.or_else(|| t.synonyms.take());
+            t.router_llm |= router_llm;
+            opts.llm = cfg.llm.clone();
+            if let Some(url) = llm_url {
+                opts.llm.url = url;
+            }
+            if let Some(model) = llm_model {
+                opts.llm.model = model;
+            }
             opts.qdrant = cfg.store.qdrant.clone();
             if let Some(url) = qdrant_url {
                 opts.qdrant.url = url;

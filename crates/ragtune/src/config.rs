@@ -22,6 +22,10 @@ pub struct Config {
     pub embedding: EmbeddingSettings,
     /// Reciprocal Rank Fusion of BM25 and dense retrieval.
     pub hybrid: HybridSettings,
+    /// The language model (any OpenAI-compatible endpoint); off unless a URL is set.
+    pub llm: LlmSettings,
+    /// The query transformation applied around the retrieval strategy.
+    pub transform: TransformSettings,
 }
 
 /// Store settings.
@@ -333,6 +337,226 @@ impl Default for HybridSettings {
     }
 }
 
+/// The language model behind query transformations (and, later, evaluation and answers).
+///
+/// Any OpenAI-compatible endpoint: OpenAI, vLLM, Ollama, llama.cpp, or the local server of `cargo xtask llm start`.
+/// The API key comes from `$RAGTUNE_LLM_API_KEY` (or `$OPENAI_API_KEY`) when the file sets none; it is never written
+/// back out, printed or traced.
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LlmSettings {
+    /// The server's base URL (`http://127.0.0.1:8080`, `https://api.openai.com/v1`); empty: no LLM.
+    /// `$RAGTUNE_LLM_URL` overrides it.
+    pub url: String,
+    /// The model name sent with requests.
+    pub model: String,
+    /// The API key (prefer the environment variables).
+    #[serde(skip_serializing)]
+    pub api_key: Option<String>,
+    /// `chat` (`/v1/chat/completions`, default) or `completions` (`/v1/completions`).
+    pub endpoint: LlmEndpoint,
+    /// Seconds allowed per request.
+    pub timeout_secs: f64,
+    /// Retries of transient failures.
+    pub max_retries: u32,
+    /// Keep answers on disk under `$RAGTUNE_HOME/llm-cache`, so repeated runs are fast and reproducible.
+    pub cache: bool,
+}
+
+impl Default for LlmSettings {
+    fn default() -> Self {
+        Self {
+            url: String::new(),
+            model: "local".into(),
+            api_key: None,
+            endpoint: LlmEndpoint::Chat,
+            timeout_secs: 60.0,
+            max_retries: 2,
+            cache: true,
+        }
+    }
+}
+
+impl std::fmt::Debug for LlmSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LlmSettings")
+            .field("url", &self.url)
+            .field("model", &self.model)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("endpoint", &self.endpoint)
+            .field("timeout_secs", &self.timeout_secs)
+            .field("max_retries", &self.max_retries)
+            .field("cache", &self.cache)
+            .finish()
+    }
+}
+
+/// Which OpenAI-compatible API the LLM client calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LlmEndpoint {
+    /// `/v1/chat/completions`.
+    #[default]
+    Chat,
+    /// `/v1/completions`.
+    Completions,
+}
+
+/// A query transformation around the retrieval strategy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Transform {
+    /// The question as asked.
+    #[default]
+    None,
+    /// HyDE: search with the embedding of a generated answer passage (fused with BM25 for `hybrid`).
+    Hyde,
+    /// RAG-Fusion: generated queries plus the original, fused with RRF.
+    MultiQuery,
+    /// Rewrite-Retrieve-Read: search with the question rewritten for search.
+    Rewrite,
+    /// LLM-free synonym expansion, merged with the original.
+    Expand,
+    /// The complexity router: each question gets the plan of its complexity (`transform.routes`).
+    Routed,
+    /// Multi-hop: follow-up queries for what is still missing.
+    MultiHop,
+}
+
+impl Transform {
+    /// Whether it calls the LLM.
+    #[must_use]
+    pub fn needs_llm(self) -> bool {
+        !matches!(self, Self::None | Self::Expand)
+    }
+}
+
+impl std::fmt::Display for Transform {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::None => "none",
+            Self::Hyde => "hyde",
+            Self::MultiQuery => "multi-query",
+            Self::Rewrite => "rewrite",
+            Self::Expand => "expand",
+            Self::Routed => "routed",
+            Self::MultiHop => "multi-hop",
+        })
+    }
+}
+
+impl std::str::FromStr for Transform {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "none" => Ok(Self::None),
+            "hyde" => Ok(Self::Hyde),
+            "multi-query" | "multi_query" => Ok(Self::MultiQuery),
+            "rewrite" => Ok(Self::Rewrite),
+            "expand" => Ok(Self::Expand),
+            "routed" => Ok(Self::Routed),
+            "multi-hop" | "multi_hop" => Ok(Self::MultiHop),
+            other => Err(Error::invalid_input(format!(
+                "unknown transform `{other}`; available: none, hyde, multi-query, rewrite, expand, routed, multi-hop"
+            ))),
+        }
+    }
+}
+
+/// Settings of the query transformations.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TransformSettings {
+    /// The transformation applied to every query.
+    pub kind: Transform,
+    /// HyDE: passages generated per query (embeddings averaged).
+    pub hyde_generations: usize,
+    /// HyDE: average the question's own embedding in.
+    pub hyde_include_query: bool,
+    /// Multi-query: generated queries per question.
+    pub multi_query_n: usize,
+    /// Multi-query: generated queries this similar (word Jaccard) to the original or a kept one are dropped.
+    pub multi_query_max_similarity: f32,
+    /// Synonym expansion: a table file (one group of synonyms per line, comma-separated); the built-in table
+    /// otherwise.
+    pub synonyms: Option<PathBuf>,
+    /// Multi-hop: retrievals at most.
+    pub max_hops: usize,
+    /// Router: ask the LLM to classify too (its verdict wins; the heuristic is the fallback).
+    pub router_llm: bool,
+    /// Router: the plan of each complexity.
+    pub routes: RouteSettings,
+}
+
+impl Default for TransformSettings {
+    fn default() -> Self {
+        Self {
+            kind: Transform::None,
+            hyde_generations: 1,
+            hyde_include_query: true,
+            multi_query_n: 4,
+            multi_query_max_similarity: 0.8,
+            synonyms: None,
+            max_hops: 3,
+            router_llm: false,
+            routes: RouteSettings::default(),
+        }
+    }
+}
+
+/// The router's plans.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RouteSettings {
+    /// One fact from one passage.
+    pub simple: RouteSetting,
+    /// A few passages or some explanation.
+    pub moderate: RouteSetting,
+    /// Comparisons, several parts, facts leading to facts.
+    pub complex: RouteSetting,
+}
+
+impl Default for RouteSettings {
+    fn default() -> Self {
+        Self {
+            simple: RouteSetting { transform: Transform::None, retrieval_steps: 1, rerank_docs: 10, max_results: 10 },
+            moderate: RouteSetting {
+                transform: Transform::MultiQuery,
+                retrieval_steps: 2,
+                rerank_docs: 20,
+                max_results: 20,
+            },
+            complex: RouteSetting {
+                transform: Transform::MultiHop,
+                retrieval_steps: 3,
+                rerank_docs: 40,
+                max_results: 40,
+            },
+        }
+    }
+}
+
+/// What one route does and may spend.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RouteSetting {
+    /// The transformation (`routed` is not allowed here).
+    pub transform: Transform,
+    /// Retrieval steps allowed (hops for multi-hop).
+    pub retrieval_steps: u32,
+    /// Candidates the reranker may score.
+    pub rerank_docs: u32,
+    /// Results at most.
+    pub max_results: usize,
+}
+
+impl Default for RouteSetting {
+    fn default() -> Self {
+        Self { transform: Transform::None, retrieval_steps: 1, rerank_docs: 10, max_results: 10 }
+    }
+}
+
 impl Config {
     /// Parses a TOML document.
     ///
@@ -355,7 +579,8 @@ impl Config {
 
     /// Loads the configuration the CLI and server use: the file named by `path`, else `$RAGTUNE_CONFIG` when set,
     /// else defaults; then `$RAGTUNE_STORE` overrides the store path, `$RAGTUNE_QDRANT_URL` the Qdrant URL, and
-    /// `$QDRANT_API_KEY` supplies the Qdrant API key when the file has none.
+    /// `$QDRANT_API_KEY` supplies the Qdrant API key when the file has none; `$RAGTUNE_LLM_URL` overrides the LLM
+    /// URL and `$RAGTUNE_LLM_API_KEY` (else `$OPENAI_API_KEY`) supplies its key.
     ///
     /// # Errors
     /// As [`from_file`](Self::from_file).
@@ -373,6 +598,14 @@ impl Config {
         }
         if cfg.store.qdrant.api_key.is_none() {
             cfg.store.qdrant.api_key = std::env::var("QDRANT_API_KEY").ok().filter(|k| !k.is_empty());
+        }
+        if let Some(url) = std::env::var("RAGTUNE_LLM_URL").ok().filter(|u| !u.is_empty()) {
+            cfg.llm.url = url;
+        }
+        if cfg.llm.api_key.is_none() {
+            cfg.llm.api_key = ["RAGTUNE_LLM_API_KEY", "OPENAI_API_KEY"]
+                .iter()
+                .find_map(|k| std::env::var(k).ok().filter(|v| !v.is_empty()));
         }
         Ok(cfg)
     }

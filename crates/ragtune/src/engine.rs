@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use ragtune_core::{
-    Candidate, Chunk, ChunkKind, Ctx, Document, Embedder, Error, ErrorKind, Query, Record, Result, Retriever,
+    Candidate, Chunk, ChunkKind, Ctx, Document, Embedder, Error, ErrorKind, Llm, Query, Record, Result, Retriever,
     SparseEncoder, StoreStats, TextRole, TraceEvent, TraceSink, VectorStore, WriteBatch,
 };
 use ragtune_embed::{Bm25Config, Bm25Encoder};
@@ -16,7 +16,7 @@ use ragtune_store::EmbeddedStore;
 use serde::{Deserialize, Serialize};
 
 use crate::Config;
-use crate::config::{EmbeddingMode, Strategy};
+use crate::config::{EmbeddingMode, Strategy, Transform};
 use crate::stores::{OpenStore, open_store};
 
 /// How documents become chunks.
@@ -72,6 +72,8 @@ pub struct Engine {
     store: OpenStore,
     encoder: Option<Arc<Bm25Encoder>>,
     embedder: Option<Arc<dyn Embedder>>,
+    /// The language model for query transformations; `None` when no URL is configured.
+    llm: Option<Arc<dyn Llm>>,
     /// Why a capability is off (for example "dense retrieval is off: models are not provisioned"), shown in traces.
     notes: Vec<String>,
 }
@@ -97,7 +99,8 @@ impl Engine {
                 Err(e) => return Err(e),
             },
         };
-        let mut engine = Self::open_with_embedder(config, embedder).await?;
+        let llm = crate::models::load_llm(&config.llm)?;
+        let mut engine = Self::open_with_embedder(config, embedder).await?.with_llm(llm);
         engine.notes.extend(notes);
         Ok(engine)
     }
@@ -126,7 +129,21 @@ impl Engine {
                 e.spec().dim
             )));
         }
-        Ok(Self { config, store, encoder, embedder, notes: Vec::new() })
+        Ok(Self { config, store, encoder, embedder, llm: None, notes: Vec::new() })
+    }
+
+    /// Uses `llm` (or none) for query transformations instead of the configured one; for tests and for models of
+    /// your own.
+    #[must_use]
+    pub fn with_llm(mut self, llm: Option<Arc<dyn Llm>>) -> Self {
+        self.llm = llm;
+        self
+    }
+
+    /// The language model, when one is configured.
+    #[must_use]
+    pub fn llm(&self) -> Option<&Arc<dyn Llm>> {
+        self.llm.as_ref()
     }
 
     /// The configuration.
@@ -379,6 +396,120 @@ impl Engine {
         }
     }
 
+    /// The retriever for a strategy with a query transformation around it (see [`Transform`]).
+    ///
+    /// LLM-driven transformations use the configured LLM; without one they are still built, and every query
+    /// degrades to the plain question with a trace event saying that no LLM is configured. HyDE searches dense
+    /// vectors: alone for `dense`, fused with BM25 for `hybrid` (and `auto` when it resolves to hybrid).
+    ///
+    /// # Errors
+    /// As [`retriever`](Self::retriever); HyDE on a store without dense vectors or without an embedder
+    /// ([`Unavailable`](ragtune_core::ErrorKind::Unavailable)); a synonym table that cannot be read; `routed` as a
+    /// route's own transformation.
+    pub async fn transformed_retriever(&self, requested: Strategy, transform: Transform) -> Result<Arc<dyn Retriever>> {
+        self.transformed(requested, transform, self.config.transform.max_hops).await
+    }
+
+    fn llm_or_none(&self) -> Arc<dyn Llm> {
+        self.llm.clone().unwrap_or_else(|| Arc::new(crate::models::NoLlm))
+    }
+
+    async fn transformed(
+        &self,
+        requested: Strategy,
+        transform: Transform,
+        max_hops: usize,
+    ) -> Result<Arc<dyn Retriever>> {
+        use ragtune_llm::prompts;
+        use ragtune_retrieve::transform::{
+            HydeConfig, HydeRetriever, MultiHopConfig, MultiHopRetriever, MultiQueryConfig, MultiQueryRetriever,
+            RewriteConfig, RewriteRetriever, RouteBudget, RoutePlan, RoutedRetriever, SynonymExpansionRetriever,
+            SynonymTable,
+        };
+        let t = &self.config.transform;
+        let llm = self.llm_or_none();
+        let (strategy, _) = self.resolve(requested).await?;
+        match transform {
+            Transform::None => self.retriever(strategy).await,
+            Transform::Hyde => {
+                let embedder = self.embedder.clone().ok_or_else(|| {
+                    Error::unavailable(
+                        "HyDE needs the embedding model and dense vectors (`cargo xtask models`, then index)",
+                    )
+                })?;
+                if strategy == Strategy::Bm25 {
+                    return Err(Error::unavailable("HyDE searches dense vectors: use the dense or hybrid strategy"));
+                }
+                let config = HydeConfig {
+                    generations: t.hyde_generations.max(1),
+                    include_query: t.hyde_include_query,
+                    ..HydeConfig::new(prompts::HYDE)
+                };
+                let hyde: Arc<dyn Retriever> =
+                    Arc::new(HydeRetriever::new("hyde", llm, embedder, self.store.store.clone(), config));
+                if strategy == Strategy::Dense {
+                    return Ok(hyde);
+                }
+                let h = self.config.hybrid;
+                let bm25 = self.retriever(Strategy::Bm25).await?;
+                let inputs = vec![
+                    Fused { retriever: bm25, weight: h.bm25_weight },
+                    Fused { retriever: hyde, weight: h.dense_weight },
+                ];
+                Ok(Arc::new(HybridRetriever::new("hybrid+hyde", inputs, RrfConfig { k: h.k, depth: h.depth })?))
+            }
+            Transform::MultiQuery => {
+                let config = MultiQueryConfig {
+                    n: t.multi_query_n.max(1),
+                    max_similarity: t.multi_query_max_similarity,
+                    ..MultiQueryConfig::new(prompts::MULTI_QUERY, prompts::REPAIR_JSON)
+                };
+                Ok(Arc::new(MultiQueryRetriever::new("multi_query", llm, self.retriever(strategy).await?, config)))
+            }
+            Transform::Rewrite => {
+                let config = RewriteConfig::new(prompts::REWRITE, prompts::REPAIR_JSON);
+                Ok(Arc::new(RewriteRetriever::new("rewrite", llm, self.retriever(strategy).await?, config)))
+            }
+            Transform::Expand => {
+                let table = match &t.synonyms {
+                    Some(path) => SynonymTable::from_file(path)?,
+                    None => SynonymTable::builtin(),
+                };
+                Ok(Arc::new(SynonymExpansionRetriever::new("expand", self.retriever(strategy).await?, Arc::new(table))))
+            }
+            Transform::MultiHop => {
+                let config = MultiHopConfig {
+                    max_hops: max_hops.max(1),
+                    ..MultiHopConfig::new(prompts::FOLLOW_UP, prompts::REPAIR_JSON)
+                };
+                Ok(Arc::new(MultiHopRetriever::new("multi_hop", llm, self.retriever(strategy).await?, config)))
+            }
+            Transform::Routed => {
+                let mut plans = Vec::with_capacity(3);
+                for route in [t.routes.simple, t.routes.moderate, t.routes.complex] {
+                    if route.transform == Transform::Routed {
+                        return Err(Error::invalid_input("a route's transform cannot be `routed` itself"));
+                    }
+                    let retriever =
+                        Box::pin(self.transformed(strategy, route.transform, route.retrieval_steps as usize)).await?;
+                    let budget = RouteBudget {
+                        retrieval_steps: route.retrieval_steps,
+                        rerank_docs: route.rerank_docs,
+                        max_results: route.max_results,
+                    };
+                    plans.push(RoutePlan { retriever, budget });
+                }
+                let [simple, moderate, complex]: [RoutePlan; 3] =
+                    plans.try_into().map_err(|_| Error::permanent("invariant: three routes"))?;
+                let mut router = RoutedRetriever::new("routed", simple, moderate, complex);
+                if t.router_llm {
+                    router = router.with_llm(llm, prompts::ROUTE, prompts::REPAIR_JSON);
+                }
+                Ok(Arc::new(router))
+            }
+        }
+    }
+
     /// Answers one query with the configured strategy: ranked candidates and the trace of what was done.
     ///
     /// # Errors
@@ -401,7 +532,14 @@ impl Engine {
             route = route.detail("fallback", why);
         }
         ctx.trace(route);
-        let retriever = self.retriever(resolved).await?;
+        let transform = self.config.transform.kind;
+        if transform.needs_llm() && self.llm.is_none() {
+            ctx.trace(
+                TraceEvent::new("transform", transform.to_string())
+                    .detail("note", "no LLM is configured: the transformation will fall back to the plain query"),
+            );
+        }
+        let retriever = self.transformed_retriever(resolved, transform).await?;
         let mut lists = retriever.retrieve(&ctx, std::slice::from_ref(&query)).await?;
         let hits = lists.pop().unwrap_or_default();
         Ok(SearchResponse { hits, trace: sink.take() })

@@ -5,13 +5,13 @@ use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use ragtune_core::{Ctx, Error, Query, Result, Retriever};
+use ragtune_core::{Ctx, Error, Query, Result, Retriever, TraceSink};
 use ragtune_evaluators::metrics::{Metric, Runs, evaluate, percentile};
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    Bm25Settings, Chunking, Config, EmbeddingMode, EmbeddingSettings, Engine, HybridSettings, QdrantSettings,
-    StoreBackend, StoreConfig, Strategy,
+    Bm25Settings, Chunking, Config, EmbeddingMode, EmbeddingSettings, Engine, HybridSettings, LlmSettings,
+    QdrantSettings, StoreBackend, StoreConfig, Strategy, Transform, TransformSettings,
 };
 
 /// The retrievers `eval` knows.
@@ -43,6 +43,12 @@ pub struct EvalOptions {
     /// The Qdrant server, for `store = qdrant`; the collection name is derived from the dataset and the index
     /// settings (`ragtune-eval-<dataset>-<key>`), so runs with other settings never share a collection.
     pub qdrant: QdrantSettings,
+    /// The query transformation and its settings (`transform.kind`).
+    pub transform: TransformSettings,
+    /// The LLM for transformations that need one.
+    pub llm: LlmSettings,
+    /// Evaluate only the first `limit` queries of the split (in id order), for slow transformations.
+    pub limit: Option<usize>,
 }
 
 impl EvalOptions {
@@ -60,6 +66,9 @@ impl EvalOptions {
             reindex: false,
             store: StoreBackend::Embedded,
             qdrant: QdrantSettings::default(),
+            transform: TransformSettings::default(),
+            llm: LlmSettings::default(),
+            limit: None,
         }
     }
 }
@@ -104,6 +113,41 @@ pub struct EvalReport {
     /// Where the index is: the embedded store's directory, or the Qdrant URL and collection.
     #[serde(default)]
     pub store_location: String,
+    /// What the LLM cost per query (zero without a transformation that calls it).
+    #[serde(default)]
+    pub cost: EvalCost,
+    /// Per-query latency split: time in LLM calls and the rest (retrieval, embedding, fusion).
+    #[serde(default)]
+    pub latency_split_ms: LatencySplit,
+    /// How many queries each route took (`routed` only).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub routes: BTreeMap<String, usize>,
+}
+
+/// LLM spending of an evaluation.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct EvalCost {
+    /// LLM calls in all (cache hits included: a cached answer counts as the call that produced it).
+    pub llm_calls: u64,
+    /// Of which answered from the disk cache.
+    pub llm_cache_hits: u64,
+    /// Prompt plus completion tokens in all.
+    pub llm_tokens: u64,
+    /// Mean calls per query.
+    pub llm_calls_per_query: f64,
+    /// Mean tokens per query.
+    pub llm_tokens_per_query: f64,
+    /// Transformation steps that fell back to the plain question (LLM down, garbage, no LLM).
+    pub transform_fallbacks: u64,
+}
+
+/// Mean and median per-query milliseconds spent in LLM calls and in everything else.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct LatencySplit {
+    /// In LLM calls.
+    pub llm: Latency,
+    /// In retrieval (store, embedding, fusion) and the rest.
+    pub retrieval: Latency,
 }
 
 const COMPLETE_MARKER: &str = "complete.json";
@@ -124,6 +168,17 @@ pub async fn run_eval(opts: &EvalOptions, log: &mut dyn FnMut(&str)) -> Result<E
     if opts.top_k == 0 {
         return Err(Error::invalid_input("--top-k must be at least 1"));
     }
+    let transform = opts.transform.kind;
+    let llm = if transform.needs_llm() {
+        let llm = crate::models::load_llm(&opts.llm)?.ok_or_else(|| {
+            Error::invalid_input(format!(
+                "--transform {transform} needs an LLM: pass --llm-url URL or set $RAGTUNE_LLM_URL (`cargo xtask llm start` runs a local one)"
+            ))
+        })?;
+        Some(llm)
+    } else {
+        None
+    };
     let data = ragtune_ingest::load_beir(&opts.dataset, &opts.split)?;
     let name = opts
         .dataset
@@ -147,6 +202,23 @@ pub async fn run_eval(opts: &EvalOptions, log: &mut dyn FnMut(&str)) -> Result<E
         "chunking": chunking,
         "store": opts.store.to_string(),
     });
+    if transform != Transform::None {
+        let t = &opts.transform;
+        config["transform"] = serde_json::json!({
+            "kind": transform.to_string(),
+            "llm_model": if transform.needs_llm() { opts.llm.model.clone() } else { String::new() },
+            "hyde_generations": t.hyde_generations,
+            "hyde_include_query": t.hyde_include_query,
+            "multi_query_n": t.multi_query_n,
+            "multi_query_max_similarity": t.multi_query_max_similarity,
+            "max_hops": t.max_hops,
+            "router_llm": t.router_llm,
+            "synonyms": t.synonyms.as_ref().map(|p| p.display().to_string()),
+        });
+    }
+    if let Some(limit) = opts.limit {
+        config["limit"] = limit.into();
+    }
     if let Some(e) = &embedder {
         // Threads and batch size change speed, not results: they stay out of the config that baselines compare.
         config["embedder"] = serde_json::json!({ "spec": e.spec(), "max_length": opts.embedding.max_length });
@@ -193,9 +265,15 @@ pub async fn run_eval(opts: &EvalOptions, log: &mut dyn FnMut(&str)) -> Result<E
         }
     };
     let location = store.location();
-    let cfg =
-        Config { store, bm25: opts.bm25, hybrid: opts.hybrid, embedding: opts.embedding.clone(), ..Config::default() };
-    let mut engine = Engine::open_with_embedder(cfg, embedder).await?;
+    let cfg = Config {
+        store,
+        bm25: opts.bm25,
+        hybrid: opts.hybrid,
+        embedding: opts.embedding.clone(),
+        transform: opts.transform.clone(),
+        ..Config::default()
+    };
+    let mut engine = Engine::open_with_embedder(cfg, embedder).await?.with_llm(llm);
     let started = Instant::now();
     if cached {
         log(&format!("using the cached index {location}"));
@@ -209,18 +287,46 @@ pub async fn run_eval(opts: &EvalOptions, log: &mut dyn FnMut(&str)) -> Result<E
     }
     let index_seconds = started.elapsed().as_secs_f64();
 
-    let retriever = engine.retriever(strategy).await?;
-    let ctx = Ctx::new();
-    let queries = data.queries_with_qrels();
+    let retriever = engine.transformed_retriever(strategy, transform).await?;
+    let mut queries = data.queries_with_qrels();
+    if let Some(limit) = opts.limit {
+        queries.truncate(limit);
+    }
     log(&format!("running {} queries of split `{}`", queries.len(), opts.split));
     let mut runs: Runs = BTreeMap::new();
     let mut latencies = Vec::with_capacity(queries.len());
     let mut failed = Vec::new();
-    for q in &queries {
+    let (mut llm_ms, mut rest_ms) = (Vec::with_capacity(queries.len()), Vec::with_capacity(queries.len()));
+    let mut cost = EvalCost::default();
+    let mut routes: BTreeMap<String, usize> = BTreeMap::new();
+    for (i, q) in queries.iter().enumerate() {
         let query = Query { id: Some(q.id.clone()), ..Query::new(q.text.clone()).with_top_k(opts.top_k) };
+        let sink = TraceSink::new();
+        let ctx = Ctx::new().with_trace(sink.clone());
         let t = Instant::now();
         let result = retriever.retrieve(&ctx, std::slice::from_ref(&query)).await;
-        latencies.push(t.elapsed().as_secs_f64() * 1000.0);
+        let total = t.elapsed().as_secs_f64() * 1000.0;
+        latencies.push(total);
+        let mut in_llm = 0.0;
+        for e in sink.take() {
+            match (e.stage.as_str(), e.action.as_str()) {
+                ("llm", "generate" | "cached") => {
+                    cost.llm_calls += e.cost.calls;
+                    cost.llm_tokens += e.cost.tokens;
+                    cost.llm_cache_hits += u64::from(e.action == "cached") * e.cost.calls;
+                    in_llm += e.elapsed_us as f64 / 1000.0;
+                }
+                ("llm", _) => in_llm += e.elapsed_us as f64 / 1000.0,
+                ("transform", _) if e.detail.contains_key("fallback") => cost.transform_fallbacks += 1,
+                ("route", action) => *routes.entry(action.to_owned()).or_default() += 1,
+                _ => {}
+            }
+        }
+        llm_ms.push(in_llm);
+        rest_ms.push((total - in_llm).max(0.0));
+        if transform.needs_llm() && (i + 1) % 25 == 0 {
+            log(&format!("{} of {} queries", i + 1, queries.len()));
+        }
         match result {
             Ok(mut lists) => {
                 // Chunks map to documents; a document counts once, at its best-ranked chunk.
@@ -248,21 +354,32 @@ pub async fn run_eval(opts: &EvalOptions, log: &mut dyn FnMut(&str)) -> Result<E
         Metric::Ndcg(k),
     ];
     let report = evaluate(&data.qrels, &runs, &metrics);
-    latencies.sort_by(f64::total_cmp);
-    let mean = if latencies.is_empty() { 0.0 } else { latencies.iter().sum::<f64>() / latencies.len() as f64 };
+    let summary = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        let mean = if v.is_empty() { 0.0 } else { v.iter().sum::<f64>() / v.len() as f64 };
+        Latency { p50: percentile(v, 50.0), p99: percentile(v, 99.0), mean }
+    };
+    let latency_ms = summary(&mut latencies);
+    let latency_split_ms = LatencySplit { llm: summary(&mut llm_ms), retrieval: summary(&mut rest_ms) };
+    let n = queries.len().max(1) as f64;
+    cost.llm_calls_per_query = cost.llm_calls as f64 / n;
+    cost.llm_tokens_per_query = cost.llm_tokens as f64 / n;
     Ok(EvalReport {
         dataset: name,
         split: opts.split.clone(),
         queries: report.queries,
         config,
         metrics: report.mean,
-        latency_ms: Latency { p50: percentile(&latencies, 50.0), p99: percentile(&latencies, 99.0), mean },
+        latency_ms,
         index_seconds,
         index_cached: cached,
         documents: data.corpus.len(),
         failed_queries: failed,
         load_issues: data.issues.iter().map(ToString::to_string).collect(),
         store_location: location,
+        cost,
+        latency_split_ms,
+        routes,
     })
 }
 
@@ -290,6 +407,26 @@ pub fn summary_table(r: &EvalReport) -> String {
         r.index_seconds,
         if r.index_cached { " (cached index)" } else { "" }
     ));
+    if r.cost.llm_calls > 0 || r.cost.transform_fallbacks > 0 {
+        out.push_str(&format!(
+            "llm          {:.2} calls/query ({} cached of {}), {:.0} tokens/query, {} fallbacks to the plain query\n",
+            r.cost.llm_calls_per_query,
+            r.cost.llm_cache_hits,
+            r.cost.llm_calls,
+            r.cost.llm_tokens_per_query,
+            r.cost.transform_fallbacks
+        ));
+        out.push_str(&format!(
+            "latency ms   llm p50 {:.1} mean {:.1} | retrieval p50 {:.1} mean {:.1}\n",
+            r.latency_split_ms.llm.p50,
+            r.latency_split_ms.llm.mean,
+            r.latency_split_ms.retrieval.p50,
+            r.latency_split_ms.retrieval.mean
+        ));
+    }
+    if !r.routes.is_empty() {
+        out.push_str(&format!("routes       {:?}\n", r.routes));
+    }
     if !r.failed_queries.is_empty() {
         out.push_str(&format!("failed queries: {}\n", r.failed_queries.len()));
     }

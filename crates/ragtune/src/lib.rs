@@ -28,6 +28,7 @@ pub use ragtune_core as core;
 pub use ragtune_embed as embed;
 pub use ragtune_evaluators as evaluators;
 pub use ragtune_ingest as ingest;
+pub use ragtune_llm as llm;
 pub use ragtune_retrieve as retrieve;
 pub use ragtune_store as store;
 
@@ -38,7 +39,8 @@ mod models;
 pub mod stores;
 
 pub use config::{
-    Bm25Settings, ChunkingSettings, Config, EmbeddingMode, EmbeddingSettings, HybridSettings, QdrantSettings,
-    SearchSettings, StoreBackend, StoreConfig, Strategy, ragtune_home,
+    Bm25Settings, ChunkingSettings, Config, EmbeddingMode, EmbeddingSettings, HybridSettings, LlmEndpoint, LlmSettings,
+    QdrantSettings, RouteSetting, RouteSettings, SearchSettings, StoreBackend, StoreConfig, Strategy, Transform,
+    TransformSettings, ragtune_home,
 };
 pub use engine::{Chunking, Engine, IndexReport, SearchResponse};

@@ -2,7 +2,9 @@
 
 use std::sync::Arc;
 
-use ragtune_core::{Candidate, Chunk, Ctx, Embedder, Prompt, Query, Record, Retriever, TraceEvent, TraceSink, VectorStore};
+use ragtune_core::{
+    Candidate, Chunk, Ctx, Embedder, Prompt, Query, Record, Retriever, TraceEvent, TraceSink, VectorStore,
+};
 use ragtune_testkit::MemoryStore;
 use ragtune_testkit::fakes::{HashEmbedder, ScriptedFailure, ScriptedLlm, StaticRetriever};
 use serde_json::json;
