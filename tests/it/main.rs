@@ -6,6 +6,7 @@ mod engine;
 mod eval;
 mod scifact;
 mod strategies;
+mod transforms;
 
 use std::path::PathBuf;
 

@@ -181,7 +181,15 @@ impl Retriever for SynonymExpansionRetriever {
                     expanded_at.push(Some(batch.len()));
                     batch.push(q.with_text(text));
                 }
-                None => expanded_at.push(None),
+                None => {
+                    ctx.trace(
+                        TraceEvent::new("transform", self.name.clone())
+                            .detail("query", q.text.clone())
+                            .detail("added", serde_json::Value::Array(Vec::new()))
+                            .detail("note", "no word of the query is in the synonym table"),
+                    );
+                    expanded_at.push(None);
+                }
             }
         }
         let mut lists = self.inner.retrieve(ctx, &batch).await?.into_iter().map(Some).collect::<Vec<_>>();
