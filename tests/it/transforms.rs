@@ -90,8 +90,7 @@ fn garbage_server(content: &'static str) -> String {
             let mut buf = [0_u8; 65536];
             let mut seen = Vec::new();
             // Read until the body announced by Content-Length is in.
-            loop {
-                let Ok(n) = s.read(&mut buf) else { break };
+            while let Ok(n) = s.read(&mut buf) {
                 if n == 0 {
                     break;
                 }
