@@ -74,3 +74,30 @@ async fn bad_options_are_clear_errors() {
     let err = run_eval(&opts, &mut |_| {}).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::NotFound);
 }
+
+#[tokio::test]
+async fn a_limit_judges_only_the_queries_that_ran_and_transforms_report_their_cost() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("tiny");
+    tiny_beir(&data);
+    let mut opts = EvalOptions::new(&data);
+    opts.cache_dir = dir.path().join("cache");
+    opts.limit = Some(1);
+    let one = run_eval(&opts, &mut |_| {}).await.unwrap();
+    assert_eq!(one.queries, 1);
+    assert_eq!(one.metrics["ndcg@10"], 1.0, "the one query that ran, not averaged with ones that did not");
+    assert_eq!(one.config["limit"], 1);
+
+    // An LLM-free transformation: no LLM cost, its own config in the report.
+    opts.limit = None;
+    opts.transform.kind = ragtune::Transform::Expand;
+    let expanded = run_eval(&opts, &mut |_| {}).await.unwrap();
+    assert_eq!(expanded.config["transform"]["kind"], "expand");
+    assert_eq!(expanded.cost.llm_calls, 0);
+    // An LLM transformation without an LLM is refused up front.
+    opts.transform.kind = ragtune::Transform::Hyde;
+    opts.llm.url = String::new();
+    let err = run_eval(&opts, &mut |_| {}).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidInput);
+    assert!(err.to_string().contains("needs an LLM"), "{err}");
+}

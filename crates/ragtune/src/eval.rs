@@ -353,7 +353,15 @@ pub async fn run_eval(opts: &EvalOptions, log: &mut dyn FnMut(&str)) -> Result<E
         Metric::Recall(10),
         Metric::Ndcg(k),
     ];
-    let report = evaluate(&data.qrels, &runs, &metrics);
+    // With --limit, only the queries that ran are judged (the others have no run, not an empty one).
+    let evaluated: HashSet<&str> = queries.iter().map(|q| q.id.as_str()).collect();
+    let qrels: ragtune_evaluators::metrics::Qrels = data
+        .qrels
+        .iter()
+        .filter(|(id, _)| evaluated.contains(id.as_str()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let report = evaluate(&qrels, &runs, &metrics);
     let summary = |v: &mut Vec<f64>| {
         v.sort_by(f64::total_cmp);
         let mean = if v.is_empty() { 0.0 } else { v.iter().sum::<f64>() / v.len() as f64 };
