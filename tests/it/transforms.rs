@@ -163,7 +163,7 @@ async fn without_any_llm_configured_search_still_answers_and_the_trace_says_so()
 
 /// The local LLM server, when one runs (`cargo xtask llm start`; CI requires it).
 fn local_llm_url() -> Option<String> {
-    let url = std::env::var("RAGTUNE_LLM_URL").ok().filter(|u| !u.is_empty());
+    let url = std::env::var("RAGTUNE_LLM_URL").ok().filter(|u| !u.is_empty()).or_else(ragtune::local_llm_url);
     if url.is_none() {
         assert!(
             std::env::var("RAGTUNE_REQUIRE_LLM").map_or(true, |v| v != "1"),

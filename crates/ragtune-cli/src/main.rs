@@ -358,6 +358,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             if let Some(url) = llm_url {
                 opts.llm.url = url;
             }
+            // No URL anywhere: the local server of `cargo xtask llm start`, when one runs.
+            if opts.transform.kind.needs_llm()
+                && opts.llm.url.trim().is_empty()
+                && let Some(url) = ragtune::local_llm_url()
+            {
+                eprintln!("using the local LLM at {url} ($RAGTUNE_HOME/llm/server.json)");
+                opts.llm.url = url;
+            }
             if let Some(model) = llm_model {
                 opts.llm.model = model;
             }

@@ -44,3 +44,4 @@ pub use config::{
     TransformSettings, ragtune_home,
 };
 pub use engine::{Chunking, Engine, IndexReport, SearchResponse};
+pub use models::local_llm_url;

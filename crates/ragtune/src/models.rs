@@ -56,6 +56,15 @@ pub fn load_llm(settings: &LlmSettings) -> Result<Option<Arc<dyn Llm>>> {
     Ok(Some(Arc::new(client)))
 }
 
+/// The URL of the local LLM server started by `cargo xtask llm start`, read from
+/// `$RAGTUNE_HOME/llm/server.json`, when that file exists and names one.
+#[must_use]
+pub fn local_llm_url() -> Option<String> {
+    let path = crate::ragtune_home().join("llm").join("server.json");
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(path).ok()?).ok()?;
+    v["url"].as_str().filter(|u| !u.is_empty()).map(str::to_owned)
+}
+
 /// Stands in for the LLM when none is configured: every call is an `Unavailable` error saying how to configure
 /// one, so LLM-driven transformations degrade to the plain query and their traces say why.
 #[derive(Debug, Clone, Copy, Default)]
