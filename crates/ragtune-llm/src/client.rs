@@ -201,11 +201,14 @@ impl OpenAiClient {
                 Err((error, retry_after)) => {
                     let retry = error.is_retryable() && attempt < self.config.max_retries;
                     if !retry {
+                        // A malformed answer was still generated and paid for: its cost goes into the trace.
+                        let spent = crate::structured::raw_output(&error).map_or(Cost::ZERO, |raw| raw.cost);
                         ctx.trace(
                             TraceEvent::new("llm", "failed")
                                 .detail("error", error.kind().as_str())
                                 .detail("message", error.message().to_owned())
                                 .detail("attempts", attempt + 1)
+                                .cost(spent)
                                 .elapsed(started.elapsed()),
                         );
                         return Err(error);

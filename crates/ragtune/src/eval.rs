@@ -127,7 +127,8 @@ pub struct EvalReport {
 /// LLM spending of an evaluation.
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
 pub struct EvalCost {
-    /// LLM calls in all (cache hits included: a cached answer counts as the call that produced it).
+    /// LLM calls in all (cache hits included: a cached answer counts as the call that produced it; a malformed
+    /// answer counts too, it was generated).
     pub llm_calls: u64,
     /// Of which answered from the disk cache.
     pub llm_cache_hits: u64,
@@ -310,7 +311,7 @@ pub async fn run_eval(opts: &EvalOptions, log: &mut dyn FnMut(&str)) -> Result<E
         let mut in_llm = 0.0;
         for e in sink.take() {
             match (e.stage.as_str(), e.action.as_str()) {
-                ("llm", "generate" | "cached") => {
+                ("llm", "generate" | "cached" | "failed") => {
                     cost.llm_calls += e.cost.calls;
                     cost.llm_tokens += e.cost.tokens;
                     cost.llm_cache_hits += u64::from(e.action == "cached") * e.cost.calls;
