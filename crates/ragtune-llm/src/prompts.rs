@@ -109,6 +109,28 @@ fn follow_up_schema() -> Value {
     })
 }
 
+/// Pointwise relevance for the LLM reranker (`ragtune_rerank::LlmReranker`): a 0–10 score per passage.
+pub const RELEVANCE: Prompt = Prompt {
+    id: "relevance",
+    version: 1,
+    system: "You judge whether a passage helps answer a question. You answer with JSON only.",
+    user: "Question: {{query}}\n\nPassage:\n{{passage}}\n\nHow useful is this passage for answering the question? \
+           10: it answers it directly. 5: it is on the topic but does not answer it. 0: it is unrelated.\n\n\
+           Answer as {\"score\": <integer 0-10>}.",
+    schema: Some(relevance_schema),
+    temperature: 0.0,
+    max_tokens: 16,
+};
+
+fn relevance_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": { "score": { "type": "integer", "minimum": 0, "maximum": 10 } },
+        "required": ["score"],
+        "additionalProperties": false
+    })
+}
+
 /// Repair: asks for the broken structured output again, as valid JSON.
 pub const REPAIR_JSON: Prompt = Prompt {
     id: "repair_json",
@@ -122,7 +144,7 @@ pub const REPAIR_JSON: Prompt = Prompt {
 };
 
 /// Every prompt, for listings and tests.
-pub const ALL: [&Prompt; 6] = [&HYDE, &MULTI_QUERY, &REWRITE, &ROUTE, &FOLLOW_UP, &REPAIR_JSON];
+pub const ALL: [&Prompt; 7] = [&HYDE, &MULTI_QUERY, &REWRITE, &ROUTE, &FOLLOW_UP, &RELEVANCE, &REPAIR_JSON];
 
 #[cfg(test)]
 mod tests {
@@ -137,6 +159,7 @@ mod tests {
             ("passages", "[1] Scurvy is caused by a lack of vitamin C."),
             ("schema", "{}"),
             ("output", "{\"a\": "),
+            ("passage", "Scurvy is caused by a lack of vitamin C."),
         ];
         for p in ALL {
             let r = p.render(&values).unwrap();

@@ -29,6 +29,7 @@ pub use ragtune_embed as embed;
 pub use ragtune_evaluators as evaluators;
 pub use ragtune_ingest as ingest;
 pub use ragtune_llm as llm;
+pub use ragtune_rerank as rerank;
 pub use ragtune_retrieve as retrieve;
 pub use ragtune_store as store;
 
