@@ -101,3 +101,49 @@ async fn a_limit_judges_only_the_queries_that_ran_and_transforms_report_their_co
     assert_eq!(err.kind(), ErrorKind::InvalidInput);
     assert!(err.to_string().contains("needs an LLM"), "{err}");
 }
+
+#[tokio::test]
+async fn rerank_budget_efficiency_compares_policies_with_the_full_rerank_and_the_top_b_baseline() {
+    use std::sync::Arc;
+
+    use ragtune::core::{Candidate, Chunk, ScoredHit};
+    use ragtune::rerank_eval::{RerankEvalOptions, evaluate_reranking};
+    use ragtune_testkit::fakes::ScriptedReranker;
+
+    // Ten queries of 20 candidates; the one relevant document sits at retrieval rank 15 and the reranker knows it.
+    let mut reranker = ScriptedReranker::new().with_default(0.0);
+    let mut queries = Vec::new();
+    let mut qrels = std::collections::BTreeMap::new();
+    for q in 0..10 {
+        let cands: Vec<Candidate> = (0..20)
+            .map(|i| {
+                let id = format!("q{q}-d{i}");
+                let hit = ScoredHit { chunk: Chunk::new(&id, &id, format!("text {id}")), score: 1.0 - i as f32 * 0.01 };
+                Candidate::from_hit(hit, "bm25", i + 1)
+            })
+            .collect();
+        reranker = reranker.with_score(format!("text q{q}-d14"), 9.0);
+        qrels.insert(format!("q{q}"), [(format!("q{q}-d14"), 1)].into_iter().collect());
+        queries.push((format!("q{q}"), format!("query {q}"), cands));
+    }
+    let opts = RerankEvalOptions {
+        pool: 20,
+        budgets: vec![0.25, 1.0],
+        policies: vec!["greedy".into(), "uncertainty".into()],
+        ..RerankEvalOptions::default()
+    };
+    let report = evaluate_reranking(&opts, Arc::new(reranker), &qrels, &queries, &mut |_| {}).await.unwrap();
+    assert_eq!(report.queries, 10);
+    assert!((report.full_ndcg_at_10 - 1.0).abs() < 1e-9, "the full rerank puts the relevant document first");
+    assert!(report.retrieval_ndcg_at_10 < 0.5);
+    assert_eq!(report.points.len(), 6, "baseline + 2 policies at 2 budgets");
+    for p in &report.points {
+        assert!(p.pairs_per_query <= p.budget * 20.0 + 1e-9, "{p:?} stays within its budget");
+    }
+    let at = |policy: &str, budget: f64| {
+        report.points.iter().find(|p| p.policy == policy && (p.budget - budget).abs() < 1e-9).unwrap().ndcg_at_10
+    };
+    assert!(at("baseline-top-b", 0.25) < 0.5, "the first 5 by retrieval rank miss rank 15");
+    assert!((at("greedy", 1.0) - 1.0).abs() < 1e-9 && (at("baseline-top-b", 1.0) - 1.0).abs() < 1e-9);
+    assert!(ragtune::rerank_eval::rerank_table(&report).contains("baseline-top-b"));
+}

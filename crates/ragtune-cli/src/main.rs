@@ -140,6 +140,19 @@ enum Command {
         /// Let the LLM classify questions for routed (default: the heuristic only).
         #[arg(long)]
         router_llm: bool,
+        /// Also measure the budgeted reranking controller with this reranker (`llm`) on the retrieved
+        /// candidates; its scores are cached under $RAGTUNE_HOME/rerank-cache.
+        #[arg(long, value_name = "RERANKER")]
+        rerank: Option<String>,
+        /// Rerank budgets as fractions of the pool, comma-separated.
+        #[arg(long, value_name = "LIST", value_delimiter = ',', default_value = "0.1,0.2,0.3,0.5,1.0")]
+        rerank_budget: Vec<f64>,
+        /// Controller policies to compare, comma-separated: greedy, dynamic, uncertainty.
+        #[arg(long, value_name = "LIST", value_delimiter = ',', default_value = "greedy,uncertainty")]
+        policy: Vec<String>,
+        /// Candidates per query handed to the controller.
+        #[arg(long, value_name = "N", default_value_t = 50)]
+        rerank_pool: usize,
     },
     /// Copy an embedded store (chunks, payloads, dense and sparse vectors) into a Qdrant collection or another
     /// embedded store. Idempotent: an interrupted migration can be run again.
@@ -323,6 +336,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             max_hops,
             synonyms,
             router_llm,
+            rerank,
+            rerank_budget,
+            policy,
+            rerank_pool,
         } => {
             let cfg = config(cli.config.as_ref(), None)?;
             let mut opts = EvalOptions::new(dataset);
@@ -358,8 +375,15 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             if let Some(url) = llm_url {
                 opts.llm.url = url;
             }
+            opts.rerank = rerank.map(|reranker| ragtune::rerank_eval::RerankEvalOptions {
+                reranker,
+                pool: rerank_pool,
+                budgets: rerank_budget,
+                policies: policy,
+                ..ragtune::rerank_eval::RerankEvalOptions::default()
+            });
             // No URL anywhere: the local server of `cargo xtask llm start`, when one runs.
-            if opts.transform.kind.needs_llm()
+            if (opts.transform.kind.needs_llm() || opts.rerank.is_some())
                 && opts.llm.url.trim().is_empty()
                 && let Some(url) = ragtune::local_llm_url()
             {
@@ -375,6 +399,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             }
             let report = run_eval(&opts, &mut |line| eprintln!("{line}")).await?;
             print!("{}", summary_table(&report));
+            if let Some(r) = &report.rerank {
+                print!("{}", ragtune::rerank_eval::rerank_table(r));
+            }
             if let Some(path) = out {
                 std::fs::write(&path, serde_json::to_string_pretty(&report)? + "\n")
                     .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;

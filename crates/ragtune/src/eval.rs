@@ -49,6 +49,8 @@ pub struct EvalOptions {
     pub llm: LlmSettings,
     /// Evaluate only the first `limit` queries of the split (in id order), for slow transformations.
     pub limit: Option<usize>,
+    /// Also measure the budgeted reranking controller on the retrieved candidates.
+    pub rerank: Option<crate::rerank_eval::RerankEvalOptions>,
 }
 
 impl EvalOptions {
@@ -69,6 +71,7 @@ impl EvalOptions {
             transform: TransformSettings::default(),
             llm: LlmSettings::default(),
             limit: None,
+            rerank: None,
         }
     }
 }
@@ -122,6 +125,9 @@ pub struct EvalReport {
     /// How many queries each route took (`routed` only).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub routes: BTreeMap<String, usize>,
+    /// Budget efficiency of the reranking controller (`--rerank`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rerank: Option<crate::rerank_eval::RerankEvalReport>,
 }
 
 /// LLM spending of an evaluation.
@@ -170,10 +176,15 @@ pub async fn run_eval(opts: &EvalOptions, log: &mut dyn FnMut(&str)) -> Result<E
         return Err(Error::invalid_input("--top-k must be at least 1"));
     }
     let transform = opts.transform.kind;
-    let llm = if transform.needs_llm() {
+    if let Some(r) = &opts.rerank
+        && r.pool > opts.top_k
+    {
+        return Err(Error::invalid_input(format!("--rerank-pool {} needs --top-k of at least as much", r.pool)));
+    }
+    let llm = if transform.needs_llm() || opts.rerank.is_some() {
         let llm = crate::models::load_llm(&opts.llm)?.ok_or_else(|| {
             Error::invalid_input(format!(
-                "--transform {transform} needs an LLM: pass --llm-url URL or set $RAGTUNE_LLM_URL (`cargo xtask llm start` runs a local one)"
+                "--transform {transform} and --rerank llm need an LLM: pass --llm-url URL or set $RAGTUNE_LLM_URL (`cargo xtask llm start` runs a local one)"
             ))
         })?;
         Some(llm)
@@ -274,7 +285,7 @@ pub async fn run_eval(opts: &EvalOptions, log: &mut dyn FnMut(&str)) -> Result<E
         transform: opts.transform.clone(),
         ..Config::default()
     };
-    let mut engine = Engine::open_with_embedder(cfg, embedder).await?.with_llm(llm);
+    let mut engine = Engine::open_with_embedder(cfg, embedder).await?.with_llm(llm.clone());
     let started = Instant::now();
     if cached {
         log(&format!("using the cached index {location}"));
@@ -300,6 +311,7 @@ pub async fn run_eval(opts: &EvalOptions, log: &mut dyn FnMut(&str)) -> Result<E
     let (mut llm_ms, mut rest_ms) = (Vec::with_capacity(queries.len()), Vec::with_capacity(queries.len()));
     let mut cost = EvalCost::default();
     let mut routes: BTreeMap<String, usize> = BTreeMap::new();
+    let mut pools: Vec<(String, String, Vec<ragtune_core::Candidate>)> = Vec::new();
     for (i, q) in queries.iter().enumerate() {
         let query = Query { id: Some(q.id.clone()), ..Query::new(q.text.clone()).with_top_k(opts.top_k) };
         let sink = TraceSink::new();
@@ -332,9 +344,11 @@ pub async fn run_eval(opts: &EvalOptions, log: &mut dyn FnMut(&str)) -> Result<E
             Ok(mut lists) => {
                 // Chunks map to documents; a document counts once, at its best-ranked chunk.
                 let mut seen = HashSet::new();
-                let run = lists
-                    .pop()
-                    .unwrap_or_default()
+                let list = lists.pop().unwrap_or_default();
+                if let Some(r) = &opts.rerank {
+                    pools.push((q.id.clone(), q.text.clone(), list.iter().take(r.pool).cloned().collect()));
+                }
+                let run = list
                     .into_iter()
                     .filter(|c| seen.insert(c.chunk.doc_id.clone()))
                     .map(|c| (c.chunk.doc_id, c.score))
@@ -371,6 +385,26 @@ pub async fn run_eval(opts: &EvalOptions, log: &mut dyn FnMut(&str)) -> Result<E
     let latency_ms = summary(&mut latencies);
     let latency_split_ms = LatencySplit { llm: summary(&mut llm_ms), retrieval: summary(&mut rest_ms) };
     let n = queries.len().max(1) as f64;
+    let rerank = match (&opts.rerank, &llm) {
+        (Some(r), Some(llm)) => {
+            if r.reranker != "llm" {
+                return Err(Error::invalid_input(format!("unknown reranker `{}` (available: llm)", r.reranker)));
+            }
+            let inner = ragtune_rerank::LlmReranker::new(
+                llm.clone(),
+                ragtune_rerank::LlmRerankerConfig {
+                    repair: Some(ragtune_llm::prompts::REPAIR_JSON),
+                    ..ragtune_rerank::LlmRerankerConfig::new(ragtune_llm::prompts::RELEVANCE)
+                },
+            )?;
+            let reranker = ragtune_rerank::CachedReranker::new(
+                std::sync::Arc::new(inner),
+                crate::ragtune_home().join("rerank-cache"),
+            )?;
+            Some(crate::rerank_eval::evaluate_reranking(r, std::sync::Arc::new(reranker), &qrels, &pools, log).await?)
+        }
+        _ => None,
+    };
     cost.llm_calls_per_query = cost.llm_calls as f64 / n;
     cost.llm_tokens_per_query = cost.llm_tokens as f64 / n;
     Ok(EvalReport {
@@ -389,6 +423,7 @@ pub async fn run_eval(opts: &EvalOptions, log: &mut dyn FnMut(&str)) -> Result<E
         cost,
         latency_split_ms,
         routes,
+        rerank,
     })
 }
 

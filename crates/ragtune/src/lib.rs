@@ -37,6 +37,7 @@ mod config;
 mod engine;
 pub mod eval;
 mod models;
+pub mod rerank_eval;
 pub mod stores;
 
 pub use config::{

@@ -1,0 +1,251 @@
+//! Budget efficiency of the reranking controller, on an evaluation's retrieved candidates: for each policy and
+//! budget, the nDCG@10 reached and the pairs scored, beside a full rerank and the fixed "rerank the first B by
+//! retrieval rank" baseline at the same budget.
+//!
+//! The reranker's scores are cached on disk per (reranker, query, passage) (`CachedReranker`): the full rerank
+//! pays for every pair once, and every policy and budget then replays from the cache, so comparing ten settings
+//! costs one model pass.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Instant;
+
+use ragtune_core::{Budget, Candidate, Cost, Ctx, Error, Reranker, Result};
+use ragtune_evaluators::metrics::{Metric, Qrels, Runs, evaluate};
+use ragtune_rerank::{
+    BaselineEstimator, BatchConfig, CalibrationConfig, Controller, ControllerConfig, DynamicEstimator, Estimator,
+    GreedyScheduler, Scheduler, UncertaintyConfig, UncertaintyEstimator, UncertaintyScheduler,
+};
+use serde::{Deserialize, Serialize};
+
+/// The policies the evaluation knows: an estimator with a scheduler.
+pub const POLICIES: [&str; 3] = ["greedy", "dynamic", "uncertainty"];
+
+/// What to evaluate.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RerankEvalOptions {
+    /// The reranker (`llm`).
+    pub reranker: String,
+    /// Candidates per query taken from retrieval (the pool the controller works on).
+    pub pool: usize,
+    /// Budgets as fractions of the pool (0.1 = a tenth of the pairs).
+    pub budgets: Vec<f64>,
+    /// Policies to compare (see [`POLICIES`]).
+    pub policies: Vec<String>,
+    /// Documents per reranker batch.
+    pub batch_size: usize,
+}
+
+impl Default for RerankEvalOptions {
+    fn default() -> Self {
+        Self {
+            reranker: "llm".into(),
+            pool: 50,
+            budgets: vec![0.1, 0.2, 0.3, 0.5, 1.0],
+            policies: vec!["greedy".into(), "uncertainty".into()],
+            batch_size: 5,
+        }
+    }
+}
+
+/// One (policy, budget) result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RerankPoint {
+    /// The policy (`baseline-top-b` for the fixed baseline).
+    pub policy: String,
+    /// The budget as a fraction of the pool.
+    pub budget: f64,
+    /// Mean nDCG@10 over the queries.
+    pub ndcg_at_10: f64,
+    /// Mean pairs scored per query.
+    pub pairs_per_query: f64,
+    /// Mean cost per query as reported by the controller (documents, calls, tokens).
+    pub cost_per_query: [f64; 3],
+    /// Mean controller time per query in milliseconds, reranker time excluded where the scores came from the
+    /// cache.
+    pub ms_per_query: f64,
+    /// How often each stop reason ended a run.
+    pub stopped_by: BTreeMap<String, usize>,
+}
+
+/// The budget-efficiency part of an evaluation report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RerankEvalReport {
+    /// The reranker's name.
+    pub reranker: String,
+    /// Candidates per query.
+    pub pool: usize,
+    /// Queries evaluated.
+    pub queries: usize,
+    /// nDCG@10 of retrieval alone on the pool.
+    pub retrieval_ndcg_at_10: f64,
+    /// nDCG@10 when every pair of the pool is reranked.
+    pub full_ndcg_at_10: f64,
+    /// Pairs the full rerank scored per query.
+    pub full_pairs_per_query: f64,
+    /// Every policy and budget, and the fixed baseline at each budget.
+    pub points: Vec<RerankPoint>,
+}
+
+fn policy(name: &str, batch_size: usize) -> Result<(Arc<dyn Estimator>, Arc<dyn Scheduler>)> {
+    let batch = BatchConfig { batch_size, ..BatchConfig::default() };
+    Ok(match name {
+        "greedy" => (Arc::new(BaselineEstimator), Arc::new(GreedyScheduler::new(batch))),
+        "dynamic" => {
+            (Arc::new(DynamicEstimator::new(CalibrationConfig::default())), Arc::new(GreedyScheduler::new(batch)))
+        }
+        "uncertainty" => (
+            Arc::new(UncertaintyEstimator::new(UncertaintyConfig::default())),
+            Arc::new(UncertaintyScheduler::new(batch)),
+        ),
+        other => {
+            return Err(Error::invalid_input(format!(
+                "unknown rerank policy `{other}`; available: {}",
+                POLICIES.join(", ")
+            )));
+        }
+    })
+}
+
+/// A ranked list of candidates as a run (documents once, at their best position; scores encode the order).
+fn to_run(list: &[Candidate]) -> Vec<(String, f32)> {
+    let mut seen = HashSet::new();
+    let docs: Vec<String> =
+        list.iter().filter(|c| seen.insert(c.chunk.doc_id.clone())).map(|c| c.chunk.doc_id.clone()).collect();
+    let n = docs.len();
+    #[allow(clippy::cast_precision_loss)]
+    docs.into_iter().enumerate().map(|(i, d)| (d, (n - i) as f32)).collect()
+}
+
+fn ndcg10(qrels: &Qrels, runs: &Runs) -> f64 {
+    evaluate(qrels, runs, &[Metric::Ndcg(10)]).mean.get("ndcg@10").copied().unwrap_or(0.0)
+}
+
+/// Runs the budget-efficiency evaluation over `queries` (id, text, retrieved candidates in retrieval order).
+///
+/// # Errors
+/// Unknown policies, budgets outside (0, 1], reranker failures during the full rerank.
+pub async fn evaluate_reranking(
+    opts: &RerankEvalOptions,
+    reranker: Arc<dyn Reranker>,
+    qrels: &Qrels,
+    queries: &[(String, String, Vec<Candidate>)],
+    log: &mut dyn FnMut(&str),
+) -> Result<RerankEvalReport> {
+    if let Some(b) = opts.budgets.iter().find(|b| !(**b > 0.0 && **b <= 1.0)) {
+        return Err(Error::invalid_input(format!("rerank budgets are fractions in (0, 1], got {b}")));
+    }
+    for p in &opts.policies {
+        policy(p, 1)?;
+    }
+    let qrels: Qrels = {
+        let ids: HashSet<&str> = queries.iter().map(|(id, _, _)| id.as_str()).collect();
+        qrels.iter().filter(|(id, _)| ids.contains(id.as_str())).map(|(k, v)| (k.clone(), v.clone())).collect()
+    };
+    // Retrieval alone, and the full rerank (which fills the score cache).
+    let mut retrieval: Runs = BTreeMap::new();
+    let mut full: Runs = BTreeMap::new();
+    let mut scores: HashMap<String, HashMap<String, f32>> = HashMap::new();
+    let mut full_pairs = 0_usize;
+    for (i, (id, text, cands)) in queries.iter().enumerate() {
+        retrieval.insert(id.clone(), to_run(cands));
+        let mut s = Vec::with_capacity(cands.len());
+        for chunk in cands.chunks(opts.batch_size.max(1)) {
+            s.extend(reranker.score(&Ctx::new(), text, chunk).await.map_err(|e| e.context(format!("query {id}")))?);
+        }
+        full_pairs += cands.len();
+        let mut order: Vec<(usize, f32)> = s.iter().copied().enumerate().collect();
+        order.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        let ranked: Vec<Candidate> = order.iter().map(|(j, _)| cands[*j].clone()).collect();
+        full.insert(id.clone(), to_run(&ranked));
+        scores.insert(id.clone(), cands.iter().zip(&s).map(|(c, v)| (c.chunk.id.clone(), *v)).collect());
+        if (i + 1) % 10 == 0 {
+            log(&format!("rerank: full pass {} of {} queries", i + 1, queries.len()));
+        }
+    }
+    let n = queries.len().max(1) as f64;
+    let mut points = Vec::new();
+    for &budget in &opts.budgets {
+        // The fixed baseline: rerank the first B candidates by retrieval rank, the rest stay in retrieval order.
+        let mut runs: Runs = BTreeMap::new();
+        let mut pairs = 0_usize;
+        for (id, _, cands) in queries {
+            let b = ((budget * cands.len() as f64).ceil() as usize).min(cands.len());
+            let s = &scores[id];
+            let mut head: Vec<(usize, &Candidate)> = cands[..b].iter().enumerate().collect();
+            head.sort_by(|x, y| s[&y.1.chunk.id].total_cmp(&s[&x.1.chunk.id]).then(x.0.cmp(&y.0)));
+            let ranked: Vec<Candidate> =
+                head.into_iter().map(|(_, c)| c.clone()).chain(cands[b..].iter().cloned()).collect();
+            runs.insert(id.clone(), to_run(&ranked));
+            pairs += b;
+        }
+        points.push(RerankPoint {
+            policy: "baseline-top-b".into(),
+            budget,
+            ndcg_at_10: ndcg10(&qrels, &runs),
+            pairs_per_query: pairs as f64 / n,
+            cost_per_query: [pairs as f64 / n, 0.0, 0.0],
+            ms_per_query: 0.0,
+            stopped_by: BTreeMap::new(),
+        });
+        for name in &opts.policies {
+            let (estimator, scheduler) = policy(name, opts.batch_size)?;
+            let controller = Controller::new(reranker.clone())
+                .estimator(estimator)
+                .scheduler(scheduler)
+                .config(ControllerConfig { k: 10, ..ControllerConfig::default() });
+            let mut runs: Runs = BTreeMap::new();
+            let (mut spent, mut ms) = (Cost::ZERO, 0.0);
+            let mut stopped: BTreeMap<String, usize> = BTreeMap::new();
+            for (id, text, cands) in queries {
+                let docs = ((budget * cands.len() as f64).ceil() as u64).max(1);
+                let ctx = Ctx::new().with_budget(Budget::new(Cost::new(u64::MAX, docs, u64::MAX)));
+                let t = Instant::now();
+                let outcome = controller.run(&ctx, text, cands.clone()).await?;
+                ms += t.elapsed().as_secs_f64() * 1000.0;
+                spent += outcome.report.spent;
+                *stopped.entry(outcome.report.stopped_by.to_string()).or_default() += 1;
+                runs.insert(id.clone(), to_run(&outcome.candidates()));
+            }
+            points.push(RerankPoint {
+                policy: name.clone(),
+                budget,
+                ndcg_at_10: ndcg10(&qrels, &runs),
+                pairs_per_query: spent.docs as f64 / n,
+                cost_per_query: [spent.docs as f64 / n, spent.calls as f64 / n, spent.tokens as f64 / n],
+                ms_per_query: ms / n,
+                stopped_by: stopped,
+            });
+        }
+    }
+    Ok(RerankEvalReport {
+        reranker: reranker.name().to_owned(),
+        pool: opts.pool,
+        queries: queries.len(),
+        retrieval_ndcg_at_10: ndcg10(&qrels, &retrieval),
+        full_ndcg_at_10: ndcg10(&qrels, &full),
+        full_pairs_per_query: full_pairs as f64 / n,
+        points,
+    })
+}
+
+/// Renders the report as a table.
+#[must_use]
+pub fn rerank_table(r: &RerankEvalReport) -> String {
+    let mut out = format!(
+        "rerank {} on the top {} of {} queries: retrieval nDCG@10 {:.4}, full rerank {:.4} ({:.1} pairs/query)\n",
+        r.reranker, r.pool, r.queries, r.retrieval_ndcg_at_10, r.full_ndcg_at_10, r.full_pairs_per_query
+    );
+    out.push_str(&format!(
+        "{:<16} {:>7} {:>9} {:>8} {:>8} {:>10}\n",
+        "policy", "budget", "nDCG@10", "% full", "pairs", "ms/query"
+    ));
+    for p in &r.points {
+        let pct = if r.full_ndcg_at_10 > 0.0 { 100.0 * p.ndcg_at_10 / r.full_ndcg_at_10 } else { 0.0 };
+        out.push_str(&format!(
+            "{:<16} {:>7.2} {:>9.4} {:>7.1}% {:>8.1} {:>10.3}\n",
+            p.policy, p.budget, p.ndcg_at_10, pct, p.pairs_per_query, p.ms_per_query
+        ));
+    }
+    out
+}
