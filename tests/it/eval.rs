@@ -99,7 +99,7 @@ async fn a_limit_judges_only_the_queries_that_ran_and_transforms_report_their_co
     opts.llm.url = String::new();
     let err = run_eval(&opts, &mut |_| {}).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidInput);
-    assert!(err.to_string().contains("needs an LLM"), "{err}");
+    assert!(err.to_string().contains("need an LLM"), "{err}");
 }
 
 #[tokio::test]
