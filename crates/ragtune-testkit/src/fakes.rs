@@ -173,6 +173,18 @@ pub enum ScriptedFailure {
     FirstCalls(usize),
 }
 
+impl ScriptedFailure {
+    /// Whether the call numbered `call` (0-based) fails.
+    #[must_use]
+    pub fn fails(self, call: usize) -> bool {
+        match self {
+            Self::Never => false,
+            Self::Always => true,
+            Self::FirstCalls(n) => call < n,
+        }
+    }
+}
+
 /// A fake [`Reranker`] for unit tests: scores each candidate by looking its chunk text up in a script.
 ///
 /// Texts not in the script get the default score (`0.0` unless set). With a [`ScriptedFailure`] it returns a
@@ -264,12 +276,7 @@ impl Reranker for ScriptedReranker {
     async fn score(&self, ctx: &Ctx, _query: &str, candidates: &[Candidate]) -> Result<Vec<f32>> {
         ctx.check()?;
         let call = self.calls.fetch_add(1, Ordering::Relaxed);
-        let fails = match self.failure {
-            ScriptedFailure::Never => false,
-            ScriptedFailure::Always => true,
-            ScriptedFailure::FirstCalls(n) => call < n,
-        };
-        if fails {
+        if self.failure.fails(call) {
             return Err(Error::transient(format!(
                 "scripted reranker `{}` failed call {} on purpose",
                 self.name,
@@ -435,11 +442,7 @@ impl ragtune_core::Llm for ScriptedLlm {
                 seen.push(request.clone());
                 seen.len() - 1
             };
-            let fails = match self.failure {
-                ScriptedFailure::Never => false,
-                ScriptedFailure::Always => true,
-                ScriptedFailure::FirstCalls(n) => call < n,
-            };
+            let fails = self.failure.fails(call);
             let last = request.messages.last().map(|m| m.content.as_str()).unwrap_or_default();
             let reply = if fails {
                 None
