@@ -24,4 +24,10 @@
 //! # Ok::<(), ragtune_core::Error>(())
 //! ```
 
+pub mod crag;
+pub mod extract;
+pub mod faithfulness;
 pub mod metrics;
+pub mod refine;
+pub mod retry;
+

@@ -143,8 +143,116 @@ pub const REPAIR_JSON: Prompt = Prompt {
     max_tokens: 256,
 };
 
+/// Query-focused extraction (`ragtune_evaluators::extract`): one call over all retrieved passages that copies the
+/// sentences answering the question, each tagged with its document number. Copies are verified against the sources
+/// by the caller; paraphrases are rejected there.
+pub const EXTRACT: Prompt = Prompt {
+    id: "extract",
+    version: 1,
+    system: "You copy sentences from documents, word for word. You answer with JSON only.",
+    user: "Question: {{query}}\n\nDocuments:\n{{documents}}\n\nCopy every sentence from the documents above that helps \
+           answer the question, exactly as written (do not rewrite or shorten it), with its document number. \
+           Use an empty list when no sentence helps.\n\n\
+           Answer as {\"extracts\": [{\"doc\": <document number>, \"sentence\": \"<copied sentence>\"}]}.",
+    schema: Some(extract_schema),
+    temperature: 0.0,
+    max_tokens: 384,
+};
+
+fn extract_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "extracts": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": { "doc": { "type": "integer", "minimum": 1 }, "sentence": { "type": "string" } },
+                    "required": ["doc", "sentence"],
+                    "additionalProperties": false
+                }
+            }
+        },
+        "required": ["extracts"],
+        "additionalProperties": false
+    })
+}
+
+/// The grounded answer with numbered citations (`[n]` refers to the n-th source in `{{context}}`).
+pub const ANSWER: Prompt = Prompt {
+    id: "answer",
+    version: 1,
+    system: "You answer questions using only the numbered sources you are given. After each sentence, cite the sources \
+             it comes from as [1], [2]. If the sources do not contain the answer, say exactly: \
+             The documents don't contain this information.",
+    user: "Sources:\n{{context}}\n\nQuestion: {{query}}\n\nAnswer in one to three short sentences, with citations.",
+    schema: None,
+    temperature: 0.0,
+    max_tokens: 160,
+};
+
+/// The answer without retrieval: the "no retrieval" baseline of answer-level evaluation.
+pub const ANSWER_CLOSED_BOOK: Prompt = Prompt {
+    id: "answer_closed_book",
+    version: 1,
+    system: "You answer questions briefly from what you know.",
+    user: "Question: {{query}}\n\nAnswer in one or two short sentences.",
+    schema: None,
+    temperature: 0.0,
+    max_tokens: 96,
+};
+
+/// The faithfulness judge (`ragtune_evaluators::faithfulness`): a verdict per numbered statement of an answer.
+pub const JUDGE: Prompt = Prompt {
+    id: "judge",
+    version: 1,
+    system: "You check whether statements are supported by a context. Use only the context, no outside knowledge. \
+             If unsure, answer UNSUPPORTED. A statement saying that the documents do not contain the information is \
+             SUPPORTED. You answer with JSON only.",
+    user: "Context:\n{{context}}\n\nStatements:\n{{statements}}\n\nFor each numbered statement, say whether the context \
+           supports it: SUPPORTED (stated in the context), PARTIALLY_SUPPORTED (only part of it is), or UNSUPPORTED.\n\n\
+           Answer as {\"verdicts\": [{\"statement\": <number>, \"verdict\": \"SUPPORTED\"}]}.",
+    schema: Some(judge_schema),
+    temperature: 0.0,
+    max_tokens: 256,
+};
+
+fn judge_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "verdicts": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "statement": { "type": "integer", "minimum": 1 },
+                        "verdict": { "type": "string", "enum": ["SUPPORTED", "PARTIALLY_SUPPORTED", "UNSUPPORTED"] }
+                    },
+                    "required": ["statement", "verdict"],
+                    "additionalProperties": false
+                }
+            }
+        },
+        "required": ["verdicts"],
+        "additionalProperties": false
+    })
+}
+
 /// Every prompt, for listings and tests.
-pub const ALL: [&Prompt; 7] = [&HYDE, &MULTI_QUERY, &REWRITE, &ROUTE, &FOLLOW_UP, &RELEVANCE, &REPAIR_JSON];
+pub const ALL: [&Prompt; 11] = [
+    &HYDE,
+    &MULTI_QUERY,
+    &REWRITE,
+    &ROUTE,
+    &FOLLOW_UP,
+    &RELEVANCE,
+    &REPAIR_JSON,
+    &EXTRACT,
+    &ANSWER,
+    &ANSWER_CLOSED_BOOK,
+    &JUDGE,
+];
 
 #[cfg(test)]
 mod tests {
@@ -160,6 +268,8 @@ mod tests {
             ("schema", "{}"),
             ("output", "{\"a\": "),
             ("passage", "Scurvy is caused by a lack of vitamin C."),
+            ("documents", "[1] Scurvy is caused by a lack of vitamin C."),
+            ("statements", "1. Scurvy is caused by a lack of vitamin C."),
         ];
         for p in ALL {
             let r = p.render(&values).unwrap();
