@@ -19,6 +19,7 @@
 
 use std::collections::BTreeMap;
 
+pub mod answer;
 mod metric;
 mod percentile;
 mod ranking;
