@@ -1,0 +1,82 @@
+//! Corrective-RAG relevance evaluators: judge whether retrieved candidates can answer a query, so that a pipeline
+//! answers from them (CORRECT), expands and re-retrieves (AMBIGUOUS) or searches elsewhere (INCORRECT).
+//!
+//! Two evaluators implement [`RelevanceEvaluator`](ragtune_core::RelevanceEvaluator):
+//!
+//! - [`HeuristicEvaluator`]: free and model-less; keyword overlap, semantic coherence of the retrieval
+//!   similarities, length adequacy and source diversity, weighted into one score with RELEVANT / PARTIAL /
+//!   IRRELEVANT bands.
+//! - [`ModelEvaluator`]: CRAG's retrieval evaluator with any [`Reranker`](ragtune_core::Reranker) as the relevance
+//!   model (a cross-encoder, an LLM judge, or the free [`RetrievalScoreScorer`] and [`DenseSimilarityScorer`]),
+//!   with an upper and a lower threshold that [`calibrate`] fits on labelled training queries.
+//!
+//! ```
+//! use ragtune_evaluators::crag::{CalibrationSample, ScoreScale, calibrate, detection_stats};
+//!
+//! // An LLM judge answers 0 to 10; the evaluator reads that as 0 to 1.
+//! let judge = ScoreScale::Range { min: 0.0, max: 10.0 };
+//! assert_eq!(judge.normalise(8.0), 0.8);
+//! assert_eq!(judge.normalise(12.0), 1.0);
+//!
+//! // Fit the thresholds on queries whose retrieval is known to have failed or succeeded.
+//! let labelled = [(0.05, false), (0.15, false), (0.4, true), (0.55, true), (0.6, false), (0.8, true), (0.9, true)];
+//! let samples: Vec<CalibrationSample> =
+//!     labelled.into_iter().map(|(score, succeeded)| CalibrationSample { score, succeeded }).collect();
+//! let fit = calibrate(&samples, 0.9)?;
+//! assert_eq!((fit.lower, fit.upper), (0.15, 0.8));
+//! assert_eq!(detection_stats(&samples, fit.lower), (1.0, 2.0 / 3.0, 0.8));
+//! # Ok::<(), ragtune_core::Error>(())
+//! ```
+
+mod calibrate;
+mod heuristic;
+mod model;
+mod scorers;
+
+pub use calibrate::{Calibration, CalibrationSample, calibrate, detection_stats};
+pub use heuristic::{CriteriaWeights, HeuristicConfig, HeuristicEvaluator, heuristic_category};
+pub use model::{Aggregate, ModelConfig, ModelEvaluator, ScoreScale};
+pub use scorers::{DenseSimilarityScorer, RetrievalScoreScorer};
+
+/// A candidate for tests: chunk `id` of document `doc` with `text`, its own `score` and `sources` as
+/// (strategy, score) pairs ranked in the given order.
+#[cfg(test)]
+fn test_candidate(id: &str, doc: &str, text: &str, score: f32, sources: &[(&str, f32)]) -> ragtune_core::Candidate {
+    ragtune_core::Candidate {
+        chunk: ragtune_core::Chunk::new(id, doc, text),
+        score,
+        sources: sources
+            .iter()
+            .enumerate()
+            .map(|(i, (name, s))| {
+                ((*name).to_owned(), ragtune_core::SourceScore { score: *s, rank: u32::try_from(i + 1).unwrap_or(0) })
+            })
+            .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use ragtune_core::RelevanceEvaluator;
+
+    use super::*;
+
+    /// Checks that an evaluator can be shared across threads behind the seam.
+    fn check(evaluator: Arc<dyn RelevanceEvaluator>, name: &str) {
+        fn send_sync<T: Send + Sync + ?Sized>(_: &T) {}
+        send_sync(&evaluator);
+        assert_eq!(evaluator.name(), name);
+    }
+
+    #[test]
+    fn evaluators_are_seams() {
+        check(Arc::new(HeuristicEvaluator::new(HeuristicConfig::default()).unwrap()), "heuristic");
+        let scorer = Arc::new(RetrievalScoreScorer::new("dense"));
+        check(
+            Arc::new(ModelEvaluator::new(scorer, ScoreScale::Unit, ModelConfig::default()).unwrap()),
+            "model:retrieval:dense",
+        );
+    }
+}
