@@ -4,6 +4,7 @@ mod bad_input;
 mod crash;
 mod engine;
 mod eval;
+mod pipeline;
 mod rerank;
 mod scifact;
 mod strategies;

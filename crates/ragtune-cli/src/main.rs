@@ -64,6 +64,35 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Answer a question with the whole pipeline: retrieve, judge and correct the retrieval (Corrective RAG),
+    /// refine or extract the context, generate an answer with citations (extractive without an LLM), judge its
+    /// faithfulness, retry when the smart-retry policy says so.
+    Ask {
+        /// The question.
+        question: String,
+        #[command(flatten)]
+        opts: AskArgs,
+        /// Print the whole result (answer, citations, CRAG metadata, faithfulness, cost) as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Print the trace of every step.
+        #[arg(long)]
+        trace: bool,
+    },
+    /// The context the pipeline would answer from (retrieval, correction, refinement or extraction), without
+    /// generating an answer.
+    Query {
+        /// The question.
+        question: String,
+        #[command(flatten)]
+        opts: AskArgs,
+        /// Print the whole result as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Print the trace of every step.
+        #[arg(long)]
+        trace: bool,
+    },
     /// Evaluate retrieval on a BEIR dataset and print nDCG, recall, MRR, MAP and latency.
     Eval {
         /// The BEIR dataset directory (corpus.jsonl, queries.jsonl, qrels/).
@@ -153,6 +182,48 @@ enum Command {
         /// Candidates per query handed to the controller.
         #[arg(long, value_name = "N", default_value_t = 50)]
         rerank_pool: usize,
+        /// Answer-level evaluation on a QA dataset (the CMU Wikipedia QA set): the named experiments to run,
+        /// comma-separated (no_retrieval, baseline, forced_search, refined, extraction, judge, smart_retry,
+        /// multi_query, batched_extraction, corrective).
+        #[arg(long, value_name = "LIST", value_delimiter = ',')]
+        experiment: Vec<String>,
+        /// QA datasets: also measure knowledge refinement (answer-bearing strips kept, tokens cut).
+        #[arg(long)]
+        refinement: bool,
+        /// BEIR datasets: Corrective-RAG decision statistics (both evaluators, thresholds from the config) and
+        /// nDCG@10 with and without correction, instead of the retrieval metrics.
+        #[arg(long)]
+        crag: bool,
+        /// The cut-off of "retrieval succeeded" for --crag (a relevant document in the top K).
+        #[arg(long, value_name = "K", default_value_t = 10)]
+        crag_k: usize,
+    },
+    /// Fit the model-based CRAG evaluator's two thresholds on a training split and write them to a config file.
+    Calibrate {
+        /// The BEIR dataset directory.
+        #[arg(long, value_name = "DIR")]
+        dataset: PathBuf,
+        /// The split to fit on (never the test split you report on).
+        #[arg(long, default_value = "train")]
+        split: String,
+        /// The retriever whose results are judged: bm25, dense, hybrid.
+        #[arg(long, default_value = "hybrid")]
+        retriever: String,
+        /// "Retrieval succeeded" means a relevant document in the top K.
+        #[arg(long, value_name = "K", default_value_t = 10)]
+        k: usize,
+        /// The precision CORRECT must reach on the split (sets the upper threshold).
+        #[arg(long, value_name = "P", default_value_t = 0.9)]
+        target_precision: f32,
+        /// Where to write the thresholds (a config file `ragtune --config` reads).
+        #[arg(long, value_name = "FILE", default_value = "configs/crag-calibrated.toml")]
+        out: PathBuf,
+        /// Where cached indexes live (default: $RAGTUNE_HOME/eval-cache).
+        #[arg(long, value_name = "DIR")]
+        cache_dir: Option<PathBuf>,
+        /// Use only the first N queries.
+        #[arg(long, value_name = "N")]
+        limit: Option<usize>,
     },
     /// Copy an embedded store (chunks, payloads, dense and sparse vectors) into a Qdrant collection or another
     /// embedded store. Idempotent: an interrupted migration can be run again.
@@ -175,6 +246,116 @@ enum Command {
         #[arg(long, default_value_t = 256)]
         batch: usize,
     },
+}
+
+/// Options of `ask` and `query` that override the configuration file.
+#[derive(Debug, clap::Args)]
+struct AskArgs {
+    /// The store directory.
+    #[arg(long, value_name = "DIR")]
+    store: Option<PathBuf>,
+    #[command(flatten)]
+    qdrant: QdrantArgs,
+    /// An OpenAI-compatible LLM (default: the config's llm.url, else $RAGTUNE_LLM_URL; none: extractive answers).
+    #[arg(long, value_name = "URL")]
+    llm_url: Option<String>,
+    /// Answer without any LLM even when one is configured (extractive answer, LLM-free judge).
+    #[arg(long)]
+    no_llm: bool,
+    /// Candidates retrieved on the first attempt.
+    #[arg(short = 'k', long = "top-k", value_name = "N")]
+    top_k: Option<usize>,
+}
+
+impl AskArgs {
+    fn config(self, cli_config: Option<&PathBuf>) -> anyhow::Result<Config> {
+        let mut cfg = config(cli_config, self.store)?;
+        self.qdrant.apply(&mut cfg);
+        if let Some(url) = self.llm_url {
+            cfg.llm.url = url;
+        }
+        if self.no_llm {
+            cfg.llm.url = String::new();
+        }
+        if let Some(k) = self.top_k {
+            cfg.pipeline.top_k = k;
+        }
+        Ok(cfg)
+    }
+}
+
+fn print_answer(r: &ragtune::AskResponse, show_trace: bool) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    if let Some(answer) = &r.answer {
+        writeln!(out, "{answer}")?;
+        writeln!(out)?;
+    }
+    if !r.citations.is_empty() {
+        writeln!(out, "Sources:")?;
+        for c in &r.citations {
+            let title = c.title.as_deref().map(|t| format!(" ({t})")).unwrap_or_default();
+            writeln!(out, "  [{}] {}{title}", c.n, c.chunk_id)?;
+        }
+    }
+    if r.answer.is_none() {
+        writeln!(
+            out,
+            "Context ({}, {} of {} tokens):",
+            r.context_report.method, r.context_report.tokens_after, r.context_report.tokens_before
+        )?;
+        for p in &r.context {
+            writeln!(out, "[{}] {}", p.n, p.chunk_id)?;
+            writeln!(out, "    {}", snippet(&p.text, 300))?;
+        }
+    }
+    let c = &r.crag;
+    let decision = c.decision.map_or_else(|| "none".to_owned(), |d| format!("{d:?}").to_uppercase());
+    writeln!(
+        out,
+        "CRAG: {} ({}, score {:.2}, evaluator {}); correction: {}{}; candidates {} -> {}{}",
+        c.category,
+        decision,
+        c.score,
+        c.evaluator,
+        c.correction_strategy,
+        if c.web_search_used { " (web used)" } else { "" },
+        c.original_count,
+        c.final_count,
+        if c.cache_hit { "; cache hit" } else { "" }
+    )?;
+    if let Some(f) = &r.faithfulness {
+        writeln!(
+            out,
+            "Faithfulness: {:?} by {} ({:.0}% of {} statements supported, {:.0}% unsupported)",
+            f.overall,
+            f.label(),
+            f.supported_share * 100.0,
+            f.statements.len(),
+            f.unsupported_share * 100.0
+        )?;
+    }
+    writeln!(
+        out,
+        "Answer: {:?}; attempts: {}; context: {} ({} -> {} tokens); {} LLM calls, {} tokens, {:.0} ms",
+        r.answer_kind,
+        r.attempts.len().max(1),
+        r.context_report.method,
+        r.context_report.tokens_before,
+        r.context_report.tokens_after,
+        r.cost.llm_calls,
+        r.cost.tokens,
+        r.cost.total_ms
+    )?;
+    for n in &r.notes {
+        writeln!(out, "note: {n}")?;
+    }
+    if show_trace {
+        writeln!(out, "Trace:")?;
+        for e in &r.trace {
+            writeln!(out, "  {}", serde_json::to_string(e)?)?;
+        }
+    }
+    Ok(())
 }
 
 /// Where a Qdrant store is, overriding the configuration file.
@@ -274,6 +455,30 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 }
             }
         }
+        Command::Ask { question, opts, json, trace } => {
+            let engine = Engine::open(opts.config(cli.config.as_ref())?).await?;
+            let mut r = engine.ask(&question).await?;
+            if json {
+                if !trace {
+                    r.trace.clear();
+                }
+                println!("{}", serde_json::to_string_pretty(&r)?);
+            } else {
+                print_answer(&r, trace)?;
+            }
+        }
+        Command::Query { question, opts, json, trace } => {
+            let engine = Engine::open(opts.config(cli.config.as_ref())?).await?;
+            let mut r = engine.query(&question).await?;
+            if json {
+                if !trace {
+                    r.trace.clear();
+                }
+                println!("{}", serde_json::to_string_pretty(&r)?);
+            } else {
+                print_answer(&r, trace)?;
+            }
+        }
         Command::Search { query, store, qdrant, top_k, strategy, transform, llm_url, json } => {
             let mut cfg = config(cli.config.as_ref(), store)?;
             qdrant.apply(&mut cfg);
@@ -340,8 +545,43 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             rerank_budget,
             policy,
             rerank_pool,
+            experiment,
+            refinement,
+            crag,
+            crag_k,
         } => {
-            let cfg = config(cli.config.as_ref(), None)?;
+            let mut cfg = config(cli.config.as_ref(), None)?;
+            if ragtune::qa_eval::is_qa_dataset(&dataset) || !experiment.is_empty() {
+                if let Some(url) = llm_url.clone() {
+                    cfg.llm.url = url;
+                }
+                if cfg.llm.url.trim().is_empty()
+                    && let Some(url) = ragtune::local_llm_url()
+                {
+                    eprintln!("using the local LLM at {url} ($RAGTUNE_HOME/llm/server.json)");
+                    cfg.llm.url = url;
+                }
+                if let Some(model) = llm_model.clone() {
+                    cfg.llm.model = model;
+                }
+                let opts = ragtune::qa_eval::QaEvalOptions {
+                    dataset,
+                    experiments: if experiment.is_empty() { vec!["baseline".into()] } else { experiment },
+                    config: cfg,
+                    limit,
+                    cache_dir: cache_dir.unwrap_or_else(|| ragtune::ragtune_home().join("eval-cache")),
+                    reindex,
+                    refinement_check: refinement,
+                };
+                let report = ragtune::qa_eval::run_qa_eval(&opts, &mut |line| eprintln!("{line}")).await?;
+                print!("{}", ragtune::qa_eval::qa_table(&report));
+                if let Some(path) = out {
+                    std::fs::write(&path, serde_json::to_string_pretty(&report)? + "\n")
+                        .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+                    eprintln!("wrote {}", path.display());
+                }
+                return Ok(());
+            }
             let mut opts = EvalOptions::new(dataset);
             opts.split = split;
             opts.retriever = retriever;
@@ -397,6 +637,17 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             if let Some(url) = qdrant_url {
                 opts.qdrant.url = url;
             }
+            if crag {
+                let report =
+                    ragtune::crag_eval::run_crag_eval(&opts, &cfg, crag_k, &mut |line| eprintln!("{line}")).await?;
+                print!("{}", ragtune::crag_eval::crag_table(&report));
+                if let Some(path) = out {
+                    std::fs::write(&path, serde_json::to_string_pretty(&report)? + "\n")
+                        .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+                    eprintln!("wrote {}", path.display());
+                }
+                return Ok(());
+            }
             let report = run_eval(&opts, &mut |line| eprintln!("{line}")).await?;
             print!("{}", summary_table(&report));
             if let Some(r) = &report.rerank {
@@ -407,6 +658,40 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                     .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
                 eprintln!("wrote {}", path.display());
             }
+        }
+        Command::Calibrate { dataset, split, retriever, k, target_precision, out, cache_dir, limit } => {
+            let cfg = config(cli.config.as_ref(), None)?;
+            let mut opts = EvalOptions::new(&dataset);
+            opts.split = split.clone();
+            opts.retriever = retriever;
+            opts.embedding = cfg.embedding.clone();
+            opts.hybrid = cfg.hybrid;
+            opts.limit = limit;
+            if let Some(d) = cache_dir {
+                opts.cache_dir = d;
+            }
+            let c = ragtune::crag_eval::run_calibration(&opts, &cfg, k, target_precision, &mut |l| eprintln!("{l}"))
+                .await?;
+            let name =
+                dataset.canonicalize().ok().and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()));
+            let text = ragtune::crag_eval::calibration_toml(&c, &cfg, name.as_deref().unwrap_or("dataset"), &split, k);
+            if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::create_dir_all(dir).map_err(|e| anyhow::anyhow!("cannot create {}: {e}", dir.display()))?;
+            }
+            std::fs::write(&out, &text).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", out.display()))?;
+            println!(
+                "calibrated on {} queries ({} failed retrievals): upper {:.4}, lower {:.4}; INCORRECT precision {:.3}, recall {:.3}, F1 {:.3}; CORRECT precision {:.3} on {:.1} % of queries",
+                c.samples,
+                c.failures,
+                c.upper,
+                c.lower,
+                c.incorrect_precision,
+                c.incorrect_recall,
+                c.incorrect_f1,
+                c.correct_precision,
+                c.correct_share * 100.0
+            );
+            println!("wrote {}", out.display());
         }
         Command::Migrate { from, to, to_dir, qdrant, replace, batch } => {
             let mut cfg = config(cli.config.as_ref(), from)?;

@@ -30,4 +30,3 @@ pub mod faithfulness;
 pub mod metrics;
 pub mod refine;
 pub mod retry;
-

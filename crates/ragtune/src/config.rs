@@ -26,6 +26,191 @@ pub struct Config {
     pub llm: LlmSettings,
     /// The query transformation applied around the retrieval strategy.
     pub transform: TransformSettings,
+    /// The answer pipeline (`Engine::ask`): retrieval depth, context budget, deadline, what runs.
+    pub pipeline: PipelineSettings,
+    /// Corrective RAG: the retrieval evaluator and what each verdict triggers.
+    pub crag: CragSettings,
+    /// Budgeted reranking inside the answer pipeline.
+    pub rerank: RerankSettings,
+    /// Knowledge refinement (decompose, filter, recompose).
+    pub refine: ragtune_evaluators::refine::RefineConfig,
+    /// Query-focused extraction with the LLM (used when `pipeline.context = "extract"`).
+    pub extract: ragtune_evaluators::extract::ExtractConfig,
+    /// The faithfulness judge (runs when `pipeline.judge`).
+    pub judge: ragtune_evaluators::faithfulness::JudgeConfig,
+    /// Smart retry (runs when `pipeline.retry`).
+    pub retry: ragtune_evaluators::retry::RetryConfig,
+    /// Retrieval and evaluation caches.
+    pub cache: CacheSettings,
+}
+
+/// The answer pipeline's own settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PipelineSettings {
+    /// Candidates retrieved on the first attempt (smart retry's `expand_k` raises it along `retry.k_schedule`);
+    /// `0` uses `retry.k_schedule[0]`.
+    pub top_k: usize,
+    /// The whole prompt window the context shares with instructions and the answer, in tokens.
+    pub max_context_tokens: usize,
+    /// Tokens of `max_context_tokens` kept for the prompt and the answer.
+    pub reserve_tokens: usize,
+    /// What the generator sees: `extract` (query-focused extraction, refinement strips when it fails),
+    /// `refine` (refinement strips), or `full` (whole passages).
+    pub context: ContextMode,
+    /// Generate an answer (with the LLM when configured, else extractively); `false` returns context only.
+    pub generate: bool,
+    /// Retrieve at all; `false` answers closed-book (the "no retrieval" baseline of evaluations).
+    pub retrieve: bool,
+    /// Extract with one LLM call per passage (seed 003 v3–v5) instead of one batched call (v6).
+    pub extraction_per_document: bool,
+    /// Judge the answer's faithfulness.
+    pub judge: bool,
+    /// Let the LLM judge when one is configured (`false`: always the LLM-free judge).
+    pub judge_with_llm: bool,
+    /// Retry when the smart-retry policy says so.
+    pub retry: bool,
+    /// Deadline of one question in milliseconds (`0`: none). Stages that would start after it are skipped and the
+    /// answer is built from what exists.
+    pub timeout_ms: u64,
+}
+
+impl Default for PipelineSettings {
+    fn default() -> Self {
+        Self {
+            top_k: 0,
+            max_context_tokens: 2048,
+            reserve_tokens: 512,
+            context: ContextMode::Extract,
+            generate: true,
+            retrieve: true,
+            extraction_per_document: false,
+            judge: true,
+            judge_with_llm: true,
+            retry: true,
+            timeout_ms: 0,
+        }
+    }
+}
+
+/// What the generator sees.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ContextMode {
+    /// Query-focused extraction by the LLM (refinement strips without an LLM or when extraction fails).
+    Extract,
+    /// Knowledge-refinement strips.
+    Refine,
+    /// Whole retrieved passages.
+    Full,
+}
+
+impl std::str::FromStr for ContextMode {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "extract" => Ok(Self::Extract),
+            "refine" => Ok(Self::Refine),
+            "full" => Ok(Self::Full),
+            other => Err(Error::invalid_input(format!("unknown context mode `{other}`: use extract, refine or full"))),
+        }
+    }
+}
+
+/// Which retrieval evaluator judges the retrieval.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EvaluatorKind {
+    /// LLM-free heuristics (seed 002): keyword overlap, coherence, length, diversity.
+    Heuristic,
+    /// A scorer per document, aggregated, read with two calibrated thresholds (seed 000).
+    Model,
+}
+
+/// The scorer of the model-based evaluator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ScorerKind {
+    /// The dense cosine the retrieval already computed (free; hybrid and dense retrieval carry it).
+    Retrieval,
+    /// Cosine between the query and each passage with the embedding model.
+    Dense,
+    /// The LLM relevance judge (0–10, pointwise).
+    Llm,
+}
+
+/// Corrective RAG settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CragSettings {
+    /// Evaluate and correct at all.
+    pub enabled: bool,
+    /// The evaluator.
+    pub evaluator: EvaluatorKind,
+    /// The heuristic evaluator's weights and thresholds.
+    pub heuristic: ragtune_evaluators::crag::HeuristicConfig,
+    /// The model-based evaluator's thresholds and aggregation (`cargo xtask calibrate` writes them).
+    pub model: ragtune_evaluators::crag::ModelConfig,
+    /// The model-based evaluator's scorer.
+    pub scorer: ScorerKind,
+    /// AMBIGUOUS / PARTIAL: expand the query with synonyms, retrieve again and merge.
+    pub expand_on_ambiguous: bool,
+    /// INCORRECT / IRRELEVANT: rewrite the query with the LLM (synonym expansion without one) and retrieve again;
+    /// web search too when a provider is configured.
+    pub rewrite_on_incorrect: bool,
+    /// Results asked of the web provider on INCORRECT.
+    pub web_results: usize,
+}
+
+impl Default for CragSettings {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            evaluator: EvaluatorKind::Heuristic,
+            heuristic: ragtune_evaluators::crag::HeuristicConfig::default(),
+            model: ragtune_evaluators::crag::ModelConfig::default(),
+            scorer: ScorerKind::Retrieval,
+            expand_on_ambiguous: true,
+            rewrite_on_incorrect: true,
+            web_results: 5,
+        }
+    }
+}
+
+/// Budgeted reranking in the answer pipeline.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RerankSettings {
+    /// Rerank at all (needs the LLM: the LLM relevance judge is the reranker available offline).
+    pub enabled: bool,
+    /// The most documents reranked per question (the controller's document budget).
+    pub max_docs: u64,
+    /// The scheduling policy: `greedy`, `dynamic` or `uncertainty`.
+    pub policy: String,
+}
+
+impl Default for RerankSettings {
+    fn default() -> Self {
+        Self { enabled: false, max_docs: 3, policy: "uncertainty".into() }
+    }
+}
+
+/// Retrieval and evaluation caches (in memory, bounded, with a time to live).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CacheSettings {
+    /// Cache at all.
+    pub enabled: bool,
+    /// The most entries of each cache.
+    pub capacity: u64,
+    /// Seconds an entry lives.
+    pub ttl_secs: u64,
+}
+
+impl Default for CacheSettings {
+    fn default() -> Self {
+        Self { enabled: true, capacity: 1024, ttl_secs: 3600 }
+    }
 }
 
 /// Store settings.
@@ -563,7 +748,75 @@ impl Config {
     /// # Errors
     /// [`InvalidInput`](ragtune_core::ErrorKind::InvalidInput) with the line and column of the problem.
     pub fn from_toml(text: &str) -> Result<Self> {
-        toml::from_str(text).map_err(|e| Error::invalid_input(format!("invalid configuration: {e}")))
+        let cfg: Self =
+            toml::from_str(text).map_err(|e| Error::invalid_input(format!("invalid configuration: {e}")))?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Parses a TOML document with `RAGTUNE__SECTION__KEY=value` overrides applied before validation (the value
+    /// is read as a TOML value, else as a string: `RAGTUNE__RETRY__MAX_RETRIES=1`,
+    /// `RAGTUNE__CRAG__EVALUATOR=model`).
+    ///
+    /// # Errors
+    /// As [`from_toml`](Self::from_toml), naming the variable whose value does not fit.
+    pub fn from_toml_with_overrides(text: &str, overrides: &[(String, String)]) -> Result<Self> {
+        let mut table: toml::Table =
+            toml::from_str(text).map_err(|e| Error::invalid_input(format!("invalid configuration: {e}")))?;
+        for (name, value) in overrides {
+            let Some(path) = name.strip_prefix("RAGTUNE__") else { continue };
+            let keys: Vec<String> = path.split("__").map(str::to_ascii_lowercase).collect();
+            if keys.iter().any(String::is_empty) {
+                return Err(Error::invalid_input(format!("environment override {name}: empty key")));
+            }
+            let parsed = toml::from_str::<toml::Table>(&format!("v = {value}"))
+                .ok()
+                .and_then(|mut t| t.remove("v"))
+                .unwrap_or_else(|| toml::Value::String(value.clone()));
+            let mut at = &mut table;
+            for key in &keys[..keys.len() - 1] {
+                let entry = at.entry(key.clone()).or_insert_with(|| toml::Value::Table(toml::Table::new()));
+                at = entry.as_table_mut().ok_or_else(|| {
+                    Error::invalid_input(format!("environment override {name}: `{key}` is not a section"))
+                })?;
+            }
+            at.insert(keys[keys.len() - 1].clone(), parsed);
+        }
+        let cfg: Self = toml::Value::Table(table)
+            .try_into()
+            .map_err(|e| Error::invalid_input(format!("invalid configuration (with environment overrides): {e}")))?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Checks every threshold, weight and budget.
+    ///
+    /// # Errors
+    /// [`InvalidInput`](ragtune_core::ErrorKind::InvalidInput) naming the setting.
+    pub fn validate(&self) -> Result<()> {
+        let section = |name: &'static str| move |e: Error| e.context(format!("[{name}]"));
+        self.crag.heuristic.validate().map_err(section("crag.heuristic"))?;
+        self.crag.model.validate().map_err(section("crag.model"))?;
+        self.refine.validate().map_err(section("refine"))?;
+        self.judge.validate().map_err(section("judge"))?;
+        self.retry.validate().map_err(section("retry"))?;
+        let p = &self.pipeline;
+        if p.reserve_tokens >= p.max_context_tokens {
+            return Err(Error::invalid_input(format!(
+                "[pipeline] reserve_tokens ({}) must be less than max_context_tokens ({})",
+                p.reserve_tokens, p.max_context_tokens
+            )));
+        }
+        if !["greedy", "dynamic", "uncertainty"].contains(&self.rerank.policy.as_str()) {
+            return Err(Error::invalid_input(format!(
+                "[rerank] policy `{}` is unknown: use greedy, dynamic or uncertainty",
+                self.rerank.policy
+            )));
+        }
+        if self.cache.enabled && self.cache.capacity == 0 {
+            return Err(Error::invalid_input("[cache] capacity must be at least 1 when the cache is enabled"));
+        }
+        Ok(())
     }
 
     /// Reads a TOML file.
@@ -580,15 +833,22 @@ impl Config {
     /// Loads the configuration the CLI and server use: the file named by `path`, else `$RAGTUNE_CONFIG` when set,
     /// else defaults; then `$RAGTUNE_STORE` overrides the store path, `$RAGTUNE_QDRANT_URL` the Qdrant URL, and
     /// `$QDRANT_API_KEY` supplies the Qdrant API key when the file has none; `$RAGTUNE_LLM_URL` overrides the LLM
-    /// URL and `$RAGTUNE_LLM_API_KEY` (else `$OPENAI_API_KEY`) supplies its key.
+    /// URL and `$RAGTUNE_LLM_API_KEY` (else `$OPENAI_API_KEY`) supplies its key. Any setting can be overridden
+    /// with `RAGTUNE__SECTION__KEY=value` (see [`from_toml_with_overrides`](Self::from_toml_with_overrides)).
     ///
     /// # Errors
     /// As [`from_file`](Self::from_file).
     pub fn load(path: Option<&Path>) -> Result<Self> {
         let from_env = std::env::var_os("RAGTUNE_CONFIG").map(PathBuf::from);
+        let overrides: Vec<(String, String)> = std::env::vars().filter(|(k, _)| k.starts_with("RAGTUNE__")).collect();
         let mut cfg = match path.map(Path::to_path_buf).or(from_env) {
-            Some(p) => Self::from_file(&p)?,
-            None => Self::default(),
+            Some(p) => {
+                let text = std::fs::read_to_string(&p).map_err(|e| {
+                    Error::not_found(format!("cannot read the configuration file {}", p.display())).with_source(e)
+                })?;
+                Self::from_toml_with_overrides(&text, &overrides).map_err(|e| e.context(p.display()))?
+            }
+            None => Self::from_toml_with_overrides("", &overrides)?,
         };
         if let Some(store) = std::env::var_os("RAGTUNE_STORE") {
             cfg.store.path = PathBuf::from(store);

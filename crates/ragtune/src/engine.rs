@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use ragtune_core::{
     Candidate, Chunk, ChunkKind, Ctx, Document, Embedder, Error, ErrorKind, Llm, Query, Record, Result, Retriever,
-    SparseEncoder, StoreStats, TextRole, TraceEvent, TraceSink, VectorStore, WriteBatch,
+    SparseEncoder, StoreStats, TextRole, TraceEvent, TraceSink, VectorStore, WebSearch, WriteBatch,
 };
 use ragtune_embed::{Bm25Config, Bm25Encoder};
 use ragtune_ingest::{ChunkerConfig, LoadIssue, Loaded};
@@ -76,6 +76,10 @@ pub struct Engine {
     llm: Option<Arc<dyn Llm>>,
     /// Why a capability is off (for example "dense retrieval is off: models are not provisioned"), shown in traces.
     notes: Vec<String>,
+    /// The web search provider Corrective RAG falls back to on INCORRECT; none unless set.
+    web: Option<Arc<dyn WebSearch>>,
+    /// Retrieval and evaluation caches of the answer pipeline.
+    caches: Option<crate::pipeline::PipelineCaches>,
 }
 
 impl Engine {
@@ -129,7 +133,41 @@ impl Engine {
                 e.spec().dim
             )));
         }
-        Ok(Self { config, store, encoder, embedder, llm: None, notes: Vec::new() })
+        let caches = crate::pipeline::PipelineCaches::new(&config);
+        Ok(Self { config, store, encoder, embedder, llm: None, notes: Vec::new(), web: None, caches })
+    }
+
+    /// Uses `web` as the web search provider Corrective RAG falls back to when the retrieval is judged INCORRECT.
+    #[must_use]
+    pub fn with_web(mut self, web: Option<Arc<dyn WebSearch>>) -> Self {
+        self.web = web;
+        self
+    }
+
+    /// The same store, models and LLM under another configuration (for evaluations that vary pipeline settings
+    /// on one index). The store settings must not change.
+    ///
+    /// # Errors
+    /// [`InvalidInput`](ragtune_core::ErrorKind::InvalidInput) when the new configuration names another store or
+    /// is invalid.
+    pub fn reconfigure(mut self, config: Config) -> Result<Self> {
+        if config.store != self.config.store {
+            return Err(Error::invalid_input("reconfigure cannot change the store"));
+        }
+        config.validate()?;
+        self.caches = crate::pipeline::PipelineCaches::new(&config);
+        self.config = config;
+        Ok(self)
+    }
+
+    /// The web search provider, if one is set.
+    #[must_use]
+    pub fn web(&self) -> Option<&Arc<dyn WebSearch>> {
+        self.web.as_ref()
+    }
+
+    pub(crate) fn caches(&self) -> Option<&crate::pipeline::PipelineCaches> {
+        self.caches.as_ref()
     }
 
     /// Uses `llm` (or none) for query transformations instead of the configured one; for tests and for models of

@@ -242,62 +242,8 @@ pub async fn run_eval(opts: &EvalOptions, log: &mut dyn FnMut(&str)) -> Result<E
         });
     }
 
-    // The index depends on the corpus bytes and on everything that changes the stored vectors.
-    let corpus_hash = hash_file(&opts.dataset.join("corpus.jsonl"))?;
-    let dense_key = embedder.as_ref().map_or_else(
-        || "none".to_owned(),
-        |e| format!("{}/{}/max_length={}", e.spec().model_id, e.spec().dim, opts.embedding.max_length),
-    );
-    let key = format!(
-        "{corpus_hash:016x}-bm25-k1={}-b={}-avgdl={:?}-dense={dense_key}-{chunking}",
-        opts.bm25.k1, opts.bm25.b, opts.bm25.avg_doc_len
-    );
-    let key_hash = xxhash_rust::xxh3::xxh3_64(key.as_bytes());
-    let store_dir = opts.cache_dir.join(format!("{name}-{key_hash:016x}"));
-    let marker = store_dir.join(COMPLETE_MARKER);
-    let mut store = StoreConfig { path: store_dir.join("store"), ..StoreConfig::default() };
-    let cached = match opts.store {
-        StoreBackend::Embedded => {
-            let cached = marker.is_file() && !opts.reindex;
-            if !cached && store_dir.exists() {
-                // An incomplete or unwanted index: start over rather than evaluate a partial one.
-                std::fs::remove_dir_all(&store_dir).map_err(|e| {
-                    Error::permanent(format!("cannot clear the cached index {}", store_dir.display())).with_source(e)
-                })?;
-            }
-            cached
-        }
-        StoreBackend::Qdrant => {
-            store.backend = StoreBackend::Qdrant;
-            store.qdrant =
-                QdrantSettings { collection: format!("ragtune-eval-{name}-{key_hash:016x}"), ..opts.qdrant.clone() };
-            // A remote collection has no completion marker: it is rebuilt on every run, from empty.
-            crate::stores::drop_collection(&store).await?;
-            false
-        }
-    };
-    let location = store.location();
-    let cfg = Config {
-        store,
-        bm25: opts.bm25,
-        hybrid: opts.hybrid,
-        embedding: opts.embedding.clone(),
-        transform: opts.transform.clone(),
-        ..Config::default()
-    };
-    let mut engine = Engine::open_with_embedder(cfg, embedder).await?.with_llm(llm.clone());
-    let started = Instant::now();
-    if cached {
-        log(&format!("using the cached index {location}"));
-    } else {
-        log(&format!("indexing {} documents into {location}", data.corpus.len()));
-        engine.index_documents(&data.corpus, Chunking::WholeDocuments, &mut |_, _| {}).await?;
-        if opts.store == StoreBackend::Embedded {
-            std::fs::write(&marker, serde_json::to_vec_pretty(&serde_json::json!({ "key": key })).unwrap_or_default())
-                .map_err(|e| Error::permanent(format!("cannot write {}", marker.display())).with_source(e))?;
-        }
-    }
-    let index_seconds = started.elapsed().as_secs_f64();
+    let (engine, cached, location, index_seconds) =
+        open_beir_index(opts, &name, &data.corpus, embedder.clone(), llm.clone(), log).await?;
 
     let retriever = engine.transformed_retriever(strategy, transform).await?;
     let mut queries = data.queries_with_qrels();
@@ -425,6 +371,78 @@ pub async fn run_eval(opts: &EvalOptions, log: &mut dyn FnMut(&str)) -> Result<E
         routes,
         rerank,
     })
+}
+
+/// Opens the cached index of a BEIR corpus for the options' BM25 and embedding settings, building it when no
+/// complete one exists (or `opts.reindex`). Returns the engine, whether the index was cached, where it lives and
+/// the seconds indexing took.
+pub(crate) async fn open_beir_index(
+    opts: &EvalOptions,
+    name: &str,
+    corpus: &[ragtune_core::Document],
+    embedder: Option<std::sync::Arc<dyn ragtune_core::Embedder>>,
+    llm: Option<std::sync::Arc<dyn ragtune_core::Llm>>,
+    log: &mut dyn FnMut(&str),
+) -> Result<(Engine, bool, String, f64)> {
+    let chunking = "whole-documents";
+    let data_corpus = corpus;
+    // The index depends on the corpus bytes and on everything that changes the stored vectors.
+    let corpus_hash = hash_file(&opts.dataset.join("corpus.jsonl"))?;
+    let dense_key = embedder.as_ref().map_or_else(
+        || "none".to_owned(),
+        |e| format!("{}/{}/max_length={}", e.spec().model_id, e.spec().dim, opts.embedding.max_length),
+    );
+    let key = format!(
+        "{corpus_hash:016x}-bm25-k1={}-b={}-avgdl={:?}-dense={dense_key}-{chunking}",
+        opts.bm25.k1, opts.bm25.b, opts.bm25.avg_doc_len
+    );
+    let key_hash = xxhash_rust::xxh3::xxh3_64(key.as_bytes());
+    let store_dir = opts.cache_dir.join(format!("{name}-{key_hash:016x}"));
+    let marker = store_dir.join(COMPLETE_MARKER);
+    let mut store = StoreConfig { path: store_dir.join("store"), ..StoreConfig::default() };
+    let cached = match opts.store {
+        StoreBackend::Embedded => {
+            let cached = marker.is_file() && !opts.reindex;
+            if !cached && store_dir.exists() {
+                // An incomplete or unwanted index: start over rather than evaluate a partial one.
+                std::fs::remove_dir_all(&store_dir).map_err(|e| {
+                    Error::permanent(format!("cannot clear the cached index {}", store_dir.display())).with_source(e)
+                })?;
+            }
+            cached
+        }
+        StoreBackend::Qdrant => {
+            store.backend = StoreBackend::Qdrant;
+            store.qdrant =
+                QdrantSettings { collection: format!("ragtune-eval-{name}-{key_hash:016x}"), ..opts.qdrant.clone() };
+            // A remote collection has no completion marker: it is rebuilt on every run, from empty.
+            crate::stores::drop_collection(&store).await?;
+            false
+        }
+    };
+    let location = store.location();
+    let cfg = Config {
+        store,
+        bm25: opts.bm25,
+        hybrid: opts.hybrid,
+        embedding: opts.embedding.clone(),
+        transform: opts.transform.clone(),
+        ..Config::default()
+    };
+    let mut engine = Engine::open_with_embedder(cfg, embedder.clone()).await?.with_llm(llm.clone());
+    let started = Instant::now();
+    if cached {
+        log(&format!("using the cached index {location}"));
+    } else {
+        log(&format!("indexing {} documents into {location}", data_corpus.len()));
+        engine.index_documents(data_corpus, Chunking::WholeDocuments, &mut |_, _| {}).await?;
+        if opts.store == StoreBackend::Embedded {
+            std::fs::write(&marker, serde_json::to_vec_pretty(&serde_json::json!({ "key": key })).unwrap_or_default())
+                .map_err(|e| Error::permanent(format!("cannot write {}", marker.display())).with_source(e))?;
+        }
+    }
+    let index_seconds = started.elapsed().as_secs_f64();
+    Ok((engine, cached, location, index_seconds))
 }
 
 /// A fast content hash of a file, for cache keys.

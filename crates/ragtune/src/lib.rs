@@ -34,16 +34,21 @@ pub use ragtune_retrieve as retrieve;
 pub use ragtune_store as store;
 
 mod config;
+pub mod crag_eval;
 mod engine;
 pub mod eval;
 mod models;
+pub mod pipeline;
+pub mod qa_eval;
 pub mod rerank_eval;
 pub mod stores;
 
 pub use config::{
-    Bm25Settings, ChunkingSettings, Config, EmbeddingMode, EmbeddingSettings, HybridSettings, LlmEndpoint, LlmSettings,
-    QdrantSettings, RouteSetting, RouteSettings, SearchSettings, StoreBackend, StoreConfig, Strategy, Transform,
+    Bm25Settings, CacheSettings, ChunkingSettings, Config, ContextMode, CragSettings, EmbeddingMode, EmbeddingSettings,
+    EvaluatorKind, HybridSettings, LlmEndpoint, LlmSettings, PipelineSettings, QdrantSettings, RerankSettings,
+    RouteSetting, RouteSettings, ScorerKind, SearchSettings, StoreBackend, StoreConfig, Strategy, Transform,
     TransformSettings, ragtune_home,
 };
 pub use engine::{Chunking, Engine, IndexReport, SearchResponse};
 pub use models::local_llm_url;
+pub use pipeline::{AnswerKind, AskResponse, Citation, ContextPassage, CragMetadata};

@@ -87,7 +87,7 @@ pub struct RerankEvalReport {
     pub points: Vec<RerankPoint>,
 }
 
-fn policy(name: &str, batch_size: usize) -> Result<(Arc<dyn Estimator>, Arc<dyn Scheduler>)> {
+pub(crate) fn policy(name: &str, batch_size: usize) -> Result<(Arc<dyn Estimator>, Arc<dyn Scheduler>)> {
     let batch = BatchConfig { batch_size, ..BatchConfig::default() };
     Ok(match name {
         "greedy" => (Arc::new(BaselineEstimator), Arc::new(GreedyScheduler::new(batch))),

@@ -1,0 +1,316 @@
+//! Corrective-RAG statistics on a BEIR dataset: how the retrieval evaluators' decisions relate to whether
+//! retrieval actually succeeded, threshold calibration on a training split, and nDCG with and without correction.
+//!
+//! "Retrieval succeeded" is explicit: at least one relevant document (qrels score > 0) in the top `k` (10 by
+//! default) of the hybrid (or configured) retrieval. INCORRECT is read as a detector of failed retrieval: its
+//! precision is the share of INCORRECT queries that really failed, its recall the share of failed queries judged
+//! INCORRECT.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+
+use ragtune_core::{Candidate, Ctx, Error, Query, RelevanceEvaluator, Result, Verdict, sort_ranked};
+use ragtune_evaluators::crag::{
+    Calibration, CalibrationSample, HeuristicEvaluator, ModelEvaluator, RetrievalScoreScorer, ScoreScale, calibrate,
+    detection_stats, heuristic_category,
+};
+use ragtune_evaluators::metrics::{Metric, Runs, evaluate};
+use serde::{Deserialize, Serialize};
+
+use crate::config::{EmbeddingMode, Strategy, Transform};
+use crate::eval::EvalOptions;
+
+/// One evaluator's decisions on a split.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct DecisionStats {
+    /// The evaluator (`heuristic`, `model:retrieval`).
+    pub evaluator: String,
+    /// Decision → queries.
+    pub decisions: BTreeMap<String, usize>,
+    /// Precision of INCORRECT as a detector of failed retrieval (no relevant document in the top k).
+    pub incorrect_precision: f64,
+    /// Recall of it.
+    pub incorrect_recall: f64,
+    /// Failed queries among those judged CORRECT, as a share (lower is better).
+    pub correct_failure_rate: f64,
+    /// The thresholds used (model-based: upper, lower; heuristic: relevant, partial).
+    pub thresholds: (f32, f32),
+}
+
+/// The CRAG report of one split.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CragEvalReport {
+    /// Dataset name.
+    pub dataset: String,
+    /// Split.
+    pub split: String,
+    /// Queries judged.
+    pub queries: usize,
+    /// The cut-off of "retrieval succeeded".
+    pub k: usize,
+    /// Queries without a relevant document in the top k.
+    pub failed_retrievals: usize,
+    /// Per evaluator.
+    pub evaluators: Vec<DecisionStats>,
+    /// nDCG@10 of the retrieval as it is.
+    pub ndcg_without_correction: f64,
+    /// nDCG@10 after correcting the configured evaluator's non-CORRECT queries (synonym expansion, or an LLM
+    /// rewrite for INCORRECT when an LLM is configured, fused with the original list by RRF).
+    pub ndcg_with_correction: f64,
+    /// Queries corrected.
+    pub corrected: usize,
+}
+
+/// Per-query material: the candidates, whether retrieval succeeded.
+struct Judged {
+    id: String,
+    text: String,
+    candidates: Vec<Candidate>,
+    succeeded: bool,
+}
+
+async fn retrieve_split(
+    opts: &EvalOptions,
+    config: &crate::Config,
+    k: usize,
+    log: &mut dyn FnMut(&str),
+) -> Result<(crate::Engine, Vec<Judged>, ragtune_evaluators::metrics::Qrels, String)> {
+    let data = ragtune_ingest::load_beir(&opts.dataset, &opts.split)?;
+    let name = opts
+        .dataset
+        .canonicalize()
+        .ok()
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| opts.dataset.display().to_string());
+    let strategy: Strategy = opts.retriever.parse()?;
+    let embedder = match strategy {
+        Strategy::Bm25 => None,
+        _ => Some(crate::models::load_embedder(&crate::EmbeddingSettings {
+            mode: EmbeddingMode::On,
+            ..opts.embedding.clone()
+        })?),
+    };
+    let llm = crate::models::load_llm(&config.llm)?;
+    let (engine, _, location, _) = crate::eval::open_beir_index(opts, &name, &data.corpus, embedder, llm, log).await?;
+    // The engine evaluating and correcting uses the CRAG settings of `config` on the cached index.
+    let engine_cfg = crate::Config {
+        crag: config.crag.clone(),
+        llm: config.llm.clone(),
+        transform: config.transform.clone(),
+        cache: crate::CacheSettings { enabled: false, ..Default::default() },
+        search: crate::SearchSettings { strategy, ..Default::default() },
+        ..engine.config().clone()
+    };
+    let engine = engine.reconfigure(engine_cfg)?;
+    let retriever = engine.retriever(strategy).await?;
+    let mut queries = data.queries_with_qrels();
+    if let Some(limit) = opts.limit {
+        queries.truncate(limit);
+    }
+    log(&format!("judging {} queries of `{}` on {location}", queries.len(), opts.split));
+    let mut judged = Vec::with_capacity(queries.len());
+    for q in &queries {
+        let query = Query::new(q.text.clone()).with_top_k(k);
+        let candidates = retriever.retrieve(&Ctx::new(), std::slice::from_ref(&query)).await?.pop().unwrap_or_default();
+        let relevant = data.qrels.get(&q.id);
+        let succeeded =
+            candidates.iter().take(k).any(|c| relevant.and_then(|r| r.get(&c.chunk.doc_id)).is_some_and(|&g| g > 0));
+        judged.push(Judged { id: q.id.clone(), text: q.text.clone(), candidates, succeeded });
+    }
+    let evaluated: HashSet<&str> = queries.iter().map(|q| q.id.as_str()).collect();
+    let qrels = data
+        .qrels
+        .iter()
+        .filter(|(id, _)| evaluated.contains(id.as_str()))
+        .map(|(a, b)| (a.clone(), b.clone()))
+        .collect();
+    Ok((engine, judged, qrels, name))
+}
+
+fn model_evaluator(config: &crate::Config) -> Result<ModelEvaluator> {
+    ModelEvaluator::new(Arc::new(RetrievalScoreScorer::new("dense")), ScoreScale::Unit, config.crag.model.clone())
+}
+
+/// Fits the model-based evaluator's two thresholds on `opts.split` (use a training split): the free
+/// retrieval-score scorer (the dense cosine the hybrid retrieval computed), aggregated as configured, against
+/// "a relevant document in the top `k`".
+///
+/// # Errors
+/// Dataset, index or model failures; a split where every query succeeded or every one failed.
+pub async fn run_calibration(
+    opts: &EvalOptions,
+    config: &crate::Config,
+    k: usize,
+    target_precision: f32,
+    log: &mut dyn FnMut(&str),
+) -> Result<Calibration> {
+    let (_, judged, _, _) = retrieve_split(opts, config, k, log).await?;
+    let evaluator = model_evaluator(config)?;
+    let mut samples = Vec::with_capacity(judged.len());
+    for j in &judged {
+        let judgement = evaluator.evaluate(&Ctx::new(), &j.text, &j.candidates).await?;
+        samples.push(CalibrationSample { score: judgement.score, succeeded: j.succeeded });
+    }
+    calibrate(&samples, target_precision)
+}
+
+/// The calibrated thresholds as a configuration file the engine and `ragtune ask --config` read.
+#[must_use]
+pub fn calibration_toml(c: &Calibration, config: &crate::Config, dataset: &str, split: &str, k: usize) -> String {
+    format!(
+        "# Written by `cargo xtask calibrate` from {dataset} `{split}` ({samples} queries, {failures} without a relevant\n\
+         # document in the top {k}). INCORRECT (score <= lower) detected failed retrieval there with precision\n\
+         # {ip:.3}, recall {ir:.3}; CORRECT (score >= upper) held a relevant document with precision {cp:.3}.\n\
+         [crag]\nevaluator = \"model\"\nscorer = \"retrieval\"\n\n[crag.model]\nupper = {upper}\nlower = {lower}\n\
+         aggregate = {aggregate}\ntop_k = {top_k}\n",
+        samples = c.samples,
+        failures = c.failures,
+        ip = c.incorrect_precision,
+        ir = c.incorrect_recall,
+        cp = c.correct_precision,
+        upper = c.upper,
+        lower = c.lower,
+        aggregate = toml::Value::try_from(config.crag.model.aggregate)
+            .map(|v| v.to_string())
+            .unwrap_or_else(|_| "\"max\"".into()),
+        top_k = config.crag.model.top_k,
+    )
+}
+
+/// Decision statistics of both evaluators on `opts.split`, and nDCG@10 with and without correction by the
+/// configured evaluator.
+///
+/// # Errors
+/// Dataset, index or model failures.
+pub async fn run_crag_eval(
+    opts: &EvalOptions,
+    config: &crate::Config,
+    k: usize,
+    log: &mut dyn FnMut(&str),
+) -> Result<CragEvalReport> {
+    if k == 0 {
+        return Err(Error::invalid_input("k must be at least 1"));
+    }
+    let (engine, judged, qrels, name) = retrieve_split(opts, config, k, log).await?;
+    let heuristic = HeuristicEvaluator::new(config.crag.heuristic.clone())?;
+    let model = model_evaluator(config)?;
+    let h = &config.crag.heuristic;
+    let m = &config.crag.model;
+    let mut stats = vec![
+        DecisionStats {
+            evaluator: "heuristic".into(),
+            thresholds: (h.relevant_threshold, h.partial_threshold),
+            ..Default::default()
+        },
+        DecisionStats { evaluator: "model:retrieval".into(), thresholds: (m.upper, m.lower), ..Default::default() },
+    ];
+    let mut verdicts: Vec<[Verdict; 2]> = Vec::with_capacity(judged.len());
+    let mut model_samples = Vec::new();
+    let mut heuristic_samples = Vec::new();
+    for j in &judged {
+        let hv = heuristic.evaluate(&Ctx::new(), &j.text, &j.candidates).await?;
+        let mv = model.evaluate(&Ctx::new(), &j.text, &j.candidates).await?;
+        *stats[0].decisions.entry(heuristic_category(hv.verdict).to_owned()).or_default() += 1;
+        *stats[1].decisions.entry(format!("{:?}", mv.verdict).to_uppercase()).or_default() += 1;
+        heuristic_samples.push((hv.verdict, j.succeeded));
+        model_samples.push((mv.verdict, j.succeeded));
+        verdicts.push([hv.verdict, mv.verdict]);
+    }
+    for (s, samples) in stats.iter_mut().zip([&heuristic_samples, &model_samples]) {
+        let failed = samples.iter().filter(|(_, ok)| !ok).count();
+        let flagged = samples.iter().filter(|(v, _)| *v == Verdict::Incorrect).count();
+        let hit = samples.iter().filter(|(v, ok)| *v == Verdict::Incorrect && !ok).count();
+        let correct = samples.iter().filter(|(v, _)| *v == Verdict::Correct).count();
+        let correct_failed = samples.iter().filter(|(v, ok)| *v == Verdict::Correct && !ok).count();
+        s.incorrect_precision = hit as f64 / flagged.max(1) as f64;
+        s.incorrect_recall = hit as f64 / failed.max(1) as f64;
+        s.correct_failure_rate = correct_failed as f64 / correct.max(1) as f64;
+    }
+    // The detection numbers of the model evaluator, computed the same way as calibration does (a check).
+    let _ = detection_stats(&[], m.lower);
+
+    // nDCG@10 with and without correcting the configured evaluator's non-CORRECT queries.
+    let which = usize::from(config.crag.evaluator == crate::EvaluatorKind::Model);
+    let mut without: Runs = BTreeMap::new();
+    let mut with: Runs = BTreeMap::new();
+    let mut corrected = 0usize;
+    let correction = if engine.llm().is_some() { Transform::Rewrite } else { Transform::Expand };
+    let (strategy, _) = engine.resolve(engine.config().search.strategy).await?;
+    let expand = engine.transformed_retriever(strategy, Transform::Expand).await?;
+    let incorrect_retriever = engine.transformed_retriever(strategy, correction).await?;
+    for (j, v) in judged.iter().zip(&verdicts) {
+        let run = to_run(&j.candidates);
+        without.insert(j.id.clone(), run.clone());
+        let verdict = v[which];
+        let retriever = match verdict {
+            Verdict::Correct => None,
+            Verdict::Ambiguous => Some(&expand),
+            Verdict::Incorrect => Some(&incorrect_retriever),
+        };
+        let Some(retriever) = retriever else {
+            with.insert(j.id.clone(), run);
+            continue;
+        };
+        corrected += 1;
+        let query = Query::new(j.text.clone()).with_top_k(k);
+        let extra = retriever.retrieve(&Ctx::new(), std::slice::from_ref(&query)).await?.pop().unwrap_or_default();
+        let fused = crate::pipeline::fuse_lists(&j.candidates, &extra, k.max(10) * 2);
+        with.insert(j.id.clone(), to_run(&fused));
+    }
+    let metrics = [Metric::Ndcg(10)];
+    let ndcg = |runs: &Runs| evaluate(&qrels, runs, &metrics).mean.get("ndcg@10").copied().unwrap_or(0.0);
+    Ok(CragEvalReport {
+        dataset: name,
+        split: opts.split.clone(),
+        queries: judged.len(),
+        k,
+        failed_retrievals: judged.iter().filter(|j| !j.succeeded).count(),
+        evaluators: stats,
+        ndcg_without_correction: ndcg(&without),
+        ndcg_with_correction: ndcg(&with),
+        corrected,
+    })
+}
+
+fn to_run(candidates: &[Candidate]) -> Vec<(String, f32)> {
+    let mut seen = HashSet::new();
+    let mut list: Vec<&Candidate> = candidates.iter().collect();
+    sort_ranked(&mut list, |c| (c.score, c.chunk.id.as_str()));
+    let n = list.len();
+    list.into_iter()
+        .filter(|c| seen.insert(c.chunk.doc_id.clone()))
+        .enumerate()
+        // Scores encode the order only: fused and plain lists are on different scales.
+        .map(|(i, c)| (c.chunk.doc_id.clone(), (n - i) as f32))
+        .collect()
+}
+
+/// Renders the report.
+#[must_use]
+pub fn crag_table(r: &CragEvalReport) -> String {
+    let mut out = format!(
+        "{} `{}`: {} queries, {} without a relevant document in the top {}\n",
+        r.dataset, r.split, r.queries, r.failed_retrievals, r.k
+    );
+    out.push_str(&format!(
+        "{:<16} {:>28} {:>10} {:>10} {:>14} {:>14}\n",
+        "evaluator", "decisions", "INC prec", "INC rec", "CORRECT fail", "thresholds"
+    ));
+    for s in &r.evaluators {
+        let d: Vec<String> = s.decisions.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        out.push_str(&format!(
+            "{:<16} {:>28} {:>10.3} {:>10.3} {:>14.3} {:>14}\n",
+            s.evaluator,
+            d.join(", "),
+            s.incorrect_precision,
+            s.incorrect_recall,
+            s.correct_failure_rate,
+            format!("{:.3}/{:.3}", s.thresholds.0, s.thresholds.1)
+        ));
+    }
+    out.push_str(&format!(
+        "nDCG@10 without correction {:.4}, with correction {:.4} ({} queries corrected)\n",
+        r.ndcg_without_correction, r.ndcg_with_correction, r.corrected
+    ));
+    out
+}

@@ -1,0 +1,553 @@
+//! Answer-level evaluation on a question-answering dataset (the CMU Wikipedia QA set): index the articles, ask
+//! the questions through [`Engine::ask`] under a named experiment, and score the answers.
+//!
+//! Metrics per experiment: accuracy (the gold answer contained in the answer after normalisation; yes/no
+//! questions scored by polarity), token F1, faithfulness (the share of the answer's statements the LLM-free judge
+//! finds supported by the context — the same judge for every experiment, so they compare), citation precision (the
+//! share of cited passages that come from the question's article or its identical copy in the other semester), latency and LLM tokens. Knowledge refinement
+//! is measured on its own ([`refinement_check`]): how many answer-bearing strips it keeps and how many tokens it
+//! cuts.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use ragtune_core::{Ctx, Embedder, Error, Query, Result};
+use ragtune_evaluators::faithfulness::{FaithfulnessJudge, JudgeConfig};
+use ragtune_evaluators::metrics::answer::{score_answer, sentence_has_answer};
+use ragtune_evaluators::metrics::percentile;
+use ragtune_evaluators::refine::Refiner;
+use ragtune_ingest::qa::{ArticleText, QaQuestion, load_cmu_qa};
+use serde::{Deserialize, Serialize};
+
+use crate::config::{ContextMode, EmbeddingMode, Transform};
+use crate::eval::Latency;
+use crate::{Chunking, Config, Engine, StoreConfig};
+
+/// The named experiments: seed 003's ladder plus the closed-book and full corrective pipelines.
+pub const EXPERIMENTS: [&str; 10] = [
+    "no_retrieval",
+    "baseline",
+    "forced_search",
+    "refined",
+    "extraction",
+    "judge",
+    "smart_retry",
+    "multi_query",
+    "batched_extraction",
+    "corrective",
+];
+
+/// Applies a named experiment to a configuration.
+///
+/// - `no_retrieval`: the LLM answers from what it knows (closed book).
+/// - `baseline`: plain RAG — retrieve the top 5, whole passages, answer; no evaluation, judge or retry.
+/// - `forced_search`: the baseline searching with an LLM rewrite of the question (seed 003 v3's forced search).
+/// - `refined`: the baseline with knowledge-refinement strips instead of whole passages.
+/// - `extraction`: the baseline with query-focused extraction, one LLM call per passage (seed 003 v3).
+/// - `judge`: extraction plus the faithfulness judge.
+/// - `smart_retry`: judge plus smart retry (seed 003 v4).
+/// - `multi_query`: smart retry searching with multi-query fusion (seed 003 v5).
+/// - `batched_extraction`: multi_query with one batched extraction call (seed 003 v6).
+/// - `corrective`: the full pipeline — Corrective RAG (evaluate, correct), batched extraction, judge, smart retry.
+///
+/// # Errors
+/// [`InvalidInput`](ragtune_core::ErrorKind::InvalidInput) for an unknown name.
+pub fn apply_experiment(name: &str, cfg: &mut Config) -> Result<()> {
+    let plain = |cfg: &mut Config| {
+        cfg.pipeline.top_k = 5;
+        cfg.pipeline.context = ContextMode::Full;
+        cfg.pipeline.judge = false;
+        cfg.pipeline.retry = false;
+        cfg.pipeline.retrieve = true;
+        cfg.pipeline.extraction_per_document = false;
+        cfg.crag.enabled = false;
+        cfg.transform.kind = Transform::None;
+    };
+    match name {
+        "no_retrieval" => {
+            plain(cfg);
+            cfg.pipeline.retrieve = false;
+        }
+        "baseline" => plain(cfg),
+        "forced_search" => {
+            plain(cfg);
+            cfg.transform.kind = Transform::Rewrite;
+        }
+        "refined" => {
+            plain(cfg);
+            cfg.pipeline.context = ContextMode::Refine;
+        }
+        "extraction" | "judge" | "smart_retry" | "multi_query" | "batched_extraction" => {
+            plain(cfg);
+            cfg.pipeline.context = ContextMode::Extract;
+            cfg.pipeline.extraction_per_document = name != "batched_extraction";
+            cfg.pipeline.judge = name != "extraction";
+            cfg.pipeline.retry = matches!(name, "smart_retry" | "multi_query" | "batched_extraction");
+            if matches!(name, "multi_query" | "batched_extraction") {
+                cfg.transform.kind = Transform::MultiQuery;
+            }
+        }
+        "corrective" => {
+            plain(cfg);
+            cfg.crag.enabled = true;
+            cfg.pipeline.context = ContextMode::Extract;
+            cfg.pipeline.judge = true;
+            cfg.pipeline.retry = true;
+            cfg.pipeline.top_k = 0;
+        }
+        other => {
+            return Err(Error::invalid_input(format!(
+                "unknown experiment `{other}`; available: {}",
+                EXPERIMENTS.join(", ")
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// What to evaluate.
+#[derive(Debug, Clone)]
+pub struct QaEvalOptions {
+    /// The dataset root (with `S08/`, `S09/`).
+    pub dataset: PathBuf,
+    /// Experiments to run, in order.
+    pub experiments: Vec<String>,
+    /// The configuration the experiments start from (LLM, embedding model, thresholds).
+    pub config: Config,
+    /// Ask only this many questions (a deterministic spread over the dataset); all when `None`.
+    pub limit: Option<usize>,
+    /// Where the article index is cached.
+    pub cache_dir: PathBuf,
+    /// Rebuild the index.
+    pub reindex: bool,
+    /// Also measure knowledge refinement on every question with a non-yes/no answer.
+    pub refinement_check: bool,
+}
+
+/// The scores of one experiment.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct ExperimentReport {
+    /// The experiment's name.
+    pub experiment: String,
+    /// Questions asked.
+    pub questions: usize,
+    /// Questions that returned an error (invalid question) — listed in `failed`.
+    pub failed: Vec<String>,
+    /// Share of answers containing a gold answer (yes/no questions: the right polarity).
+    pub accuracy: f64,
+    /// Accuracy on yes/no questions only, and their count.
+    pub yes_no_accuracy: f64,
+    /// Yes/no questions asked.
+    pub yes_no_questions: usize,
+    /// Accuracy on the other questions.
+    pub other_accuracy: f64,
+    /// Mean token F1 (best over golds).
+    pub token_f1: f64,
+    /// Mean share of statements the LLM-free judge finds supported by the context (answers with statements and
+    /// a context; closed-book answers have no context and count as 0).
+    pub faithfulness: f64,
+    /// Mean share of statements the pipeline's own judge found supported, where it ran.
+    pub pipeline_judge_supported: Option<f64>,
+    /// Mean citation precision over answers that cite something.
+    pub citation_precision: Option<f64>,
+    /// Share of answers that cite at least one source.
+    pub cited_share: f64,
+    /// CRAG decisions (category → count).
+    pub decisions: BTreeMap<String, usize>,
+    /// Questions that retried at least once.
+    pub retried: usize,
+    /// Answer kinds (llm, extractive, closed_book).
+    pub answer_kinds: BTreeMap<String, usize>,
+    /// Latency per question in milliseconds.
+    pub latency_ms: Latency,
+    /// Mean LLM tokens per question.
+    pub tokens_per_question: f64,
+    /// Mean LLM calls per question.
+    pub llm_calls_per_question: f64,
+    /// Mean context tokens given to the generator.
+    pub context_tokens: f64,
+}
+
+/// Knowledge refinement on the retrieved passages of every question with a non-yes/no gold answer.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct RefinementReport {
+    /// Questions measured (non-yes/no, with a gold answer in some retrieved strip).
+    pub questions: usize,
+    /// Strips containing a gold answer before refinement.
+    pub answer_strips: usize,
+    /// Of those, kept by refinement.
+    pub answer_strips_kept: usize,
+    /// `answer_strips_kept / answer_strips`.
+    pub answer_retention: f64,
+    /// Questions for which at least one answer-bearing strip was kept, as a share.
+    pub question_retention: f64,
+    /// Token reduction over all questions: 1 - tokens after / tokens before.
+    pub token_reduction: f64,
+    /// Tokens before and after, summed.
+    pub tokens_before: usize,
+    /// Tokens after.
+    pub tokens_after: usize,
+}
+
+/// The whole answer-level evaluation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QaEvalReport {
+    /// The dataset name.
+    pub dataset: String,
+    /// Always `qa`.
+    pub split: String,
+    /// Articles indexed.
+    pub articles: usize,
+    /// Questions in the dataset.
+    pub dataset_questions: usize,
+    /// The settings that change results (baselines compare it).
+    pub config: serde_json::Value,
+    /// Headline metrics of the last experiment (baseline comparison in `cargo xtask eval`).
+    pub metrics: BTreeMap<String, f64>,
+    /// Per experiment.
+    pub experiments: Vec<ExperimentReport>,
+    /// Knowledge refinement.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refinement: Option<RefinementReport>,
+    /// Index build time in seconds (0 when cached).
+    pub index_seconds: f64,
+    /// Whether the index came from the cache.
+    pub index_cached: bool,
+    /// Problems the loader reported.
+    pub load_issues: Vec<String>,
+}
+
+/// Is `dir` a CMU-QA-style dataset (semester directories with `question_answer_pairs.txt`)?
+#[must_use]
+pub fn is_qa_dataset(dir: &Path) -> bool {
+    std::fs::read_dir(dir)
+        .is_ok_and(|entries| entries.flatten().any(|e| e.path().join("question_answer_pairs.txt").is_file()))
+}
+
+/// A deterministic spread of `limit` questions: ordered by a hash of their id, so every article and question
+/// type is represented and the same limit always picks the same questions.
+fn sample(questions: &[QaQuestion], limit: Option<usize>) -> Vec<&QaQuestion> {
+    let mut all: Vec<&QaQuestion> = questions.iter().collect();
+    all.sort_by_key(|q| (xxhash_rust::xxh3::xxh3_64(q.id.as_bytes()), q.id.clone()));
+    if let Some(n) = limit {
+        all.truncate(n);
+    }
+    all
+}
+
+/// Runs the evaluation.
+///
+/// # Errors
+/// A missing dataset, an unknown experiment, an experiment that needs an LLM without one, index failures.
+pub async fn run_qa_eval(opts: &QaEvalOptions, log: &mut dyn FnMut(&str)) -> Result<QaEvalReport> {
+    for e in &opts.experiments {
+        apply_experiment(e, &mut opts.config.clone())?;
+    }
+    let data = load_cmu_qa(&opts.dataset, ArticleText::Clean)?;
+    let name = opts
+        .dataset
+        .canonicalize()
+        .ok()
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "qa".into());
+    let embedder: Option<Arc<dyn Embedder>> = match opts.config.embedding.mode {
+        EmbeddingMode::Off => None,
+        _ => match crate::models::load_embedder(&opts.config.embedding) {
+            Ok(e) => Some(e),
+            Err(e) if opts.config.embedding.mode == EmbeddingMode::Auto => {
+                log(&format!("dense retrieval is off: {}", e.message()));
+                None
+            }
+            Err(e) => return Err(e),
+        },
+    };
+    let dense_key = embedder.as_ref().map_or_else(|| "none".to_owned(), |e| e.spec().model_id.clone());
+    let mut corpus_hash = 0u64;
+    for d in &data.articles {
+        corpus_hash ^= xxhash_rust::xxh3::xxh3_64(format!("{}\u{0}{}", d.id, d.text).as_bytes());
+    }
+    let chunker = opts.config.chunking.chunker();
+    let key = format!(
+        "{corpus_hash:016x}-{dense_key}-{}-{}-{}-k1={}-b={}",
+        chunker.chunk_size, chunker.chunk_overlap, chunker.max_section_size, opts.config.bm25.k1, opts.config.bm25.b
+    );
+    let dir = opts.cache_dir.join(format!("{name}-{:016x}", xxhash_rust::xxh3::xxh3_64(key.as_bytes())));
+    let marker = dir.join("COMPLETE");
+    let cached = marker.is_file() && !opts.reindex;
+    if !cached && dir.exists() {
+        std::fs::remove_dir_all(&dir)
+            .map_err(|e| Error::permanent(format!("cannot clear the cached index {}", dir.display())).with_source(e))?;
+    }
+    let store = StoreConfig { path: dir.join("store"), ..StoreConfig::default() };
+    let started = Instant::now();
+    let mut index_seconds = 0.0;
+    {
+        let cfg = Config { store: store.clone(), ..opts.config.clone() };
+        let mut engine = Engine::open_with_embedder(cfg, embedder.clone()).await?;
+        if cached {
+            log(&format!("using the cached index {}", dir.display()));
+        } else {
+            log(&format!("indexing {} articles into {}", data.articles.len(), dir.display()));
+            engine.index_documents(&data.articles, Chunking::Auto(chunker), &mut |_, _| {}).await?;
+            std::fs::write(&marker, key.as_bytes())
+                .map_err(|e| Error::permanent(format!("cannot write {}", marker.display())).with_source(e))?;
+            index_seconds = started.elapsed().as_secs_f64();
+        }
+    }
+    let llm = crate::models::load_llm(&opts.config.llm)?;
+    let questions = sample(&data.questions, opts.limit);
+    let lexical_judge = match &embedder {
+        Some(e) => FaithfulnessJudge::new(JudgeConfig::default())?.with_embedder(e.clone()),
+        None => FaithfulnessJudge::new(JudgeConfig::default())?,
+    };
+
+    let mut experiments = Vec::new();
+    for exp in &opts.experiments {
+        let mut cfg = Config { store: store.clone(), ..opts.config.clone() };
+        apply_experiment(exp, &mut cfg)?;
+        let needs_llm = exp != "baseline" && exp != "refined" && exp != "corrective";
+        if needs_llm && llm.is_none() {
+            return Err(Error::invalid_input(format!(
+                "experiment `{exp}` needs an LLM: pass --llm-url URL or set $RAGTUNE_LLM_URL (`cargo xtask llm start`)"
+            )));
+        }
+        let engine = Engine::open_with_embedder(cfg, embedder.clone()).await?.with_llm(llm.clone());
+        log(&format!("experiment {exp}: {} questions", questions.len()));
+        let mut r = ExperimentReport { experiment: exp.clone(), ..ExperimentReport::default() };
+        let (mut correct, mut yn_correct, mut other_correct, mut f1) = (0usize, 0usize, 0usize, 0f64);
+        let (mut faith, mut judge_sum, mut judged, mut cite_sum, mut cite_n, mut cited) =
+            (0f64, 0f64, 0usize, 0f64, 0usize, 0usize);
+        let (mut tokens, mut calls, mut ctx_tokens) = (0u64, 0u64, 0usize);
+        let mut latencies = Vec::new();
+        for (i, q) in questions.iter().enumerate() {
+            let t = Instant::now();
+            let response = match engine.ask(&q.question).await {
+                Ok(r) => r,
+                Err(e) => {
+                    r.failed.push(format!("{}: {e}", q.id));
+                    continue;
+                }
+            };
+            latencies.push(t.elapsed().as_secs_f64() * 1e3);
+            r.questions += 1;
+            let answer = response.answer.clone().unwrap_or_default();
+            let score = score_answer(&answer, &q.answers);
+            correct += usize::from(score.correct);
+            f1 += f64::from(score.f1);
+            if score.yes_no {
+                r.yes_no_questions += 1;
+                yn_correct += usize::from(score.correct);
+            } else {
+                other_correct += usize::from(score.correct);
+            }
+            let passages: Vec<String> = response.context.iter().map(|p| p.text.clone()).collect();
+            if !passages.is_empty() {
+                let f = lexical_judge.judge(&Ctx::new(), &q.question, &answer, &passages).await?;
+                faith += f64::from(f.supported_share);
+            }
+            if let Some(f) = &response.faithfulness {
+                judged += 1;
+                judge_sum += f64::from(f.supported_share);
+            }
+            if !response.citations.is_empty() {
+                cited += 1;
+                // The question's article, or an identical copy of it in the other semester (same title).
+                let relevant = response
+                    .citations
+                    .iter()
+                    .filter(|c| c.doc_id == q.article_id || c.title.as_deref() == Some(q.article_title.as_str()))
+                    .count();
+                cite_sum += relevant as f64 / response.citations.len() as f64;
+                cite_n += 1;
+            }
+            *r.decisions.entry(response.crag.category.clone()).or_default() += 1;
+            *r.answer_kinds.entry(format!("{:?}", response.answer_kind).to_lowercase()).or_default() += 1;
+            r.retried += usize::from(response.attempts.len() > 1);
+            tokens += response.cost.tokens;
+            calls += response.cost.llm_calls;
+            ctx_tokens += response.context_report.tokens_after;
+            if (i + 1) % 10 == 0 {
+                log(&format!(
+                    "  {exp}: {} of {} questions, accuracy so far {:.3}",
+                    i + 1,
+                    questions.len(),
+                    correct as f64 / r.questions as f64
+                ));
+            }
+        }
+        let n = r.questions.max(1) as f64;
+        r.accuracy = correct as f64 / n;
+        r.yes_no_accuracy = yn_correct as f64 / r.yes_no_questions.max(1) as f64;
+        r.other_accuracy = other_correct as f64 / (r.questions - r.yes_no_questions).max(1) as f64;
+        r.token_f1 = f1 / n;
+        r.faithfulness = faith / n;
+        r.pipeline_judge_supported = (judged > 0).then(|| judge_sum / judged as f64);
+        r.citation_precision = (cite_n > 0).then(|| cite_sum / cite_n as f64);
+        r.cited_share = cited as f64 / n;
+        latencies.sort_by(f64::total_cmp);
+        let mean = if latencies.is_empty() { 0.0 } else { latencies.iter().sum::<f64>() / latencies.len() as f64 };
+        r.latency_ms = Latency { p50: percentile(&latencies, 50.0), p99: percentile(&latencies, 99.0), mean };
+        r.tokens_per_question = tokens as f64 / n;
+        r.llm_calls_per_question = calls as f64 / n;
+        r.context_tokens = ctx_tokens as f64 / n;
+        experiments.push(r);
+    }
+
+    let refinement = if opts.refinement_check {
+        Some(refinement_check(&opts.config, &store, embedder.clone(), &questions, log).await?)
+    } else {
+        None
+    };
+    let mut metrics = BTreeMap::new();
+    if let Some(last) = experiments.last() {
+        metrics.insert("accuracy".to_owned(), last.accuracy);
+        metrics.insert("token_f1".to_owned(), last.token_f1);
+        metrics.insert("faithfulness".to_owned(), last.faithfulness);
+    }
+    if let Some(r) = &refinement {
+        metrics.insert("refine_retention".to_owned(), r.answer_retention);
+        metrics.insert("refine_reduction".to_owned(), r.token_reduction);
+    }
+    let config = serde_json::json!({
+        "retriever": format!("qa-{}", opts.experiments.join("+")),
+        "experiments": opts.experiments,
+        "limit": opts.limit,
+        "llm_model": llm.as_ref().map(|_| opts.config.llm.model.clone()),
+        "embedder": embedder.as_ref().map(|e| e.spec().model_id.clone()),
+        "pipeline": opts.config.pipeline,
+        "crag": opts.config.crag,
+        "refine": opts.config.refine,
+    });
+    Ok(QaEvalReport {
+        dataset: name,
+        split: "qa".into(),
+        articles: data.articles.len(),
+        dataset_questions: data.questions.len(),
+        config,
+        metrics,
+        experiments,
+        refinement,
+        index_seconds,
+        index_cached: cached,
+        load_issues: data.report.issues().map(ToString::to_string).collect(),
+    })
+}
+
+/// Knowledge refinement on the top-5 retrieved passages of every question whose gold answer is not yes/no:
+/// answer-bearing strips kept, and the token reduction.
+///
+/// # Errors
+/// Store and model failures.
+pub async fn refinement_check(
+    base: &Config,
+    store: &StoreConfig,
+    embedder: Option<Arc<dyn Embedder>>,
+    questions: &[&QaQuestion],
+    log: &mut dyn FnMut(&str),
+) -> Result<RefinementReport> {
+    let cfg = Config { store: store.clone(), ..base.clone() };
+    let engine = Engine::open_with_embedder(cfg, embedder.clone()).await?;
+    let retriever = engine.retriever(base.search.strategy).await?;
+    let mut refiner = Refiner::new(base.refine.clone())?;
+    if let Some(e) = embedder {
+        refiner = refiner.with_embedder(e);
+    }
+    let mut r = RefinementReport::default();
+    let mut with_kept = 0usize;
+    for q in questions.iter().filter(|q| !q.is_yes_no()) {
+        let query = Query::new(q.question.clone()).with_top_k(5);
+        let ctx = Ctx::new();
+        let candidates = retriever.retrieve(&ctx, std::slice::from_ref(&query)).await?.pop().unwrap_or_default();
+        let refined = refiner.refine(&ctx, &q.question, &candidates).await?;
+        let bearing: Vec<bool> =
+            refined.strips.iter().map(|s| q.answers.iter().any(|g| sentence_has_answer(&s.text, g))).collect();
+        let total = bearing.iter().filter(|b| **b).count();
+        if total == 0 {
+            continue;
+        }
+        let kept = refined.strips.iter().zip(&bearing).filter(|(s, b)| **b && s.kept).count();
+        r.questions += 1;
+        r.answer_strips += total;
+        r.answer_strips_kept += kept;
+        with_kept += usize::from(kept > 0);
+        r.tokens_before += refined.tokens_before;
+        r.tokens_after += refined.tokens_after;
+    }
+    r.answer_retention = r.answer_strips_kept as f64 / r.answer_strips.max(1) as f64;
+    r.question_retention = with_kept as f64 / r.questions.max(1) as f64;
+    r.token_reduction = 1.0 - r.tokens_after as f64 / r.tokens_before.max(1) as f64;
+    log(&format!(
+        "refinement: {} questions, {} of {} answer-bearing strips kept ({:.1} %), tokens {} -> {} ({:.1} % fewer)",
+        r.questions,
+        r.answer_strips_kept,
+        r.answer_strips,
+        r.answer_retention * 100.0,
+        r.tokens_before,
+        r.tokens_after,
+        r.token_reduction * 100.0
+    ));
+    Ok(r)
+}
+
+/// Renders the summary table printed after an answer-level evaluation.
+#[must_use]
+pub fn qa_table(r: &QaEvalReport) -> String {
+    let mut out = format!(
+        "{:<20} {:>4} {:>7} {:>7} {:>7} {:>6} {:>7} {:>7} {:>9} {:>8} {:>6}\n",
+        "experiment", "n", "acc", "yes/no", "other", "F1", "faith", "cite-p", "p50 ms", "tokens", "calls"
+    );
+    for e in &r.experiments {
+        out.push_str(&format!(
+            "{:<20} {:>4} {:>7.3} {:>7.3} {:>7.3} {:>6.3} {:>7.3} {:>7} {:>9.0} {:>8.0} {:>6.1}\n",
+            e.experiment,
+            e.questions,
+            e.accuracy,
+            e.yes_no_accuracy,
+            e.other_accuracy,
+            e.token_f1,
+            e.faithfulness,
+            e.citation_precision.map_or_else(|| "-".to_owned(), |c| format!("{c:.3}")),
+            e.latency_ms.p50,
+            e.tokens_per_question,
+            e.llm_calls_per_question
+        ));
+    }
+    if let Some(f) = &r.refinement {
+        out.push_str(&format!(
+            "refinement: {} questions, answer strips kept {:.1} % ({} of {}), questions with an answer strip kept {:.1} %, tokens cut {:.1} % ({} -> {})\n",
+            f.questions,
+            f.answer_retention * 100.0,
+            f.answer_strips_kept,
+            f.answer_strips,
+            f.question_retention * 100.0,
+            f.token_reduction * 100.0,
+            f.tokens_before,
+            f.tokens_after
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_experiment_applies_and_unknown_ones_are_refused() {
+        for e in EXPERIMENTS {
+            let mut cfg = Config::default();
+            apply_experiment(e, &mut cfg).unwrap();
+            cfg.validate().unwrap();
+        }
+        let mut cfg = Config::default();
+        apply_experiment("corrective", &mut cfg).unwrap();
+        assert!(cfg.crag.enabled && cfg.pipeline.judge && cfg.pipeline.retry);
+        apply_experiment("baseline", &mut cfg).unwrap();
+        assert!(!cfg.crag.enabled && !cfg.pipeline.judge && !cfg.pipeline.retry);
+        assert_eq!(cfg.pipeline.context, ContextMode::Full);
+        let err = apply_experiment("nope", &mut cfg).unwrap_err();
+        assert!(err.to_string().contains("baseline"), "{err}");
+    }
+}
