@@ -324,3 +324,24 @@ async fn local_llm_ask_answers_with_citations_and_a_judged_answer() {
     assert!(r.trace.iter().any(|e| e.stage == "generate") || notes(&r).contains("generation"), "{}", notes(&r));
     eprintln!("local LLM answer: {answer}\nnotes: {}", notes(&r));
 }
+
+#[tokio::test]
+async fn budgeted_reranking_runs_inside_the_pipeline_within_its_document_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    cfg.rerank.enabled = true;
+    cfg.rerank.max_docs = 1;
+    cfg.rerank.policy = "greedy".into();
+    cfg.pipeline.context = ragtune::ContextMode::Full;
+    let llm = ScriptedLlm::new("Scurvy is caused by a lack of vitamin C [1].")
+        .with_reply("How useful is this passage", r#"{"score": 7}"#)
+        .with_reply("Statements:", r#"{"verdicts": [{"statement": 1, "verdict": "SUPPORTED"}]}"#);
+    let engine = indexed(dir.path(), cfg).await.with_llm(Some(Arc::new(llm)));
+    let r = engine.ask("Why did sailors on long voyages get scurvy?").await.unwrap();
+    let event = r.trace.iter().find(|e| e.stage == "rerank" && e.detail.contains_key("reranked"));
+    let event = event.unwrap_or_else(|| panic!("the controller ran: {}", notes(&r)));
+    assert_eq!(event.detail["reranked"], 1, "{event:?}");
+    assert!(event.detail["stopped_by"].as_str().unwrap_or("").contains("budget"), "{event:?}");
+    assert_eq!(r.cost.stages["rerank"].docs, 1);
+    assert!(r.crag.final_count >= 2, "more candidates than the budget: {:?}", r.crag);
+}

@@ -423,8 +423,12 @@ impl CrossEncoderConfig {
 /// A cross-encoder [`Reranker`] on fastembed's `TextRerank`: one forward pass per query–passage pair.
 ///
 /// Scores are the model's raw logits (no sigmoid; higher is more relevant), one per candidate in input order.
-/// Cost: one call per batch of `batch_size` pairs, `docs` = pairs, `tokens` = pair tokens after truncation; pairs
-/// longer than `max_length` are truncated and counted in a `rerank`/`truncated` trace event.
+///
+/// **Cost model** (what the rerank controller reserves before a batch): one call per [`Reranker::score`]
+/// invocation, one document and at most `max_length` tokens per pair. The reported cost (a `rerank` trace event)
+/// never exceeds it: `calls` = 1, `docs` = pairs, `tokens` = pair tokens after truncation. The model's internal
+/// inference batches of `batch_size` pairs are an implementation detail, recorded as `inference_batches` in the
+/// event's details. Pairs longer than `max_length` are truncated and counted in a `rerank`/`truncated` event.
 pub struct CrossEncoderReranker {
     model: Arc<Mutex<TextRerank>>,
     tokenizer: Arc<tokenizers::Tokenizer>,
@@ -485,8 +489,10 @@ impl Reranker for CrossEncoderReranker {
     }
 
     fn cost_model(&self) -> CostModel {
-        // A MiniLM-size cross-encoder costs tens of milliseconds per pair on one CPU thread.
-        CostModel { per_call: Cost::new(0, 0, 1), per_doc: Cost::new(0, 1, 0), ms_per_doc: 30.0 }
+        // A MiniLM-size cross-encoder costs tens of milliseconds per pair on one CPU thread. Tokens are bounded by
+        // truncation, so `max_length` per pair is an upper bound the reported count never passes.
+        let tokens = u64::try_from(self.config.max_length).unwrap_or(u64::MAX);
+        CostModel { per_call: Cost::new(0, 0, 1), per_doc: Cost::new(tokens, 1, 0), ms_per_doc: 30.0 }
     }
 
     async fn score(&self, ctx: &Ctx, query: &str, candidates: &[Candidate]) -> Result<Vec<f32>> {
@@ -530,7 +536,8 @@ impl Reranker for CrossEncoderReranker {
         ctx.trace(
             TraceEvent::new("rerank", self.name.clone())
                 .detail("pairs", n)
-                .cost(Cost::new(count.tokens, n as u64, batches))
+                .detail("inference_batches", batches)
+                .cost(Cost::new(count.tokens, n as u64, 1))
                 .elapsed(started.elapsed()),
         );
         if count.truncated > 0 {

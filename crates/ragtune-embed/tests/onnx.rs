@@ -183,6 +183,8 @@ async fn the_cross_encoder_runs_the_real_onnx_path() {
     let call = &sink.take()[0];
     assert_eq!((call.cost.docs, call.cost.calls), (3, 1));
     assert!(call.cost.tokens > 3 * 4, "{:?}", call.cost);
+    // What was reported fits what the cost model declares for three pairs (the controller's reservation).
+    assert!(call.cost.fits_within(&reranker.cost_model().estimate(3)), "{:?}", call.cost);
     assert!(reranker.score(&Ctx::new(), "q", &[]).await.unwrap().is_empty());
 
     // Batches smaller than the candidate list give the same scores in the same order.
@@ -195,7 +197,10 @@ async fn the_cross_encoder_runs_the_real_onnx_path() {
     let batched =
         small_batches.score(&Ctx::new().with_trace(sink.clone()), "vitamin c deficiency scurvy", &five).await.unwrap();
     let whole = reranker.score(&Ctx::new(), "vitamin c deficiency scurvy", &five).await.unwrap();
-    assert_eq!(sink.take()[0].cost.calls, 3);
+    let event = &sink.take()[0];
+    assert_eq!(event.cost.calls, 1, "one reranker call, whatever the inference batching");
+    assert_eq!(event.detail["inference_batches"], 3);
+    assert!(event.cost.fits_within(&small_batches.cost_model().estimate(5)), "{:?}", event.cost);
     for (a, b) in batched.iter().zip(&whole) {
         assert!((a - b).abs() < 1e-5, "{batched:?} vs {whole:?}");
     }

@@ -895,6 +895,47 @@ mod tests {
     }
 
     #[test]
+    fn environment_overrides_reach_any_setting_and_are_validated() {
+        let env = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+            pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+        };
+        let cfg = Config::from_toml_with_overrides(
+            "[retry]\nmax_retries = 3\n",
+            &env(&[
+                ("RAGTUNE__RETRY__MAX_RETRIES", "1"),
+                ("RAGTUNE__CRAG__EVALUATOR", "model"),
+                ("RAGTUNE__CRAG__MODEL__UPPER", "0.8"),
+                ("RAGTUNE__PIPELINE__CONTEXT", "refine"),
+                ("UNRELATED", "x"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(cfg.retry.max_retries, 1, "the environment wins over the file");
+        assert_eq!(cfg.crag.evaluator, EvaluatorKind::Model);
+        assert_eq!(cfg.crag.model.upper, 0.8);
+        assert_eq!(cfg.pipeline.context, ContextMode::Refine);
+        let err = Config::from_toml_with_overrides("", &env(&[("RAGTUNE__CRAG__MODEL__LOWER", "0.9")])).unwrap_err();
+        assert!(err.to_string().contains("crag.model"), "{err}");
+        let err = Config::from_toml_with_overrides("", &env(&[("RAGTUNE__RETRY__NOPE", "1")])).unwrap_err();
+        assert!(err.to_string().contains("nope"), "{err}");
+    }
+
+    #[test]
+    fn invalid_thresholds_weights_and_budgets_are_refused_by_name() {
+        for (toml, expect) in [
+            ("[crag.heuristic]\nrelevant_threshold = 0.4\n", "crag.heuristic"),
+            ("[crag.heuristic.weights]\ndiversity = 0.9\n", "crag.heuristic"),
+            ("[pipeline]\nmax_context_tokens = 100\nreserve_tokens = 200\n", "reserve_tokens"),
+            ("[rerank]\npolicy = \"random\"\n", "policy"),
+            ("[retry]\nunsupported_share = 1.5\n", "retry"),
+            ("[refine]\nthreshold = 2.0\n", "refine"),
+        ] {
+            let err = Config::from_toml(toml).unwrap_err();
+            assert!(err.to_string().contains(expect), "{toml}: {err}");
+        }
+    }
+
+    #[test]
     fn unknown_keys_are_errors_with_a_position() {
         let err = Config::from_toml("[bm25]\nk2 = 1.0\n").unwrap_err();
         assert!(err.to_string().contains("k2"), "{err}");

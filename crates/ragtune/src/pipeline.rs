@@ -807,13 +807,8 @@ impl Engine {
             });
         let mut rctx = ctx.clone();
         rctx.budget = Budget::new(Cost::new(u64::MAX, cfg.max_docs, u64::MAX));
+        // The controller traces every batch and why it stopped.
         let outcome = controller.run(&rctx, question, candidates).await?;
-        ctx.trace(
-            TraceEvent::new("rerank", format!("{:?}", outcome.report.stopped_by))
-                .detail("reranked", outcome.report.reranked)
-                .detail("dropped", outcome.report.dropped)
-                .cost(outcome.report.spent),
-        );
         Ok((outcome.candidates(), outcome.report.spent))
     }
 
