@@ -638,6 +638,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 opts.qdrant.url = url;
             }
             if crag {
+                cfg.llm.url = opts.llm.url.clone();
+                cfg.llm.model = opts.llm.model.clone();
                 let report =
                     ragtune::crag_eval::run_crag_eval(&opts, &cfg, crag_k, &mut |line| eprintln!("{line}")).await?;
                 print!("{}", ragtune::crag_eval::crag_table(&report));

@@ -1,10 +1,25 @@
-//! Evaluators for ragtune: the models and measures that judge retrieval quality.
+//! Evaluators for ragtune: the models and measures that judge retrieval and answer quality.
 //!
-//! This crate will hold the CRAG-style relevance evaluators, query refinement, faithfulness judges and the
-//! information-retrieval metrics that `cargo xtask eval` reports.
-//! For now it holds the metrics: nDCG, recall, precision, MRR and MAP at a cutoff, defined exactly as
-//! `trec_eval` (and so `pytrec_eval` in the BEIR benchmark) defines them, so that our numbers compare with
-//! published scores, plus a percentile helper for latency summaries.
+//! The answer pipeline (`ragtune::Engine::ask`) and the evaluation harness build on these modules:
+//!
+//! - [`crag`]: Corrective-RAG relevance evaluators, the LLM-free [`HeuristicEvaluator`](crag::HeuristicEvaluator)
+//!   and the model-based [`ModelEvaluator`](crag::ModelEvaluator) with free scorers, and
+//!   [`calibrate`](crag::calibrate), which fits the model-based evaluator's two thresholds on labelled training
+//!   queries.
+//! - [`refine`]: knowledge refinement, which decomposes retrieved chunks into verbatim strips, keeps the strips
+//!   relevant to the query and recomposes them.
+//! - [`extract`]: query-focused extraction with one batched LLM call, every returned sentence verified against its
+//!   source, falling back to the refinement strips.
+//! - [`faithfulness`]: the faithfulness judge, with an LLM and a JSON schema or, as a labelled fallback, lexical
+//!   overlap optionally blended with embedding similarity.
+//! - [`retry`]: the smart-retry policy, a pure function of the configuration, the attempt number and what the
+//!   attempt produced.
+//! - [`metrics`]: nDCG, recall, precision, MRR and MAP at a cutoff, defined exactly as `trec_eval` (and so
+//!   `pytrec_eval` in the BEIR benchmark) defines them, so that our numbers compare with published scores; a
+//!   percentile helper for latency summaries; and answer-level metrics in the style of SQuAD ([`metrics::answer`]).
+//!
+//! The crate depends on `ragtune-core` only: prompts and language models come from the caller through the core
+//! seams.
 //!
 //! ```
 //! use std::collections::BTreeMap;

@@ -761,6 +761,10 @@ impl Config {
     /// # Errors
     /// As [`from_toml`](Self::from_toml), naming the variable whose value does not fit.
     pub fn from_toml_with_overrides(text: &str, overrides: &[(String, String)]) -> Result<Self> {
+        if !overrides.iter().any(|(k, _)| k.starts_with("RAGTUNE__")) {
+            // Without overrides, parse directly so errors keep their line and column.
+            return Self::from_toml(text);
+        }
         let mut table: toml::Table =
             toml::from_str(text).map_err(|e| Error::invalid_input(format!("invalid configuration: {e}")))?;
         for (name, value) in overrides {

@@ -581,7 +581,7 @@ impl Engine {
 
         // Generate.
         let t = Instant::now();
-        let (answer, kind, c) = self.generate_answer(ctx, question, &result.context, notes).await;
+        let (answer, kind, c) = self.generate_answer(ctx, question, &result.context, result.retrieved > 0, notes).await;
         cost.add("generate", c, since(t));
         result.answer = Some(answer);
         result.answer_kind = kind;
@@ -945,10 +945,14 @@ impl Engine {
         ctx: &Ctx,
         question: &str,
         context: &[ContextPassage],
+        retrieved: bool,
         notes: &mut Vec<String>,
     ) -> (String, AnswerKind, Cost) {
         if context.is_empty() {
-            return (NO_DOCUMENTS.to_owned(), AnswerKind::Extractive, Cost::ZERO);
+            // Documents were retrieved but nothing of them survived refinement or extraction: an honest "not in
+            // the documents", not a retrieval failure.
+            let text = if retrieved { NO_INFO } else { NO_DOCUMENTS };
+            return (text.to_owned(), AnswerKind::Extractive, Cost::ZERO);
         }
         let Some(llm) = self.llm() else {
             return (extractive_answer(question, context), AnswerKind::Extractive, Cost::ZERO);
@@ -1216,12 +1220,17 @@ mod tests {
     #[test]
     fn assembly_numbers_passages_and_cuts_to_the_budget() {
         let long = "word ".repeat(300);
-        let (out, cut) = assemble(
-            vec![passage(0, "a", "short one"), passage(0, "a", "dup"), passage(0, "b", &long), passage(0, "c", "x y")],
-            120,
-        );
+        let input =
+            vec![passage(0, "a", "short one"), passage(0, "a", "dup"), passage(0, "b", &long), passage(0, "c", "x y")];
+        // Less than a quarter of the long passage fits: it is dropped and the next one still gets in.
+        let (out, cut) = assemble(input.clone(), 50);
         assert_eq!(out.iter().map(|p| (p.n, p.chunk_id.as_str())).collect::<Vec<_>>(), [(1, "a"), (2, "c")]);
         assert_eq!(cut, 1);
+        // More than a quarter fits: it is cut at a word boundary and fills the budget.
+        let (out, cut) = assemble(input, 120);
+        assert_eq!(out.iter().map(|p| (p.n, p.chunk_id.as_str())).collect::<Vec<_>>(), [(1, "a"), (2, "b")]);
+        assert_eq!(cut, 2);
+        assert!(out.iter().map(|p| estimate_tokens(&p.text)).sum::<usize>() <= 120);
         let (out, cut) = assemble(vec![passage(0, "b", &long)], 200);
         assert_eq!(cut, 1);
         assert!(estimate_tokens(&out[0].text) <= 200, "{}", estimate_tokens(&out[0].text));

@@ -363,7 +363,8 @@ pub async fn run_qa_eval(opts: &QaEvalOptions, log: &mut dyn FnMut(&str)) -> Res
                 cite_n += 1;
             }
             *r.decisions.entry(response.crag.category.clone()).or_default() += 1;
-            *r.answer_kinds.entry(format!("{:?}", response.answer_kind).to_lowercase()).or_default() += 1;
+            let kind = serde_json::to_value(response.answer_kind).ok().and_then(|v| v.as_str().map(str::to_owned));
+            *r.answer_kinds.entry(kind.unwrap_or_default()).or_default() += 1;
             r.retried += usize::from(response.attempts.len() > 1);
             tokens += response.cost.tokens;
             calls += response.cost.llm_calls;
