@@ -184,7 +184,7 @@ enum Command {
         rerank_pool: usize,
         /// Answer-level evaluation on a QA dataset (the CMU Wikipedia QA set): the named experiments to run,
         /// comma-separated (no_retrieval, baseline, forced_search, refined, extraction, judge, smart_retry,
-        /// multi_query, batched_extraction, corrective).
+        /// multi_query, batched_extraction, corrective); `none` with --refinement measures refinement only.
         #[arg(long, value_name = "LIST", value_delimiter = ',')]
         experiment: Vec<String>,
         /// QA datasets: also measure knowledge refinement (answer-bearing strips kept, tokens cut).
@@ -566,7 +566,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 }
                 let opts = ragtune::qa_eval::QaEvalOptions {
                     dataset,
-                    experiments: if experiment.is_empty() { vec!["baseline".into()] } else { experiment },
+                    // `--experiment none` with `--refinement` measures refinement alone.
+                    experiments: if experiment.is_empty() {
+                        vec!["baseline".into()]
+                    } else {
+                        experiment.into_iter().filter(|e| e != "none").collect()
+                    },
                     config: cfg,
                     limit,
                     cache_dir: cache_dir.unwrap_or_else(|| ragtune::ragtune_home().join("eval-cache")),

@@ -510,7 +510,10 @@ mod tests {
 
     /// The refinement the extractor falls back to: what `Refiner` keeps for the scurvy question.
     fn refined() -> Refined {
-        let refiner = Refiner::new(RefineConfig::default()).unwrap();
+        // A strict refinement, so the fallback's content is small and exact.
+        let strict =
+            RefineConfig { threshold: 0.25, relative_threshold: 0.5, top_n: Some(8), ..RefineConfig::default() };
+        let refiner = Refiner::new(strict).unwrap();
         block_on(refiner.refine(&Ctx::new(), "What causes scurvy?", &candidates())).unwrap()
     }
 

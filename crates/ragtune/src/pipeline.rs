@@ -387,9 +387,11 @@ impl Engine {
         // Every call of an LLM client is traced (query transformations included); an LLM that does not trace
         // its calls (a fake, a model of your own) is counted from the stages instead.
         let llm_events: Vec<&TraceEvent> = trace.iter().filter(|e| e.stage == "llm").collect();
-        if llm_events.is_empty() {
-            for (stage, c) in &cost.stages {
-                if stage != "rerank" && stage != "evaluate" || self.config().crag.scorer == ScorerKind::Llm {
+        if self.llm().is_none() {
+            // No LLM: nothing to count (stage costs of embedders are not LLM calls).
+        } else if llm_events.is_empty() {
+            for stage in ["generate", "extract", "judge", "rewrite", "rerank"] {
+                if let Some(c) = cost.stages.get(stage) {
                     cost.tokens += c.tokens;
                     cost.llm_calls += c.calls;
                 }
