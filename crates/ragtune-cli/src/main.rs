@@ -256,7 +256,8 @@ struct AskArgs {
     store: Option<PathBuf>,
     #[command(flatten)]
     qdrant: QdrantArgs,
-    /// An OpenAI-compatible LLM (default: the config's llm.url, else $RAGTUNE_LLM_URL; none: extractive answers).
+    /// An OpenAI-compatible LLM (default: the config's llm.url, else $RAGTUNE_LLM_URL, else the local server of
+    /// `cargo xtask llm start` when one runs; none: extractive answers).
     #[arg(long, value_name = "URL")]
     llm_url: Option<String>,
     /// Answer without any LLM even when one is configured (extractive answer, LLM-free judge).
@@ -276,6 +277,12 @@ impl AskArgs {
         }
         if self.no_llm {
             cfg.llm.url = String::new();
+        } else if cfg.llm.url.trim().is_empty()
+            && let Some(url) = ragtune::local_llm_url()
+        {
+            // No URL anywhere: the local server of `cargo xtask llm start`, when one runs.
+            eprintln!("using the local LLM at {url} ($RAGTUNE_HOME/llm/server.json); --no-llm answers without it");
+            cfg.llm.url = url;
         }
         if let Some(k) = self.top_k {
             cfg.pipeline.top_k = k;

@@ -1204,7 +1204,10 @@ fn extractive_answer(question: &str, context: &[ContextPassage]) -> String {
     if best.is_empty() {
         return NO_DOCUMENTS.to_owned();
     }
-    best.into_iter().map(|(n, _, s)| format!("{} [{n}]", s.trim())).collect::<Vec<_>>().join(" ")
+    best.into_iter()
+        .map(|(n, _, s)| format!("{} [{n}]", s.split_whitespace().collect::<Vec<_>>().join(" ")))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 fn words(text: &str) -> impl Iterator<Item = String> + '_ {
