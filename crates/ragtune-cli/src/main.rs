@@ -365,6 +365,28 @@ fn print_answer(r: &ragtune::AskResponse, show_trace: bool) -> anyhow::Result<()
     Ok(())
 }
 
+/// `ragtune ask` (`generate`) and `ragtune query`: run the pipeline and print the result.
+async fn answer(
+    cli_config: &Option<PathBuf>,
+    question: String,
+    opts: AskArgs,
+    json: bool,
+    trace: bool,
+    generate: bool,
+) -> anyhow::Result<()> {
+    let engine = Engine::open(opts.config(cli_config.as_ref())?).await?;
+    let mut r = if generate { engine.ask(&question).await? } else { engine.query(&question).await? };
+    if json {
+        if !trace {
+            r.trace.clear();
+        }
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    } else {
+        print_answer(&r, trace)?;
+    }
+    Ok(())
+}
+
 /// Where a Qdrant store is, overriding the configuration file.
 #[derive(Debug, clap::Args)]
 struct QdrantArgs {
@@ -462,29 +484,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 }
             }
         }
-        Command::Ask { question, opts, json, trace } => {
-            let engine = Engine::open(opts.config(cli.config.as_ref())?).await?;
-            let mut r = engine.ask(&question).await?;
-            if json {
-                if !trace {
-                    r.trace.clear();
-                }
-                println!("{}", serde_json::to_string_pretty(&r)?);
-            } else {
-                print_answer(&r, trace)?;
-            }
-        }
+        Command::Ask { question, opts, json, trace } => answer(&cli.config, question, opts, json, trace, true).await?,
         Command::Query { question, opts, json, trace } => {
-            let engine = Engine::open(opts.config(cli.config.as_ref())?).await?;
-            let mut r = engine.query(&question).await?;
-            if json {
-                if !trace {
-                    r.trace.clear();
-                }
-                println!("{}", serde_json::to_string_pretty(&r)?);
-            } else {
-                print_answer(&r, trace)?;
-            }
+            answer(&cli.config, question, opts, json, trace, false).await?;
         }
         Command::Search { query, store, qdrant, top_k, strategy, transform, llm_url, json } => {
             let mut cfg = config(cli.config.as_ref(), store)?;

@@ -76,12 +76,7 @@ async fn retrieve_split(
     log: &mut dyn FnMut(&str),
 ) -> Result<(crate::Engine, Vec<Judged>, ragtune_evaluators::metrics::Qrels, String)> {
     let data = ragtune_ingest::load_beir(&opts.dataset, &opts.split)?;
-    let name = opts
-        .dataset
-        .canonicalize()
-        .ok()
-        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
-        .unwrap_or_else(|| opts.dataset.display().to_string());
+    let name = crate::eval::dataset_name(&opts.dataset);
     let strategy: Strategy = opts.retriever.parse()?;
     let embedder = match strategy {
         Strategy::Bm25 => None,

@@ -192,12 +192,7 @@ pub async fn run_eval(opts: &EvalOptions, log: &mut dyn FnMut(&str)) -> Result<E
         None
     };
     let data = ragtune_ingest::load_beir(&opts.dataset, &opts.split)?;
-    let name = opts
-        .dataset
-        .canonicalize()
-        .ok()
-        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
-        .unwrap_or_else(|| opts.dataset.display().to_string());
+    let name = dataset_name(&opts.dataset);
     let chunking = "whole-documents";
     // Dense and hybrid need the embedding model; BM25 indexes without it (faster, and no model needed).
     let embedder = match strategy {
@@ -443,6 +438,14 @@ pub(crate) async fn open_beir_index(
     }
     let index_seconds = started.elapsed().as_secs_f64();
     Ok((engine, cached, location, index_seconds))
+}
+
+/// A dataset's name for reports and cache keys: its directory's name.
+pub(crate) fn dataset_name(dir: &Path) -> String {
+    dir.canonicalize()
+        .ok()
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| dir.display().to_string())
 }
 
 /// A fast content hash of a file, for cache keys.
