@@ -181,9 +181,10 @@ fn extract_schema() -> Value {
 /// The grounded answer with numbered citations (`[n]` refers to the n-th source in `{{context}}`).
 pub const ANSWER: Prompt = Prompt {
     id: "answer",
-    version: 1,
-    system: "You answer questions using only the numbered sources you are given. After each sentence, cite the sources \
-             it comes from as [1], [2]. If the sources do not contain the answer, say exactly: \
+    version: 2,
+    system: "You answer questions using only the numbered sources you are given. When the question can be answered \
+             yes or no, start the answer with Yes or No. After each sentence, cite the sources it comes from as \
+             [1], [2]. If the sources do not contain the answer, say exactly: \
              The documents don't contain this information.",
     user: "Sources:\n{{context}}\n\nQuestion: {{query}}\n\nAnswer in one to three short sentences, with citations.",
     schema: None,
