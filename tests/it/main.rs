@@ -5,6 +5,7 @@ mod crash;
 mod engine;
 mod eval;
 mod pipeline;
+mod qa_eval;
 mod rerank;
 mod scifact;
 mod strategies;

@@ -168,6 +168,13 @@ pub struct ExperimentReport {
     pub llm_calls_per_question: f64,
     /// Mean context tokens given to the generator.
     pub context_tokens: f64,
+    /// Answers that carry at least one note: a stage skipped, failed, timed out or fell back
+    /// ([`AskResponse::notes`](crate::AskResponse)).
+    #[serde(default)]
+    pub degraded: usize,
+    /// Those notes by kind (the text before the first `:`), with how many answers carried each.
+    #[serde(default)]
+    pub notes: BTreeMap<String, usize>,
 }
 
 /// Knowledge refinement on the retrieved passages of every question with a non-yes/no gold answer.
@@ -332,6 +339,12 @@ pub async fn run_qa_eval(opts: &QaEvalOptions, log: &mut dyn FnMut(&str)) -> Res
             };
             latencies.push(t.elapsed().as_secs_f64() * 1e3);
             r.questions += 1;
+            r.degraded += usize::from(!response.notes.is_empty());
+            let kinds: std::collections::BTreeSet<&str> =
+                response.notes.iter().map(|n| n.split(':').next().unwrap_or(n).trim()).collect();
+            for kind in kinds {
+                *r.notes.entry(kind.to_owned()).or_default() += 1;
+            }
             let answer = response.answer.clone().unwrap_or_default();
             let score = score_answer(&answer, &q.answers);
             correct += usize::from(score.correct);
@@ -496,12 +509,12 @@ pub async fn refinement_check(
 #[must_use]
 pub fn qa_table(r: &QaEvalReport) -> String {
     let mut out = format!(
-        "{:<20} {:>4} {:>7} {:>7} {:>7} {:>6} {:>7} {:>7} {:>9} {:>8} {:>6}\n",
-        "experiment", "n", "acc", "yes/no", "other", "F1", "faith", "cite-p", "p50 ms", "tokens", "calls"
+        "{:<20} {:>4} {:>7} {:>7} {:>7} {:>6} {:>7} {:>7} {:>9} {:>8} {:>6} {:>8}\n",
+        "experiment", "n", "acc", "yes/no", "other", "F1", "faith", "cite-p", "p50 ms", "tokens", "calls", "degraded"
     );
     for e in &r.experiments {
         out.push_str(&format!(
-            "{:<20} {:>4} {:>7.3} {:>7.3} {:>7.3} {:>6.3} {:>7.3} {:>7} {:>9.0} {:>8.0} {:>6.1}\n",
+            "{:<20} {:>4} {:>7.3} {:>7.3} {:>7.3} {:>6.3} {:>7.3} {:>7} {:>9.0} {:>8.0} {:>6.1} {:>8}\n",
             e.experiment,
             e.questions,
             e.accuracy,
@@ -512,7 +525,8 @@ pub fn qa_table(r: &QaEvalReport) -> String {
             e.citation_precision.map_or_else(|| "-".to_owned(), |c| format!("{c:.3}")),
             e.latency_ms.p50,
             e.tokens_per_question,
-            e.llm_calls_per_question
+            e.llm_calls_per_question,
+            e.degraded
         ));
     }
     if let Some(f) = &r.refinement {
