@@ -63,6 +63,13 @@ async fn answer_level_evaluation_without_an_llm() {
         // Every citation points into the question's own article.
         assert_eq!(e.citation_precision, Some(1.0), "{e:?}");
     }
+    for e in &report.experiments {
+        // One record per answer, consistent with the averages.
+        assert_eq!(e.answers.len(), e.questions, "{e:?}");
+        let correct = e.answers.iter().filter(|a| a.correct).count();
+        assert!((correct as f64 / e.questions as f64 - e.accuracy).abs() < 1e-9, "{e:?}");
+        assert!(e.answers.iter().all(|a| !a.gold.is_empty() && !a.id.is_empty()), "{e:?}");
+    }
     let corrective = &report.experiments[2];
     assert_eq!(corrective.decisions.values().sum::<usize>(), 4, "CRAG judged every question: {corrective:?}");
     // Without an LLM the pipeline's judge falls back to the LLM-free one, and says so on every answer.
@@ -76,6 +83,12 @@ async fn answer_level_evaluation_without_an_llm() {
     assert_eq!(refinement.questions, 3, "the three questions with a non-yes/no answer found in a strip");
     assert_eq!(refinement.answer_strips_kept, refinement.answer_strips, "{refinement:?}");
     assert!(refinement.token_reduction > 0.0, "{refinement:?}");
+    assert!((refinement.mean_question_retention - 1.0).abs() < 1e-9, "{refinement:?}");
+    assert!((refinement.question_retention - 1.0).abs() < 1e-9, "{refinement:?}");
+    let bucketed: usize = refinement.by_mentions.values().map(|b| b.questions).sum();
+    assert_eq!(bucketed, refinement.questions, "every measured question is in one bucket: {refinement:?}");
+    let strips: usize = refinement.by_mentions.values().map(|b| b.answer_strips).sum();
+    assert_eq!(strips, refinement.answer_strips, "{refinement:?}");
     let table = qa_table(&report);
     assert!(table.contains("degraded") && table.contains("corrective"), "{table}");
     assert!(log.iter().any(|l| l.starts_with("indexing 2 articles")), "{log:?}");
@@ -86,5 +99,9 @@ async fn answer_level_evaluation_without_an_llm() {
     assert!(again.index_cached && again_log.iter().any(|l| l.starts_with("using the cached index")));
     for (a, b) in report.experiments.iter().zip(&again.experiments) {
         assert_eq!((a.accuracy, a.token_f1, &a.decisions, &a.notes), (b.accuracy, b.token_f1, &b.decisions, &b.notes));
+        let answers = |e: &ragtune::qa_eval::ExperimentReport| {
+            e.answers.iter().map(|a| (a.id.clone(), a.answer.clone(), a.cited.clone())).collect::<Vec<_>>()
+        };
+        assert_eq!(answers(a), answers(b));
     }
 }

@@ -413,7 +413,7 @@ impl Engine {
                         doc_id: p.doc_id.clone(),
                         title: p.title.clone(),
                     }),
-                    None => notes.push(format!("the answer cites [{n}], which is not in the context")),
+                    None => notes.push(format!("the answer cites a passage that is not in the context: [{n}]")),
                 }
             }
         }

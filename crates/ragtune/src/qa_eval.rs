@@ -175,6 +175,42 @@ pub struct ExperimentReport {
     /// Those notes by kind (the text before the first `:`), with how many answers carried each.
     #[serde(default)]
     pub notes: BTreeMap<String, usize>,
+    /// Every answer, in question order, for reading the failures behind the averages.
+    #[serde(default)]
+    pub answers: Vec<AnswerRecord>,
+}
+
+/// One question's answer in an experiment ([`ExperimentReport::answers`]).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct AnswerRecord {
+    /// The question's id in the dataset.
+    pub id: String,
+    /// The question.
+    pub question: String,
+    /// The gold answers.
+    pub gold: Vec<String>,
+    /// The answer given (empty when there was none).
+    pub answer: String,
+    /// Whether it counts as correct (contains a gold answer; yes/no: the right polarity).
+    pub correct: bool,
+    /// Token F1 against the best gold answer.
+    pub f1: f64,
+    /// Whether the question was scored as yes/no.
+    pub yes_no: bool,
+    /// The CRAG decision.
+    pub decision: String,
+    /// The ids of the cited documents, in citation order.
+    pub cited: Vec<String>,
+    /// LLM calls and tokens spent.
+    pub llm_calls: u64,
+    /// LLM tokens.
+    pub tokens: u64,
+    /// Context tokens given to the generator.
+    pub context_tokens: usize,
+    /// Wall-clock milliseconds.
+    pub latency_ms: f64,
+    /// The answer's notes (skipped, failed or degraded stages).
+    pub notes: Vec<String>,
 }
 
 /// Knowledge refinement on the retrieved passages of every question with a non-yes/no gold answer.
@@ -190,6 +226,14 @@ pub struct RefinementReport {
     pub answer_retention: f64,
     /// Questions for which at least one answer-bearing strip was kept, as a share.
     pub question_retention: f64,
+    /// The share of answer-bearing strips kept, averaged over questions (each question counts once, however often
+    /// its answer is mentioned).
+    #[serde(default)]
+    pub mean_question_retention: f64,
+    /// Retention by how many answer-bearing strips a question has (`1`, `2`, `3-5`, `6+`): questions whose answer
+    /// is the article's subject are mentioned in many strips that do not answer the question.
+    #[serde(default)]
+    pub by_mentions: BTreeMap<String, RetentionBucket>,
     /// Token reduction over all questions: 1 - tokens after / tokens before.
     pub token_reduction: f64,
     /// Tokens before and after, summed.
@@ -337,7 +381,8 @@ pub async fn run_qa_eval(opts: &QaEvalOptions, log: &mut dyn FnMut(&str)) -> Res
                     continue;
                 }
             };
-            latencies.push(t.elapsed().as_secs_f64() * 1e3);
+            let latency_ms = t.elapsed().as_secs_f64() * 1e3;
+            latencies.push(latency_ms);
             r.questions += 1;
             r.degraded += usize::from(!response.notes.is_empty());
             let kinds: std::collections::BTreeSet<&str> =
@@ -382,6 +427,22 @@ pub async fn run_qa_eval(opts: &QaEvalOptions, log: &mut dyn FnMut(&str)) -> Res
             tokens += response.cost.tokens;
             calls += response.cost.llm_calls;
             ctx_tokens += response.context_report.tokens_after;
+            r.answers.push(AnswerRecord {
+                id: q.id.clone(),
+                question: q.question.clone(),
+                gold: q.answers.clone(),
+                answer,
+                correct: score.correct,
+                f1: f64::from(score.f1),
+                yes_no: score.yes_no,
+                decision: response.crag.category.clone(),
+                cited: response.citations.iter().map(|c| c.doc_id.clone()).collect(),
+                llm_calls: response.cost.llm_calls,
+                tokens: response.cost.tokens,
+                context_tokens: response.context_report.tokens_after,
+                latency_ms,
+                notes: response.notes.clone(),
+            });
             if (i + 1) % 10 == 0 {
                 log(&format!(
                     "  {exp}: {} of {} questions, accuracy so far {:.3}",
@@ -449,6 +510,27 @@ pub async fn run_qa_eval(opts: &QaEvalOptions, log: &mut dyn FnMut(&str)) -> Res
     })
 }
 
+/// Answer-bearing strips kept, for the questions of one [`RefinementReport::by_mentions`] bucket.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct RetentionBucket {
+    /// Questions in the bucket.
+    pub questions: usize,
+    /// Their answer-bearing strips.
+    pub answer_strips: usize,
+    /// Of those, kept.
+    pub answer_strips_kept: usize,
+}
+
+/// The [`RefinementReport::by_mentions`] bucket of a question with `n` answer-bearing strips.
+fn mentions_bucket(n: usize) -> &'static str {
+    match n {
+        0 | 1 => "1",
+        2 => "2",
+        3..=5 => "3-5",
+        _ => "6+",
+    }
+}
+
 /// Knowledge refinement on the top-5 retrieved passages of every question whose gold answer is not yes/no:
 /// answer-bearing strips kept, and the token reduction.
 ///
@@ -470,6 +552,7 @@ pub async fn refinement_check(
     }
     let mut r = RefinementReport::default();
     let mut with_kept = 0usize;
+    let mut share_sum = 0.0f64;
     for q in questions.iter().filter(|q| !q.is_yes_no()) {
         let query = Query::new(q.question.clone()).with_top_k(5);
         let ctx = Ctx::new();
@@ -486,11 +569,17 @@ pub async fn refinement_check(
         r.answer_strips += total;
         r.answer_strips_kept += kept;
         with_kept += usize::from(kept > 0);
+        share_sum += kept as f64 / total as f64;
+        let bucket = r.by_mentions.entry(mentions_bucket(total).to_owned()).or_default();
+        bucket.questions += 1;
+        bucket.answer_strips += total;
+        bucket.answer_strips_kept += kept;
         r.tokens_before += refined.tokens_before;
         r.tokens_after += refined.tokens_after;
     }
     r.answer_retention = r.answer_strips_kept as f64 / r.answer_strips.max(1) as f64;
     r.question_retention = with_kept as f64 / r.questions.max(1) as f64;
+    r.mean_question_retention = share_sum / r.questions.max(1) as f64;
     r.token_reduction = 1.0 - r.tokens_after as f64 / r.tokens_before.max(1) as f64;
     log(&format!(
         "refinement: {} questions, {} of {} answer-bearing strips kept ({:.1} %), tokens {} -> {} ({:.1} % fewer)",
@@ -531,16 +620,26 @@ pub fn qa_table(r: &QaEvalReport) -> String {
     }
     if let Some(f) = &r.refinement {
         out.push_str(&format!(
-            "refinement: {} questions, answer strips kept {:.1} % ({} of {}), questions with an answer strip kept {:.1} %, tokens cut {:.1} % ({} -> {})\n",
+            "refinement: {} questions, answer strips kept {:.1} % ({} of {}), per question {:.1} %, questions with an answer strip kept {:.1} %, tokens cut {:.1} % ({} -> {})\n",
             f.questions,
             f.answer_retention * 100.0,
             f.answer_strips_kept,
             f.answer_strips,
+            f.mean_question_retention * 100.0,
             f.question_retention * 100.0,
             f.token_reduction * 100.0,
             f.tokens_before,
             f.tokens_after
         ));
+        for (bucket, b) in &f.by_mentions {
+            out.push_str(&format!(
+                "  questions with {bucket} answer strips: {} questions, {} of {} kept ({:.1} %)\n",
+                b.questions,
+                b.answer_strips_kept,
+                b.answer_strips,
+                b.answer_strips_kept as f64 / b.answer_strips.max(1) as f64 * 100.0
+            ));
+        }
     }
     out
 }
@@ -548,6 +647,12 @@ pub fn qa_table(r: &QaEvalReport) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn questions_are_bucketed_by_how_often_their_answer_is_mentioned() {
+        let buckets: Vec<&str> = (1..=8).map(mentions_bucket).collect();
+        assert_eq!(buckets, ["1", "2", "3-5", "3-5", "3-5", "6+", "6+", "6+"]);
+    }
 
     #[test]
     fn every_experiment_applies_and_unknown_ones_are_refused() {
