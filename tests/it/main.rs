@@ -1,6 +1,7 @@
 //! ragtune integration tests: real components end to end (one test binary).
 
 mod bad_input;
+mod crag_eval;
 mod crash;
 mod engine;
 mod eval;

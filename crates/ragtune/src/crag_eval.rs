@@ -12,7 +12,7 @@ use std::sync::Arc;
 use ragtune_core::{Candidate, Ctx, Error, Query, RelevanceEvaluator, Result, Verdict, sort_ranked};
 use ragtune_evaluators::crag::{
     Calibration, CalibrationSample, HeuristicEvaluator, ModelEvaluator, RetrievalScoreScorer, ScoreScale, calibrate,
-    detection_stats, heuristic_category,
+    failure_auc, heuristic_category,
 };
 use ragtune_evaluators::metrics::{Metric, Runs, evaluate};
 use serde::{Deserialize, Serialize};
@@ -35,6 +35,11 @@ pub struct DecisionStats {
     pub correct_failure_rate: f64,
     /// The thresholds used (model-based: upper, lower; heuristic: relevant, partial).
     pub thresholds: (f32, f32),
+    /// How well the evaluator's score separates failed from successful retrievals whatever the thresholds: the
+    /// probability that a failed query scores lower than a successful one (ROC AUC; 0.5 is chance). `None` when
+    /// every query failed or every one succeeded.
+    #[serde(default)]
+    pub score_auc: Option<f64>,
 }
 
 /// The CRAG report of one split.
@@ -202,16 +207,20 @@ pub async fn run_crag_eval(
     let mut verdicts: Vec<[Verdict; 2]> = Vec::with_capacity(judged.len());
     let mut model_samples = Vec::new();
     let mut heuristic_samples = Vec::new();
+    let mut scores: [Vec<CalibrationSample>; 2] = [Vec::new(), Vec::new()];
     for j in &judged {
         let hv = heuristic.evaluate(&Ctx::new(), &j.text, &j.candidates).await?;
         let mv = model.evaluate(&Ctx::new(), &j.text, &j.candidates).await?;
         *stats[0].decisions.entry(heuristic_category(hv.verdict).to_owned()).or_default() += 1;
         *stats[1].decisions.entry(format!("{:?}", mv.verdict).to_uppercase()).or_default() += 1;
+        scores[0].push(CalibrationSample { score: hv.score, succeeded: j.succeeded });
+        scores[1].push(CalibrationSample { score: mv.score, succeeded: j.succeeded });
         heuristic_samples.push((hv.verdict, j.succeeded));
         model_samples.push((mv.verdict, j.succeeded));
         verdicts.push([hv.verdict, mv.verdict]);
     }
-    for (s, samples) in stats.iter_mut().zip([&heuristic_samples, &model_samples]) {
+    for ((s, samples), scored) in stats.iter_mut().zip([&heuristic_samples, &model_samples]).zip(&scores) {
+        s.score_auc = failure_auc(scored);
         let failed = samples.iter().filter(|(_, ok)| !ok).count();
         let flagged = samples.iter().filter(|(v, _)| *v == Verdict::Incorrect).count();
         let hit = samples.iter().filter(|(v, ok)| *v == Verdict::Incorrect && !ok).count();
@@ -221,8 +230,6 @@ pub async fn run_crag_eval(
         s.incorrect_recall = hit as f64 / failed.max(1) as f64;
         s.correct_failure_rate = correct_failed as f64 / correct.max(1) as f64;
     }
-    // The detection numbers of the model evaluator, computed the same way as calibration does (a check).
-    let _ = detection_stats(&[], m.lower);
 
     // nDCG@10 with and without correcting the configured evaluator's non-CORRECT queries.
     let which = usize::from(config.crag.evaluator == crate::EvaluatorKind::Model);
@@ -288,19 +295,20 @@ pub fn crag_table(r: &CragEvalReport) -> String {
         r.dataset, r.split, r.queries, r.failed_retrievals, r.k
     );
     out.push_str(&format!(
-        "{:<16} {:>28} {:>10} {:>10} {:>14} {:>14}\n",
-        "evaluator", "decisions", "INC prec", "INC rec", "CORRECT fail", "thresholds"
+        "{:<16} {:>28} {:>10} {:>10} {:>14} {:>14} {:>10}\n",
+        "evaluator", "decisions", "INC prec", "INC rec", "CORRECT fail", "thresholds", "score AUC"
     ));
     for s in &r.evaluators {
         let d: Vec<String> = s.decisions.iter().map(|(k, v)| format!("{k} {v}")).collect();
         out.push_str(&format!(
-            "{:<16} {:>28} {:>10.3} {:>10.3} {:>14.3} {:>14}\n",
+            "{:<16} {:>28} {:>10.3} {:>10.3} {:>14.3} {:>14} {:>10}\n",
             s.evaluator,
             d.join(", "),
             s.incorrect_precision,
             s.incorrect_recall,
             s.correct_failure_rate,
-            format!("{:.3}/{:.3}", s.thresholds.0, s.thresholds.1)
+            format!("{:.3}/{:.3}", s.thresholds.0, s.thresholds.1),
+            s.score_auc.map_or_else(|| "-".to_owned(), |a| format!("{a:.3}"))
         ));
     }
     out.push_str(&format!(

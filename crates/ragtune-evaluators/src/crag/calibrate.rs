@@ -185,6 +185,38 @@ pub fn detection_stats(samples: &[CalibrationSample], lower: f32) -> (f32, f32, 
     (ratio(tp, flagged_count), ratio(tp, failures), ratio(2 * tp, 2 * tp + fp + fn_))
 }
 
+/// How well the scores rank failed retrievals below successful ones, whatever the thresholds: the probability that
+/// a randomly drawn failed sample scores lower than a randomly drawn successful one, ties counting half (the ROC
+/// AUC of "low score" as a detector of failure). 0.5 is chance, 1 a perfect separation; `None` when there is no
+/// failed or no successful sample. Non-finite scores are left out.
+///
+/// ```
+/// use ragtune_evaluators::crag::{CalibrationSample, failure_auc};
+///
+/// let s = |score, succeeded| CalibrationSample { score, succeeded };
+/// assert_eq!(failure_auc(&[s(0.1, false), s(0.2, true), s(0.3, false), s(0.9, true)]), Some(0.75));
+/// assert_eq!(failure_auc(&[s(0.5, true)]), None);
+/// ```
+#[must_use]
+pub fn failure_auc(samples: &[CalibrationSample]) -> Option<f64> {
+    let mut failed: Vec<f32> =
+        samples.iter().filter(|s| !s.succeeded && s.score.is_finite()).map(|s| s.score).collect();
+    let mut ok: Vec<f32> = samples.iter().filter(|s| s.succeeded && s.score.is_finite()).map(|s| s.score).collect();
+    if failed.is_empty() || ok.is_empty() {
+        return None;
+    }
+    failed.sort_by(f32::total_cmp);
+    ok.sort_by(f32::total_cmp);
+    // For each failed score: successful scores strictly above it count 1, equal ones 1/2.
+    let mut wins = 0.0f64;
+    for f in &failed {
+        let above = ok.len() - ok.partition_point(|x| x <= f);
+        let equal = ok.partition_point(|x| x <= f) - ok.partition_point(|x| x < f);
+        wins += above as f64 + equal as f64 / 2.0;
+    }
+    Some(wins / (failed.len() as f64 * ok.len() as f64))
+}
+
 fn ratio(num: usize, den: usize) -> f32 {
     if den == 0 { 0.0 } else { (num as f64 / den as f64) as f32 }
 }
@@ -237,6 +269,12 @@ mod tests {
         check(SET, 1.0, 0.4, 0.8);
         check(SET, 0.01, 0.4, 0.5);
         assert_eq!(detection_stats(&samples(SET), 0.4), (0.75, 0.75, 0.75));
+        // Perfect separation, its reverse, all ties, and one of each.
+        assert_eq!(failure_auc(&samples(&[(0.1, false), (0.2, false), (0.8, true)])), Some(1.0));
+        assert_eq!(failure_auc(&samples(&[(0.9, false), (0.2, true), (0.1, true)])), Some(0.0));
+        assert_eq!(failure_auc(&samples(&[(0.5, false), (0.5, true), (0.5, true)])), Some(0.5));
+        assert_eq!(failure_auc(&samples(&[(f32::NAN, false), (0.5, true)])), None);
+        assert_eq!(failure_auc(&[]), None);
         assert_eq!(detection_stats(&samples(SET), 0.0), (0.0, 0.0, 0.0));
         assert_eq!(detection_stats(&samples(SET), 1.0), (4.0 / 9.0, 1.0, 8.0 / 13.0));
     }

@@ -33,7 +33,7 @@ mod heuristic;
 mod model;
 mod scorers;
 
-pub use calibrate::{Calibration, CalibrationSample, calibrate, detection_stats};
+pub use calibrate::{Calibration, CalibrationSample, calibrate, detection_stats, failure_auc};
 pub use heuristic::{CriteriaWeights, HeuristicConfig, HeuristicEvaluator, heuristic_category};
 pub use model::{Aggregate, ModelConfig, ModelEvaluator, ScoreScale};
 pub use scorers::{DenseSimilarityScorer, RetrievalScoreScorer};
