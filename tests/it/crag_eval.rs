@@ -7,10 +7,10 @@
 use std::io::Write;
 use std::path::Path;
 
-use ragtune::Config;
-use ragtune::crag_eval::{calibration_toml, crag_table, run_calibration, run_crag_eval};
+use ragtune::crag_eval::{calibration_toml, crag_table, heuristic_thresholds, run_calibration, run_crag_eval};
 use ragtune::embed::provisioning::ModelLayout;
 use ragtune::eval::EvalOptions;
+use ragtune::{Config, EvaluatorKind};
 
 fn provisioned() -> bool {
     let layout = ModelLayout::new(ragtune::ragtune_home());
@@ -95,13 +95,13 @@ async fn calibration_on_train_and_decision_statistics_on_test() {
     let config = Config::default();
 
     // Calibration on train: the two thresholds are ordered, and they separate on-topic from off-topic queries.
-    let fit = run_calibration(&opts, &config, 1, 0.9, &mut |_| {}).await.unwrap();
+    let fit = run_calibration(&opts, &config, EvaluatorKind::Model, 1, 0.9, &mut |_| {}).await.unwrap();
     assert_eq!((fit.samples, fit.failures), (12, 4), "{fit:?}");
     assert!(0.0 <= fit.lower && fit.lower < fit.upper && fit.upper <= 1.0, "{fit:?}");
     assert!(fit.incorrect_recall > 0.0 && fit.incorrect_precision > 0.0, "{fit:?}");
 
     // The written configuration is one the engine reads, with the fitted thresholds.
-    let toml = calibration_toml(&fit, &config, "tiny", "train", 1);
+    let toml = calibration_toml(&fit, &config, EvaluatorKind::Model, "tiny", "train", 1);
     let calibrated = Config::from_toml(&toml).unwrap();
     assert_eq!((calibrated.crag.model.upper, calibrated.crag.model.lower), (fit.upper, fit.lower));
 
@@ -134,6 +134,25 @@ async fn calibration_on_train_and_decision_statistics_on_test() {
     // Same inputs, same report.
     let again = run_crag_eval(&opts, &calibrated, 1, &mut |_| {}).await.unwrap();
     assert_eq!(again, report);
+
+    // The heuristic evaluator calibrated the same way: its file sets its thresholds and keeps its weights, and
+    // with them it flags the off-topic queries (with the seed's thresholds it never flags one on SciFact).
+    opts.split = "train".into();
+    let hfit = run_calibration(&opts, &config, EvaluatorKind::Heuristic, 1, 0.9, &mut |_| {}).await.unwrap();
+    assert!(0.0 <= hfit.lower && hfit.lower < hfit.upper && hfit.upper <= 1.0, "{hfit:?}");
+    let htoml = calibration_toml(&hfit, &config, EvaluatorKind::Heuristic, "tiny", "train", 1);
+    let hcal = Config::from_toml(&htoml).unwrap_or_else(|e| panic!("{e}\n{htoml}"));
+    assert_eq!(hcal.crag.evaluator, EvaluatorKind::Heuristic);
+    let (relevant, partial) = heuristic_thresholds(&hfit);
+    assert_eq!((hcal.crag.heuristic.relevant_threshold, hcal.crag.heuristic.partial_threshold), (relevant, partial));
+    assert!(relevant < hfit.upper && partial == hfit.lower, "RELEVANT is `> relevant`, CORRECT `>= upper`");
+    assert_eq!(hcal.crag.heuristic.weights, config.crag.heuristic.weights);
+    opts.split = "test".into();
+    let hreport = run_crag_eval(&opts, &hcal, 1, &mut |_| {}).await.unwrap();
+    let heuristic = &hreport.evaluators[0];
+    assert_eq!(heuristic.thresholds, (relevant, partial));
+    assert!(heuristic.incorrect_recall > 0.0, "{heuristic:?}");
+
     // k = 0 is refused with a clear error.
     let err = run_crag_eval(&opts, &calibrated, 0, &mut |_| {}).await.unwrap_err();
     assert!(err.to_string().contains("k must be at least 1"), "{err}");

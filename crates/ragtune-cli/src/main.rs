@@ -215,6 +215,10 @@ enum Command {
         /// The precision CORRECT must reach on the split (sets the upper threshold).
         #[arg(long, value_name = "P", default_value_t = 0.9)]
         target_precision: f32,
+        /// The evaluator whose thresholds are fitted: `model` (upper/lower of the retrieval-score scorer) or
+        /// `heuristic` (seed 002's relevant/partial thresholds, its weights as configured).
+        #[arg(long, value_name = "NAME", default_value = "model")]
+        evaluator: String,
         /// Where to write the thresholds (a config file `ragtune --config` reads).
         #[arg(long, value_name = "FILE", default_value = "configs/crag-calibrated.toml")]
         out: PathBuf,
@@ -675,8 +679,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 eprintln!("wrote {}", path.display());
             }
         }
-        Command::Calibrate { dataset, split, retriever, k, target_precision, out, cache_dir, limit } => {
+        Command::Calibrate { dataset, split, retriever, k, target_precision, evaluator, out, cache_dir, limit } => {
             let cfg = config(cli.config.as_ref(), None)?;
+            let evaluator = match evaluator.as_str() {
+                "model" => ragtune::EvaluatorKind::Model,
+                "heuristic" => ragtune::EvaluatorKind::Heuristic,
+                other => anyhow::bail!("unknown evaluator `{other}`: use `model` or `heuristic`"),
+            };
             let mut opts = EvalOptions::new(&dataset);
             opts.split = split.clone();
             opts.retriever = retriever;
@@ -686,11 +695,20 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             if let Some(d) = cache_dir {
                 opts.cache_dir = d;
             }
-            let c = ragtune::crag_eval::run_calibration(&opts, &cfg, k, target_precision, &mut |l| eprintln!("{l}"))
-                .await?;
+            let c = ragtune::crag_eval::run_calibration(&opts, &cfg, evaluator, k, target_precision, &mut |l| {
+                eprintln!("{l}");
+            })
+            .await?;
             let name =
                 dataset.canonicalize().ok().and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()));
-            let text = ragtune::crag_eval::calibration_toml(&c, &cfg, name.as_deref().unwrap_or("dataset"), &split, k);
+            let text = ragtune::crag_eval::calibration_toml(
+                &c,
+                &cfg,
+                evaluator,
+                name.as_deref().unwrap_or("dataset"),
+                &split,
+                k,
+            );
             if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
                 std::fs::create_dir_all(dir).map_err(|e| anyhow::anyhow!("cannot create {}: {e}", dir.display()))?;
             }

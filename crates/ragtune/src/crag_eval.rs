@@ -17,7 +17,7 @@ use ragtune_evaluators::crag::{
 use ragtune_evaluators::metrics::{Metric, Runs, evaluate};
 use serde::{Deserialize, Serialize};
 
-use crate::config::{EmbeddingMode, Strategy, Transform};
+use crate::config::{EmbeddingMode, EvaluatorKind, Strategy, Transform};
 use crate::eval::EvalOptions;
 
 /// One evaluator's decisions on a split.
@@ -131,21 +131,25 @@ fn model_evaluator(config: &crate::Config) -> Result<ModelEvaluator> {
     ModelEvaluator::new(Arc::new(RetrievalScoreScorer::new("dense")), ScoreScale::Unit, config.crag.model.clone())
 }
 
-/// Fits the model-based evaluator's two thresholds on `opts.split` (use a training split): the free
-/// retrieval-score scorer (the dense cosine the hybrid retrieval computed), aggregated as configured, against
-/// "a relevant document in the top `k`".
+/// Fits the two thresholds of `evaluator` on `opts.split` (use a training split) against "a relevant document in
+/// the top `k`": for `Model`, the free retrieval-score scorer (the dense cosine the hybrid retrieval computed),
+/// aggregated as configured; for `Heuristic`, seed 002's weighted score with the configured weights.
 ///
 /// # Errors
 /// Dataset, index or model failures; a split where every query succeeded or every one failed.
 pub async fn run_calibration(
     opts: &EvalOptions,
     config: &crate::Config,
+    evaluator: EvaluatorKind,
     k: usize,
     target_precision: f32,
     log: &mut dyn FnMut(&str),
 ) -> Result<Calibration> {
     let (_, judged, _, _) = retrieve_split(opts, config, k, log).await?;
-    let evaluator = model_evaluator(config)?;
+    let evaluator: Box<dyn RelevanceEvaluator> = match evaluator {
+        EvaluatorKind::Model => Box::new(model_evaluator(config)?),
+        EvaluatorKind::Heuristic => Box::new(HeuristicEvaluator::new(config.crag.heuristic.clone())?),
+    };
     let mut samples = Vec::with_capacity(judged.len());
     for j in &judged {
         let judgement = evaluator.evaluate(&Ctx::new(), &j.text, &j.candidates).await?;
@@ -154,27 +158,65 @@ pub async fn run_calibration(
     calibrate(&samples, target_precision)
 }
 
-/// The calibrated thresholds as a configuration file the engine and `ragtune ask --config` read.
+/// The heuristic evaluator's thresholds for a calibration: RELEVANT is `score > relevant_threshold` and
+/// IRRELEVANT `score <= partial_threshold`, so `relevant_threshold` is the float just below `upper` (CORRECT is
+/// `score >= upper`) and `partial_threshold` is `lower`.
 #[must_use]
-pub fn calibration_toml(c: &Calibration, config: &crate::Config, dataset: &str, split: &str, k: usize) -> String {
-    format!(
+pub fn heuristic_thresholds(c: &Calibration) -> (f32, f32) {
+    let relevant = c.upper.next_down();
+    (if relevant > c.lower { relevant } else { c.upper }, c.lower)
+}
+
+/// The calibrated thresholds of `evaluator` as a configuration file the engine and `ragtune ask --config` read.
+#[must_use]
+pub fn calibration_toml(
+    c: &Calibration,
+    config: &crate::Config,
+    evaluator: EvaluatorKind,
+    dataset: &str,
+    split: &str,
+    k: usize,
+) -> String {
+    let header = format!(
         "# Written by `cargo xtask calibrate` from {dataset} `{split}` ({samples} queries, {failures} without a relevant\n\
          # document in the top {k}). INCORRECT (score <= lower) detected failed retrieval there with precision\n\
-         # {ip:.3}, recall {ir:.3}; CORRECT (score >= upper) held a relevant document with precision {cp:.3}.\n\
-         [crag]\nevaluator = \"model\"\nscorer = \"retrieval\"\n\n[crag.model]\nupper = {upper}\nlower = {lower}\n\
-         aggregate = {aggregate}\ntop_k = {top_k}\n",
+         # {ip:.3}, recall {ir:.3}; CORRECT (score >= upper) held a relevant document with precision {cp:.3}.\n",
         samples = c.samples,
         failures = c.failures,
         ip = c.incorrect_precision,
         ir = c.incorrect_recall,
         cp = c.correct_precision,
-        upper = c.upper,
-        lower = c.lower,
-        aggregate = toml::Value::try_from(config.crag.model.aggregate)
-            .map(|v| v.to_string())
-            .unwrap_or_else(|_| "\"max\"".into()),
-        top_k = config.crag.model.top_k,
-    )
+    );
+    match evaluator {
+        EvaluatorKind::Model => format!(
+            "{header}[crag]\nevaluator = \"model\"\nscorer = \"retrieval\"\n\n[crag.model]\nupper = {upper}\nlower = {lower}\n\
+             aggregate = {aggregate}\ntop_k = {top_k}\n",
+            upper = c.upper,
+            lower = c.lower,
+            aggregate = toml::Value::try_from(config.crag.model.aggregate)
+                .map(|v| v.to_string())
+                .unwrap_or_else(|_| "\"max\"".into()),
+            top_k = config.crag.model.top_k,
+        ),
+        EvaluatorKind::Heuristic => {
+            let (relevant, partial) = heuristic_thresholds(c);
+            let heuristic = ragtune_evaluators::crag::HeuristicConfig {
+                relevant_threshold: relevant,
+                partial_threshold: partial,
+                ..config.crag.heuristic.clone()
+            };
+            // The whole heuristic section, so the weights it was calibrated with travel with its thresholds.
+            let mut crag = toml::Table::new();
+            crag.insert("evaluator".into(), toml::Value::String("heuristic".into()));
+            crag.insert(
+                "heuristic".into(),
+                toml::Value::try_from(&heuristic).unwrap_or_else(|_| toml::Table::new().into()),
+            );
+            let mut doc = toml::Table::new();
+            doc.insert("crag".into(), crag.into());
+            format!("{header}{}", toml::to_string(&doc).unwrap_or_default())
+        }
+    }
 }
 
 /// Decision statistics of both evaluators on `opts.split`, and nDCG@10 with and without correction by the
@@ -232,7 +274,7 @@ pub async fn run_crag_eval(
     }
 
     // nDCG@10 with and without correcting the configured evaluator's non-CORRECT queries.
-    let which = usize::from(config.crag.evaluator == crate::EvaluatorKind::Model);
+    let which = usize::from(config.crag.evaluator == EvaluatorKind::Model);
     let mut without: Runs = BTreeMap::new();
     let mut with: Runs = BTreeMap::new();
     let mut corrected = 0usize;
