@@ -96,6 +96,10 @@ fn runtime_errors_exit_with_1_and_say_what_and_where() {
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stderr).contains("nowhere"), "{}", text(&out.stderr));
 
+    let out = ragtune(&["calibrate", "--dataset", "nowhere", "--evaluator", "oracle"], dir.path());
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("unknown evaluator `oracle`"), "{}", text(&out.stderr));
+
     std::fs::write(dir.path().join("bad.toml"), "[bm25]\nk1 = \"high\"\n").unwrap();
     let out = ragtune(&["--config", "bad.toml", "search", "x"], dir.path());
     assert_eq!(out.status.code(), Some(1));
