@@ -101,7 +101,7 @@ async fn calibration_on_train_and_decision_statistics_on_test() {
     assert!(fit.incorrect_recall > 0.0 && fit.incorrect_precision > 0.0, "{fit:?}");
 
     // The written configuration is one the engine reads, with the fitted thresholds.
-    let toml = calibration_toml(&fit, &config, EvaluatorKind::Model, "tiny", "train", 1);
+    let toml = calibration_toml(&fit, &config, EvaluatorKind::Model, "tiny", "train", 1).unwrap();
     let calibrated = Config::from_toml(&toml).unwrap();
     assert_eq!((calibrated.crag.model.upper, calibrated.crag.model.lower), (fit.upper, fit.lower));
 
@@ -140,7 +140,7 @@ async fn calibration_on_train_and_decision_statistics_on_test() {
     opts.split = "train".into();
     let hfit = run_calibration(&opts, &config, EvaluatorKind::Heuristic, 1, 0.9, &mut |_| {}).await.unwrap();
     assert!(0.0 <= hfit.lower && hfit.lower < hfit.upper && hfit.upper <= 1.0, "{hfit:?}");
-    let htoml = calibration_toml(&hfit, &config, EvaluatorKind::Heuristic, "tiny", "train", 1);
+    let htoml = calibration_toml(&hfit, &config, EvaluatorKind::Heuristic, "tiny", "train", 1).unwrap();
     let hcal = Config::from_toml(&htoml).unwrap_or_else(|e| panic!("{e}\n{htoml}"));
     assert_eq!(hcal.crag.evaluator, EvaluatorKind::Heuristic);
     let (relevant, partial) = heuristic_thresholds(&hfit);

@@ -708,7 +708,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 name.as_deref().unwrap_or("dataset"),
                 &split,
                 k,
-            );
+            )?;
             if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
                 std::fs::create_dir_all(dir).map_err(|e| anyhow::anyhow!("cannot create {}: {e}", dir.display()))?;
             }

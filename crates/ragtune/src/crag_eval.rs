@@ -168,7 +168,9 @@ pub fn heuristic_thresholds(c: &Calibration) -> (f32, f32) {
 }
 
 /// The calibrated thresholds of `evaluator` as a configuration file the engine and `ragtune ask --config` read.
-#[must_use]
+///
+/// # Errors
+/// The heuristic section cannot be serialised (it always can: numbers and strings).
 pub fn calibration_toml(
     c: &Calibration,
     config: &crate::Config,
@@ -176,7 +178,7 @@ pub fn calibration_toml(
     dataset: &str,
     split: &str,
     k: usize,
-) -> String {
+) -> Result<String> {
     let header = format!(
         "# Written by `cargo xtask calibrate` from {dataset} `{split}` ({samples} queries, {failures} without a relevant\n\
          # document in the top {k}). INCORRECT (score <= lower) detected failed retrieval there with precision\n\
@@ -187,7 +189,7 @@ pub fn calibration_toml(
         ir = c.incorrect_recall,
         cp = c.correct_precision,
     );
-    match evaluator {
+    let text = match evaluator {
         EvaluatorKind::Model => format!(
             "{header}[crag]\nevaluator = \"model\"\nscorer = \"retrieval\"\n\n[crag.model]\nupper = {upper}\nlower = {lower}\n\
              aggregate = {aggregate}\ntop_k = {top_k}\n",
@@ -208,15 +210,17 @@ pub fn calibration_toml(
             // The whole heuristic section, so the weights it was calibrated with travel with its thresholds.
             let mut crag = toml::Table::new();
             crag.insert("evaluator".into(), toml::Value::String("heuristic".into()));
-            crag.insert(
-                "heuristic".into(),
-                toml::Value::try_from(&heuristic).unwrap_or_else(|_| toml::Table::new().into()),
-            );
+            let section = toml::Value::try_from(&heuristic)
+                .map_err(|e| Error::permanent("cannot serialise the heuristic evaluator's settings").with_source(e))?;
+            crag.insert("heuristic".into(), section);
             let mut doc = toml::Table::new();
             doc.insert("crag".into(), crag.into());
-            format!("{header}{}", toml::to_string(&doc).unwrap_or_default())
+            let body = toml::to_string(&doc)
+                .map_err(|e| Error::permanent("cannot serialise the calibrated configuration").with_source(e))?;
+            format!("{header}{body}")
         }
-    }
+    };
+    Ok(text)
 }
 
 /// Decision statistics of both evaluators on `opts.split`, and nDCG@10 with and without correction by the
