@@ -178,10 +178,28 @@ fn extract_schema() -> Value {
     })
 }
 
-/// The grounded answer with numbered citations (`[n]` refers to the n-th source in `{{context}}`).
+/// The grounded answer with numbered citations (`[n]` refers to the n-th source in `{{context}}`), for questions
+/// that are not yes/no questions ([`ANSWER_YES_NO`] is for those; [`answer_prompt`] picks).
+///
+/// Version 3 is version 1's wording again: version 2 added "When the question can be answered yes or no, start
+/// the answer with Yes or No" for every question, and a small model then began "who" and "what" answers with
+/// "Yes" too; that instruction now goes only to yes/no questions.
 pub const ANSWER: Prompt = Prompt {
     id: "answer",
-    version: 2,
+    version: 3,
+    system: "You answer questions using only the numbered sources you are given. After each sentence, cite the sources \
+             it comes from as [1], [2]. If the sources do not contain the answer, say exactly: \
+             The documents don't contain this information.",
+    user: "Sources:\n{{context}}\n\nQuestion: {{query}}\n\nAnswer in one to three short sentences, with citations.",
+    schema: None,
+    temperature: 0.0,
+    max_tokens: 160,
+};
+
+/// The grounded answer for a yes/no question: it starts with Yes or No, then cites as [`ANSWER`] does.
+pub const ANSWER_YES_NO: Prompt = Prompt {
+    id: "answer_yes_no",
+    version: 1,
     system: "You answer questions using only the numbered sources you are given. When the question can be answered \
              yes or no, start the answer with Yes or No. After each sentence, cite the sources it comes from as \
              [1], [2]. If the sources do not contain the answer, say exactly: \
@@ -191,6 +209,71 @@ pub const ANSWER: Prompt = Prompt {
     temperature: 0.0,
     max_tokens: 160,
 };
+
+/// Words that open an English yes/no question ("Is ...", "Did ...", "Can't ...").
+const YES_NO_OPENERS: &[&str] = &[
+    "is",
+    "are",
+    "was",
+    "were",
+    "am",
+    "do",
+    "does",
+    "did",
+    "can",
+    "could",
+    "has",
+    "have",
+    "had",
+    "will",
+    "would",
+    "should",
+    "shall",
+    "may",
+    "might",
+    "must",
+    "isn't",
+    "aren't",
+    "wasn't",
+    "weren't",
+    "don't",
+    "doesn't",
+    "didn't",
+    "can't",
+    "cannot",
+    "couldn't",
+    "hasn't",
+    "haven't",
+    "hadn't",
+    "won't",
+    "wouldn't",
+    "shouldn't",
+];
+
+/// Whether `question` reads as a yes/no question: its first word is an auxiliary or modal verb ("Is", "Did",
+/// "Can't"), as in "Was Coolidge a lawyer?", and unlike "Who appointed Stone?" or "What is scurvy?".
+///
+/// ```
+/// use ragtune_llm::prompts::is_yes_no_question;
+///
+/// assert!(is_yes_no_question("Did Faraday marry?"));
+/// assert!(!is_yes_no_question("Who appointed Harlan Fiske Stone?"));
+/// ```
+#[must_use]
+pub fn is_yes_no_question(question: &str) -> bool {
+    let first = question
+        .split_whitespace()
+        .next()
+        .map(|w| w.trim_matches(|c: char| !c.is_alphanumeric() && c != '\'').to_lowercase().replace('’', "'"));
+    first.is_some_and(|w| YES_NO_OPENERS.contains(&w.as_str()))
+}
+
+/// The answer prompt for `question`: [`ANSWER_YES_NO`] for a yes/no question ([`is_yes_no_question`]),
+/// [`ANSWER`] otherwise.
+#[must_use]
+pub fn answer_prompt(question: &str) -> &'static Prompt {
+    if is_yes_no_question(question) { &ANSWER_YES_NO } else { &ANSWER }
+}
 
 /// The answer without retrieval: the "no retrieval" baseline of answer-level evaluation.
 pub const ANSWER_CLOSED_BOOK: Prompt = Prompt {
@@ -241,7 +324,7 @@ fn judge_schema() -> Value {
 }
 
 /// Every prompt, for listings and tests.
-pub const ALL: [&Prompt; 11] = [
+pub const ALL: [&Prompt; 12] = [
     &HYDE,
     &MULTI_QUERY,
     &REWRITE,
@@ -251,6 +334,7 @@ pub const ALL: [&Prompt; 11] = [
     &REPAIR_JSON,
     &EXTRACT,
     &ANSWER,
+    &ANSWER_YES_NO,
     &ANSWER_CLOSED_BOOK,
     &JUDGE,
 ];
@@ -283,6 +367,18 @@ mod tests {
         }
         let ids: std::collections::BTreeSet<_> = ALL.iter().map(|p| p.id).collect();
         assert_eq!(ids.len(), ALL.len(), "prompt ids are unique");
+    }
+
+    #[test]
+    fn yes_no_questions_get_the_yes_no_prompt() {
+        for q in ["Is scurvy caused by a lack of vitamin C?", "did Faraday marry?", "Can't otters swim?", " Was it?"] {
+            assert!(is_yes_no_question(q), "{q}");
+            assert_eq!(answer_prompt(q).id, "answer_yes_no", "{q}");
+        }
+        for q in ["Who appointed Stone?", "What is scurvy?", "Island of Cuba: is it large?", "Isabella who?", ""] {
+            assert!(!is_yes_no_question(q), "{q}");
+            assert_eq!(answer_prompt(q).id, "answer", "{q}");
+        }
     }
 
     #[test]

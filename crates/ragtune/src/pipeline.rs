@@ -964,10 +964,11 @@ impl Engine {
             return (extractive_answer(question, context), AnswerKind::Extractive, Cost::ZERO);
         }
         let numbered = render_context(context);
-        let request = prompts::ANSWER.render(&[("context", numbered.as_str()), ("query", question)]);
+        let prompt = prompts::answer_prompt(question);
+        let request = prompt.render(&[("context", numbered.as_str()), ("query", question)]);
         match generate_text(llm.as_ref(), ctx, request).await {
             Ok((text, c)) if !text.trim().is_empty() => {
-                ctx.trace(TraceEvent::new("generate", "llm").detail("prompt", prompts::ANSWER.tag()).cost(c));
+                ctx.trace(TraceEvent::new("generate", "llm").detail("prompt", prompt.tag()).cost(c));
                 (text.trim().to_owned(), AnswerKind::Llm, c)
             }
             Ok((_, c)) => {
@@ -975,7 +976,7 @@ impl Engine {
                 (extractive_answer(question, context), AnswerKind::Extractive, c)
             }
             Err(e) => {
-                notes.push(format!("generation failed ({e}); the answer is extractive"));
+                notes.push(format!("generation failed; the answer is extractive: {e}"));
                 ctx.trace(TraceEvent::new("generate", "failed").detail("error", e.to_string()));
                 (extractive_answer(question, context), AnswerKind::Extractive, Cost::ZERO)
             }
