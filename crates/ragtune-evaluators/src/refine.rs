@@ -442,7 +442,7 @@ impl Refiner {
     /// [`Refined::notes`] says so. A strip is kept when it passes `threshold` and `relative_threshold`, at most
     /// `top_n` strips are kept, and at least `min_strips` when that many scored above zero; ties go to the
     /// earlier candidate and strip. Then every passage but the first whose best strip scores below
-    /// `min_passage_score` is dropped whole.
+    /// `min_passage_score` is dropped whole, unless that would leave no strip at all.
     ///
     /// # Errors
     /// [`InvalidInput`](ragtune_core::ErrorKind::InvalidInput) for a blank query; `Cancelled`/`DeadlineExceeded`
@@ -562,6 +562,7 @@ impl Refiner {
             strips[i].kept = rank < limit && (rank < c.min_strips || passes(&strips[i]));
         }
         if c.min_passage_score > 0.0 {
+            let before: Vec<bool> = strips.iter().map(|s| s.kept).collect();
             // Strips are laid out passage by passage; the first passage is the best-ranked candidate.
             let first = strips.first().map(|s| s.chunk_id.clone());
             let mut start = 0;
@@ -573,6 +574,10 @@ impl Refiner {
                     strips[start..end].iter_mut().for_each(|s| s.kept = false);
                 }
                 start = end;
+            }
+            // The filter never empties a context that had something relevant (what `min_strips` promises).
+            if !strips.iter().any(|s| s.kept) {
+                strips.iter_mut().zip(before).for_each(|(s, kept)| s.kept = kept);
             }
         }
     }
@@ -869,6 +874,12 @@ mod tests {
         assert_eq!(filtered.passages[0].text, all.passages[0].text);
         assert!(filtered.tokens_after < all.tokens_after);
         assert!(filtered.strips.iter().filter(|s| s.chunk_id == "c#0").all(|s| !s.kept));
+        // When the first passage has nothing relevant and every other one is weak, the filter stands aside
+        // rather than leave the generator with nothing.
+        let weak_first = [candidate("x#0", "Nothing to see here at all."), candidates[2].clone()];
+        let kept_anyway = run(&on, query, &weak_first);
+        assert_eq!(kept_anyway.passages.len(), 1, "{kept_anyway:?}");
+        assert_eq!(kept_anyway.passages[0].chunk_id, "c#0");
     }
 
     #[test]
