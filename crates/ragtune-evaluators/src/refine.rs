@@ -35,7 +35,8 @@ pub struct RefineConfig {
     /// When set, keep at most this many of the best strips over all chunks.
     pub top_n: Option<usize>,
     /// Always keep at least this many of the best strips, as long as they scored above zero, so that a strict
-    /// threshold never leaves the generator with nothing when something was relevant.
+    /// threshold never leaves the generator with nothing when something was relevant (the passage filter may
+    /// still drop some of them with their passage, but never all).
     pub min_strips: usize,
     /// Sentences of more words than this are cut again at clause boundaries.
     pub max_strip_words: usize,
