@@ -681,11 +681,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Calibrate { dataset, split, retriever, k, target_precision, evaluator, out, cache_dir, limit } => {
             let cfg = config(cli.config.as_ref(), None)?;
-            let evaluator = match evaluator.as_str() {
-                "model" => ragtune::EvaluatorKind::Model,
-                "heuristic" => ragtune::EvaluatorKind::Heuristic,
-                other => anyhow::bail!("unknown evaluator `{other}`: use `model` or `heuristic`"),
-            };
+            let evaluator: ragtune::EvaluatorKind = evaluator.parse()?;
             let mut opts = EvalOptions::new(&dataset);
             opts.split = split.clone();
             opts.retriever = retriever;

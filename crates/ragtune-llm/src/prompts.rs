@@ -187,10 +187,8 @@ fn extract_schema() -> Value {
 pub const ANSWER: Prompt = Prompt {
     id: "answer",
     version: 3,
-    system: "You answer questions using only the numbered sources you are given. After each sentence, cite the sources \
-             it comes from as [1], [2]. If the sources do not contain the answer, say exactly: \
-             The documents don't contain this information.",
-    user: "Sources:\n{{context}}\n\nQuestion: {{query}}\n\nAnswer in one to three short sentences, with citations.",
+    system: concat!(answer_text!(role), " ", answer_text!(rules)),
+    user: answer_text!(user),
     schema: None,
     temperature: 0.0,
     max_tokens: 160,
@@ -200,15 +198,31 @@ pub const ANSWER: Prompt = Prompt {
 pub const ANSWER_YES_NO: Prompt = Prompt {
     id: "answer_yes_no",
     version: 1,
-    system: "You answer questions using only the numbered sources you are given. When the question can be answered \
-             yes or no, start the answer with Yes or No. After each sentence, cite the sources it comes from as \
-             [1], [2]. If the sources do not contain the answer, say exactly: \
-             The documents don't contain this information.",
-    user: "Sources:\n{{context}}\n\nQuestion: {{query}}\n\nAnswer in one to three short sentences, with citations.",
+    system: concat!(
+        answer_text!(role),
+        " When the question can be answered yes or no, start the answer with Yes or No. ",
+        answer_text!(rules)
+    ),
+    user: answer_text!(user),
     schema: None,
     temperature: 0.0,
     max_tokens: 160,
 };
+
+/// The wording [`ANSWER`] and [`ANSWER_YES_NO`] share (literals, so `concat!` can join them into constants).
+macro_rules! answer_text {
+    (role) => {
+        "You answer questions using only the numbered sources you are given."
+    };
+    (rules) => {
+        "After each sentence, cite the sources it comes from as [1], [2]. If the sources do not contain the answer, \
+         say exactly: The documents don't contain this information."
+    };
+    (user) => {
+        "Sources:\n{{context}}\n\nQuestion: {{query}}\n\nAnswer in one to three short sentences, with citations."
+    };
+}
+use answer_text;
 
 /// Words that open an English yes/no question ("Is ...", "Did ...", "Can't ...").
 const YES_NO_OPENERS: &[&str] = &[
@@ -367,6 +381,24 @@ mod tests {
         }
         let ids: std::collections::BTreeSet<_> = ALL.iter().map(|p| p.id).collect();
         assert_eq!(ids.len(), ALL.len(), "prompt ids are unique");
+    }
+
+    #[test]
+    fn the_answer_prompts_keep_their_exact_wording() {
+        // Cached answers are keyed by the exact text: the shared pieces must join into the same sentences.
+        assert_eq!(
+            ANSWER.system,
+            "You answer questions using only the numbered sources you are given. After each sentence, cite the \
+             sources it comes from as [1], [2]. If the sources do not contain the answer, say exactly: The documents \
+             don't contain this information."
+        );
+        assert_eq!(
+            ANSWER_YES_NO.system,
+            "You answer questions using only the numbered sources you are given. When the question can be answered \
+             yes or no, start the answer with Yes or No. After each sentence, cite the sources it comes from as [1], \
+             [2]. If the sources do not contain the answer, say exactly: The documents don't contain this information."
+        );
+        assert_eq!(ANSWER.user, ANSWER_YES_NO.user);
     }
 
     #[test]

@@ -127,6 +127,17 @@ pub enum EvaluatorKind {
     Model,
 }
 
+impl std::str::FromStr for EvaluatorKind {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "heuristic" => Ok(Self::Heuristic),
+            "model" => Ok(Self::Model),
+            other => Err(Error::invalid_input(format!("unknown evaluator `{other}`: use model or heuristic"))),
+        }
+    }
+}
+
 /// The scorer of the model-based evaluator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
