@@ -429,6 +429,14 @@ macro_rules! forward_pointer {
                 (**self).search(ctx, requests).await
             }
             async fn stats(&self, ctx: &Ctx) -> Result<StoreStats> { (**self).stats(ctx).await }
+            // The provided methods are forwarded too: an implementation that overrides them (a store with a
+            // cheaper delete, say) keeps its override once it is shared behind a pointer.
+            async fn upsert(&self, ctx: &Ctx, records: Vec<Record>) -> Result<WriteReport> {
+                (**self).upsert(ctx, records).await
+            }
+            async fn delete_documents(&self, ctx: &Ctx, doc_ids: &[String]) -> Result<WriteReport> {
+                (**self).delete_documents(ctx, doc_ids).await
+            }
         }
 
         #[async_trait]
@@ -499,5 +507,59 @@ mod tests {
         is_retriever::<Box<dyn Retriever>>();
         fn is_store<S: VectorStore>() {}
         is_store::<Arc<dyn VectorStore>>();
+    }
+
+    /// A store that overrides the provided methods and counts how often each path is taken.
+    #[derive(Debug, Default)]
+    struct Overriding {
+        writes: std::sync::atomic::AtomicUsize,
+        upserts: std::sync::atomic::AtomicUsize,
+        deletes: std::sync::atomic::AtomicUsize,
+    }
+
+    #[async_trait]
+    impl VectorStore for Overriding {
+        async fn ensure_spaces(&self, _: &Ctx, _: Option<&EmbeddingSpec>, _: Option<&SparseSpec>) -> Result<()> {
+            Ok(())
+        }
+        async fn write(&self, _: &Ctx, _: WriteBatch) -> Result<WriteReport> {
+            self.writes.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Ok(WriteReport::default())
+        }
+        async fn get(&self, _: &Ctx, ids: &[String]) -> Result<Vec<Option<Chunk>>> {
+            Ok(vec![None; ids.len()])
+        }
+        async fn search(&self, _: &Ctx, requests: &[SearchRequest]) -> Result<Vec<Vec<ScoredHit>>> {
+            Ok(vec![Vec::new(); requests.len()])
+        }
+        async fn stats(&self, _: &Ctx) -> Result<StoreStats> {
+            Ok(StoreStats::default())
+        }
+        async fn upsert(&self, _: &Ctx, _: Vec<Record>) -> Result<WriteReport> {
+            self.upserts.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Ok(WriteReport::default())
+        }
+        async fn delete_documents(&self, _: &Ctx, _: &[String]) -> Result<WriteReport> {
+            self.deletes.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Ok(WriteReport::default())
+        }
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn pointers_forward_every_method_including_overridden_provided_ones() {
+        use std::sync::atomic::Ordering::SeqCst;
+        let inner = Arc::new(Overriding::default());
+        let ctx = Ctx::new();
+        let shared: Arc<dyn VectorStore> = inner.clone();
+        shared.upsert(&ctx, Vec::new()).await.unwrap();
+        shared.delete_documents(&ctx, &["d".to_owned()]).await.unwrap();
+        let boxed: Box<dyn VectorStore> = Box::new(shared.clone());
+        boxed.upsert(&ctx, Vec::new()).await.unwrap();
+        boxed.delete_documents(&ctx, &["d".to_owned()]).await.unwrap();
+        assert_eq!(
+            (inner.upserts.load(SeqCst), inner.deletes.load(SeqCst), inner.writes.load(SeqCst)),
+            (2, 2, 0),
+            "the overrides ran behind Arc and Box, and the default bodies (which call write) did not"
+        );
     }
 }
