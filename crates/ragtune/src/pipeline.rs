@@ -4,27 +4,26 @@
 //! Every stage that fails or runs out of time degrades: the question still gets the best answer the pipeline has,
 //! and [`AskResponse::notes`] plus the trace say what was skipped and why. Only an invalid question is an error.
 
+mod components;
+mod note;
+mod run;
+mod stages;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use ragtune_core::{
-    Budget, Candidate, Chunk, Cost, Ctx, Error, Llm, Query, RelevanceEvaluator, RelevanceJudgement, Result, Retriever,
-    SourceScore, TraceEvent, TraceSink, Verdict, WebQuery, WebSearch,
-};
-use ragtune_evaluators::crag::{
-    DenseSimilarityScorer, HeuristicEvaluator, ModelEvaluator, RetrievalScoreScorer, ScoreScale, heuristic_category,
-};
-use ragtune_evaluators::extract::{Extraction, ExtractionMethod, Extractor};
-use ragtune_evaluators::faithfulness::{Faithfulness, FaithfulnessJudge};
-use ragtune_evaluators::metrics::answer::parse_citations;
-use ragtune_evaluators::refine::{Refined, Refiner, estimate_tokens};
-use ragtune_evaluators::retry::{AttemptOutcome, RetryDecision, RetryStrategy, decide};
-use ragtune_llm::prompts;
+use ragtune_core::{Candidate, Cost, Query, RelevanceJudgement, Result, TraceEvent, Verdict};
+use ragtune_evaluators::extract::Extraction;
+use ragtune_evaluators::faithfulness::Faithfulness;
+use ragtune_evaluators::refine::estimate_tokens;
+use ragtune_evaluators::retry::RetryDecision;
 use serde::{Deserialize, Serialize};
 
-use crate::config::{ContextMode, EvaluatorKind, ScorerKind, Transform};
+pub use note::{Note, NoteKind};
+
 use crate::engine::Engine;
+use run::Run;
 
 /// One numbered passage of the context the answer was generated from.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -207,18 +206,12 @@ pub struct AskResponse {
     pub context_report: ContextReport,
     /// Every attempt of the retry loop.
     pub attempts: Vec<Attempt>,
-    /// What was skipped, degraded or fell back, and why.
-    pub notes: Vec<String>,
+    /// What was skipped, degraded or fell back, and why (each note serialises to its sentence).
+    pub notes: Vec<Note>,
     /// What the question cost.
     pub cost: PipelineCost,
     /// Every recorded step.
     pub trace: Vec<TraceEvent>,
-}
-
-/// What a retrieval of one attempt produced.
-struct Retrieved {
-    candidates: Vec<Candidate>,
-    cache_hit: bool,
 }
 
 /// The result of one attempt.
@@ -231,6 +224,22 @@ struct AttemptResult {
     answer: Option<String>,
     answer_kind: AnswerKind,
     faithfulness: Option<Faithfulness>,
+}
+
+impl AttemptResult {
+    /// Nothing retrieved, nothing answered; the CRAG metadata says why evaluation is off.
+    fn empty(why: &str) -> Self {
+        Self {
+            retrieved: 0,
+            crag: CragMetadata::off(why),
+            context: Vec::new(),
+            report: ContextReport { method: "none".into(), tokens_before: 0, tokens_after: 0, cut_for_budget: 0 },
+            extraction: None,
+            answer: None,
+            answer_kind: AnswerKind::None,
+            faithfulness: None,
+        }
+    }
 }
 
 /// Caches of the answer pipeline: bounded, with a time to live, keyed by the normalised query and a fingerprint
@@ -263,15 +272,6 @@ fn normalise_query(q: &str) -> String {
     q.split_whitespace().map(str::to_lowercase).collect::<Vec<_>>().join(" ")
 }
 
-fn since(t: Instant) -> Duration {
-    t.elapsed()
-}
-
-/// The deadline has passed (or the question was cancelled): later stages are skipped.
-fn out_of_time(ctx: &Ctx) -> bool {
-    ctx.check().is_err()
-}
-
 impl Engine {
     /// Answers a question with the whole pipeline (see the module docs). Without an LLM the answer is
     /// extractive; every degradation is listed in [`AskResponse::notes`].
@@ -292,737 +292,10 @@ impl Engine {
     }
 
     async fn run_pipeline(&self, question: &str, generate: bool) -> Result<AskResponse> {
-        let started = Instant::now();
         let query = Query::new(question.trim());
         query.validate()?;
-        let question = query.text.clone();
-        let cfg = self.config();
-        let sink = TraceSink::new();
-        let mut ctx = Ctx::new().with_trace(sink.clone());
-        if cfg.pipeline.timeout_ms > 0 {
-            ctx = ctx.with_timeout(Duration::from_millis(cfg.pipeline.timeout_ms));
-        }
-        let mut notes: Vec<String> = self.notes().to_vec();
-        let mut cost = PipelineCost::default();
-
-        if !cfg.pipeline.retrieve {
-            let result = self.closed_book(&ctx, &question, generate, &mut cost, &mut notes).await;
-            return Ok(self.finish(question, result, Vec::new(), notes, cost, sink, started));
-        }
-
-        let k0 = if cfg.pipeline.top_k > 0 { cfg.pipeline.top_k } else { cfg.retry.k_for(0) };
-        let mut attempts: Vec<Attempt> = Vec::new();
-        let mut search_query = question.clone();
-        let mut k = k0;
-        let mut first_crag: Option<CragMetadata> = None;
-        let mut best: Option<AttemptResult> = None;
-        let mut attempt = 0usize;
-        loop {
-            let result =
-                self.attempt(&ctx, &question, &search_query, k, attempt, generate, &mut cost, &mut notes).await;
-            let retrieved = result.retrieved;
-            if first_crag.is_none() {
-                first_crag = Some(result.crag.clone());
-            }
-            let mut record = Attempt { attempt, query: search_query.clone(), k, retrieved, decision: None };
-            let mut next: Option<(RetryStrategy, usize)> = None;
-            if cfg.pipeline.retry && generate {
-                let outcome = AttemptOutcome {
-                    retrieved,
-                    extracted_chars: result.extraction.as_ref().map(Extraction::text_len),
-                    unsupported_share: result.faithfulness.as_ref().map(|f| f.unsupported_share),
-                    answer: result.answer.clone(),
-                };
-                let decision = decide(&cfg.retry, attempt, &outcome);
-                ctx.trace(
-                    TraceEvent::new("retry", decision_name(&decision))
-                        .detail("attempt", attempt)
-                        .detail("decision", serde_json::to_value(&decision).unwrap_or_default()),
-                );
-                if let RetryDecision::Retry { strategy, next_k, .. } = &decision {
-                    next = Some((*strategy, *next_k));
-                }
-                record.decision = Some(decision);
-            }
-            attempts.push(record);
-            // Keep the attempt that retrieved something over one that did not; otherwise the latest.
-            best = match best.take() {
-                Some(prev) if prev.retrieved > 0 && result.retrieved == 0 => Some(prev),
-                _ => Some(result),
-            };
-            let Some((strategy, next_k)) = next else { break };
-            if out_of_time(&ctx) {
-                notes.push("retry skipped: the deadline has passed".into());
-                break;
-            }
-            match strategy {
-                RetryStrategy::ExpandK => k = next_k,
-                RetryStrategy::RewriteQuery => {
-                    search_query = self.rewrite_for_retry(&ctx, &question, &mut cost, &mut notes).await;
-                }
-            }
-            attempt += 1;
-        }
-        let mut result = best.ok_or_else(|| Error::permanent("invariant: at least one attempt ran"))?;
-        if let Some(crag) = first_crag {
-            // The CRAG metadata describes the first retrieval, the count the final one.
-            let final_count = result.crag.final_count;
-            result.crag = CragMetadata { final_count, ..crag };
-        }
-        Ok(self.finish(question, result, attempts, notes, cost, sink, started))
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn finish(
-        &self,
-        question: String,
-        result: AttemptResult,
-        attempts: Vec<Attempt>,
-        mut notes: Vec<String>,
-        mut cost: PipelineCost,
-        sink: TraceSink,
-        started: Instant,
-    ) -> AskResponse {
-        let trace = sink.take();
-        // Every call of an LLM client is traced (query transformations included); an LLM that does not trace
-        // its calls (a fake, a model of your own) is counted from the stages instead.
-        let llm_events: Vec<&TraceEvent> = trace.iter().filter(|e| e.stage == "llm").collect();
-        if self.llm().is_none() {
-            // No LLM: nothing to count (stage costs of embedders are not LLM calls).
-        } else if llm_events.is_empty() {
-            for stage in ["generate", "extract", "judge", "rewrite", "rerank"] {
-                if let Some(c) = cost.stages.get(stage) {
-                    cost.tokens += c.tokens;
-                    cost.llm_calls += c.calls;
-                }
-            }
-        } else {
-            for e in llm_events {
-                cost.tokens += e.cost.tokens;
-                cost.llm_calls += e.cost.calls.max(1);
-            }
-        }
-        cost.total_ms = started.elapsed().as_secs_f64() * 1e3;
-        let mut citations = Vec::new();
-        if let Some(answer) = &result.answer {
-            for n in parse_citations(answer) {
-                match result.context.iter().find(|p| p.n == n) {
-                    Some(p) => citations.push(Citation {
-                        n,
-                        chunk_id: p.chunk_id.clone(),
-                        doc_id: p.doc_id.clone(),
-                        title: p.title.clone(),
-                    }),
-                    None => notes.push(format!("the answer cites a passage that is not in the context: [{n}]")),
-                }
-            }
-        }
-        notes.dedup();
-        AskResponse {
-            question,
-            answer: result.answer,
-            answer_kind: result.answer_kind,
-            citations,
-            context: result.context,
-            crag: result.crag,
-            faithfulness: result.faithfulness,
-            context_report: result.report,
-            attempts,
-            notes,
-            cost,
-            trace,
-        }
-    }
-
-    async fn closed_book(
-        &self,
-        ctx: &Ctx,
-        question: &str,
-        generate: bool,
-        cost: &mut PipelineCost,
-        notes: &mut Vec<String>,
-    ) -> AttemptResult {
-        let mut result = AttemptResult {
-            retrieved: 0,
-            crag: CragMetadata::off("retrieval is off (pipeline.retrieve = false)"),
-            context: Vec::new(),
-            report: ContextReport { method: "none".into(), tokens_before: 0, tokens_after: 0, cut_for_budget: 0 },
-            extraction: None,
-            answer: None,
-            answer_kind: AnswerKind::None,
-            faithfulness: None,
-        };
-        if !generate {
-            return result;
-        }
-        let Some(llm) = self.llm() else {
-            notes.push("closed-book answering needs an LLM; none is configured".into());
-            return result;
-        };
-        let t = Instant::now();
-        match generate_text(llm.as_ref(), ctx, prompts::ANSWER_CLOSED_BOOK.render(&[("query", question)])).await {
-            Ok((text, c)) => {
-                cost.add("generate", c, since(t));
-                result.answer = Some(text);
-                result.answer_kind = AnswerKind::ClosedBook;
-            }
-            Err(e) => notes.push(format!("generate failed: {e}")),
-        }
-        result
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    async fn attempt(
-        &self,
-        ctx: &Ctx,
-        question: &str,
-        search_query: &str,
-        k: usize,
-        attempt: usize,
-        generate: bool,
-        cost: &mut PipelineCost,
-        notes: &mut Vec<String>,
-    ) -> AttemptResult {
-        let cfg = self.config();
-        let mut result = AttemptResult {
-            retrieved: 0,
-            crag: CragMetadata::off("evaluation did not run"),
-            context: Vec::new(),
-            report: ContextReport { method: "none".into(), tokens_before: 0, tokens_after: 0, cut_for_budget: 0 },
-            extraction: None,
-            answer: None,
-            answer_kind: AnswerKind::None,
-            faithfulness: None,
-        };
-
-        // Retrieve (the configured transformation, routing included, wraps the strategy).
-        let t = Instant::now();
-        let retrieved = match self.retrieve_cached(ctx, search_query, k, attempt == 0, cfg.transform.kind).await {
-            Ok(r) => r,
-            Err(e) => {
-                notes.push(format!("retrieval failed: {e}"));
-                ctx.trace(TraceEvent::new("retrieve", "failed").detail("error", e.to_string()));
-                Retrieved { candidates: Vec::new(), cache_hit: false }
-            }
-        };
-        cost.add("retrieve", Cost::ZERO, since(t));
-        let mut candidates = retrieved.candidates;
-        result.retrieved = candidates.len();
-        let original_count = candidates.len();
-
-        // Evaluate and correct.
-        let mut crag = CragMetadata::off("Corrective RAG is off (crag.enabled = false)");
-        crag.cache_hit = retrieved.cache_hit;
-        crag.original_count = original_count;
-        if cfg.crag.enabled && !out_of_time(ctx) {
-            let t = Instant::now();
-            match self.evaluate_cached(ctx, question, &candidates).await {
-                Ok(j) => {
-                    cost.add("evaluate", j.cost, since(t));
-                    crag.evaluator = self.evaluator_name();
-                    crag.decision = Some(j.verdict);
-                    crag.category = match cfg.crag.evaluator {
-                        EvaluatorKind::Heuristic => heuristic_category(j.verdict).to_owned(),
-                        EvaluatorKind::Model => verdict_name(j.verdict).to_owned(),
-                    };
-                    crag.score = j.score;
-                    crag.criteria = j.criteria.clone();
-                    crag.reasons = j.reasons.clone();
-                    ctx.trace(
-                        TraceEvent::new("evaluate", crag.category.clone())
-                            .detail("score", f64::from(j.score))
-                            .detail("evaluator", crag.evaluator.clone())
-                            .cost(j.cost),
-                    );
-                    let t = Instant::now();
-                    self.correct(ctx, question, k, j.verdict, &mut candidates, &mut crag, notes).await;
-                    cost.add("correct", Cost::ZERO, since(t));
-                }
-                Err(e) => {
-                    notes.push(format!("evaluation failed, the retrieval is used as it is: {e}"));
-                    crag.reasons = vec![format!("evaluation failed: {e}")];
-                    ctx.trace(TraceEvent::new("evaluate", "failed").detail("error", e.to_string()));
-                }
-            }
-        } else if cfg.crag.enabled {
-            notes.push("evaluation skipped: the deadline has passed".into());
-        }
-
-        // Budgeted rerank.
-        if cfg.rerank.enabled && !candidates.is_empty() {
-            let t = Instant::now();
-            match self.rerank(ctx, question, candidates.clone()).await {
-                Ok((reranked, spent)) => {
-                    cost.add("rerank", spent, since(t));
-                    candidates = reranked;
-                }
-                Err(e) => notes.push(format!("rerank skipped: {e}")),
-            }
-        }
-        crag.final_count = candidates.len();
-        result.crag = crag;
-
-        // Refine / extract, then assemble.
-        let tokens_before: usize = candidates.iter().map(|c| estimate_tokens(&c.chunk.text)).sum();
-        let (passages, method, extraction) = self.reduce_context(ctx, question, &candidates, cost, notes).await;
-        let (context, cut) = assemble(passages, cfg.pipeline.max_context_tokens - cfg.pipeline.reserve_tokens);
-        let tokens_after: usize = context.iter().map(|p| estimate_tokens(&p.text)).sum();
-        ctx.trace(
-            TraceEvent::new("assemble", method.clone())
-                .detail("passages", context.len())
-                .detail("tokens_before", tokens_before)
-                .detail("tokens_after", tokens_after)
-                .detail("cut_for_budget", cut),
-        );
-        result.report = ContextReport { method, tokens_before, tokens_after, cut_for_budget: cut };
-        result.extraction = extraction;
-        result.context = context;
-        if !generate {
-            return result;
-        }
-
-        // Generate.
-        let t = Instant::now();
-        let (answer, kind, c) = self.generate_answer(ctx, question, &result.context, result.retrieved > 0, notes).await;
-        cost.add("generate", c, since(t));
-        result.answer = Some(answer);
-        result.answer_kind = kind;
-
-        // Judge.
-        if cfg.pipeline.judge {
-            if out_of_time(ctx) {
-                notes.push("judge skipped: the deadline has passed".into());
-            } else {
-                let t = Instant::now();
-                let passages: Vec<String> = result.context.iter().map(|p| p.text.clone()).collect();
-                let answer = result.answer.clone().unwrap_or_default();
-                match self.judge().judge(ctx, question, &answer, &passages).await {
-                    Ok(f) => {
-                        cost.add("judge", f.cost, since(t));
-                        if let Some(why) = &f.fallback_reason {
-                            notes.push(format!("faithfulness judged without the LLM ({}): {why}", f.label()));
-                        }
-                        ctx.trace(
-                            TraceEvent::new("judge", f.label())
-                                .detail("overall", serde_json::to_value(f.overall).unwrap_or_default())
-                                .detail("unsupported_share", f64::from(f.unsupported_share))
-                                .cost(f.cost),
-                        );
-                        result.faithfulness = Some(f);
-                    }
-                    Err(e) => notes.push(format!("judge skipped: {e}")),
-                }
-            }
-        }
-        result
-    }
-
-    fn evaluator_name(&self) -> String {
-        match self.config().crag.evaluator {
-            EvaluatorKind::Heuristic => "heuristic".into(),
-            EvaluatorKind::Model => format!("model:{}", scorer_name(self.config().crag.scorer)),
-        }
-    }
-
-    fn judge(&self) -> FaithfulnessJudge {
-        let cfg = self.config();
-        // The configuration was validated when it was loaded; an invalid one here falls back to the defaults.
-        let mut judge = FaithfulnessJudge::new(cfg.judge.clone())
-            .or_else(|_| FaithfulnessJudge::new(Default::default()))
-            .unwrap_or_else(|_| unreachable_judge());
-        if let Some(e) = self.embedder() {
-            judge = judge.with_embedder(e.clone());
-        }
-        if cfg.pipeline.judge_with_llm
-            && let Some(llm) = self.llm()
-        {
-            judge = judge.with_llm(llm.clone(), prompts::JUDGE, prompts::REPAIR_JSON);
-        }
-        judge
-    }
-
-    async fn base_retriever(&self, transform: Transform) -> Result<Arc<dyn Retriever>> {
-        let (strategy, _) = self.resolve(self.config().search.strategy).await?;
-        self.transformed_retriever(strategy, transform).await
-    }
-
-    async fn retrieve_cached(
-        &self,
-        ctx: &Ctx,
-        text: &str,
-        k: usize,
-        use_cache: bool,
-        transform: Transform,
-    ) -> Result<Retrieved> {
-        let key = self.caches().map(|c| format!("{}|{}|{k}|{}", c.fingerprint, transform, normalise_query(text)));
-        if use_cache
-            && let (Some(c), Some(key)) = (self.caches(), &key)
-            && let Some(hit) = c.retrieval.get(key)
-        {
-            ctx.trace(TraceEvent::new("retrieve", "cache_hit").detail("k", k).detail("results", hit.len()));
-            return Ok(Retrieved { candidates: hit.as_ref().clone(), cache_hit: true });
-        }
-        let retriever = self.base_retriever(transform).await?;
-        let t = Instant::now();
-        let query = Query::new(text).with_top_k(k);
-        let mut lists = retriever.retrieve(ctx, std::slice::from_ref(&query)).await?;
-        let candidates = lists.pop().unwrap_or_default();
-        ctx.trace(
-            TraceEvent::new("retrieve", retriever.name().to_owned())
-                .detail("k", k)
-                .detail("results", candidates.len())
-                .elapsed(t.elapsed()),
-        );
-        if let (Some(c), Some(key)) = (self.caches(), key) {
-            c.retrieval.insert(key, Arc::new(candidates.clone()));
-        }
-        Ok(Retrieved { candidates, cache_hit: false })
-    }
-
-    fn evaluator(&self) -> Result<Arc<dyn RelevanceEvaluator>> {
-        let cfg = &self.config().crag;
-        Ok(match cfg.evaluator {
-            EvaluatorKind::Heuristic => Arc::new(HeuristicEvaluator::new(cfg.heuristic.clone())?),
-            EvaluatorKind::Model => {
-                let (scorer, scale): (Arc<dyn ragtune_core::Reranker>, ScoreScale) = match cfg.scorer {
-                    ScorerKind::Retrieval => (Arc::new(RetrievalScoreScorer::new("dense")), ScoreScale::Unit),
-                    ScorerKind::Dense => {
-                        let e = self.embedder().ok_or_else(|| {
-                            Error::unavailable("the dense-similarity scorer needs the embedding model")
-                        })?;
-                        (Arc::new(DenseSimilarityScorer::new(e.clone())), ScoreScale::Unit)
-                    }
-                    ScorerKind::Llm => {
-                        let llm = self
-                            .llm()
-                            .ok_or_else(|| Error::unavailable("the LLM relevance scorer needs an LLM (llm.url)"))?;
-                        (llm_reranker(llm.clone())?, ScoreScale::Range { min: 0.0, max: 10.0 })
-                    }
-                };
-                Arc::new(ModelEvaluator::new(scorer, scale, cfg.model.clone())?)
-            }
-        })
-    }
-
-    async fn evaluate_cached(&self, ctx: &Ctx, question: &str, candidates: &[Candidate]) -> Result<RelevanceJudgement> {
-        let key = self.caches().map(|c| {
-            let ids: Vec<&str> = candidates.iter().map(|c| c.chunk.id.as_str()).collect();
-            format!("{}|{}|{}|{}", c.fingerprint, self.evaluator_name(), normalise_query(question), ids.join(","))
-        });
-        if let (Some(c), Some(key)) = (self.caches(), &key)
-            && let Some(hit) = c.evaluation.get(key)
-        {
-            return Ok(hit.as_ref().clone());
-        }
-        let judgement = self.evaluator()?.evaluate(ctx, question, candidates).await?;
-        if let (Some(c), Some(key)) = (self.caches(), key) {
-            c.evaluation.insert(key, Arc::new(judgement.clone()));
-        }
-        Ok(judgement)
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    async fn correct(
-        &self,
-        ctx: &Ctx,
-        question: &str,
-        k: usize,
-        verdict: Verdict,
-        candidates: &mut Vec<Candidate>,
-        crag: &mut CragMetadata,
-        notes: &mut Vec<String>,
-    ) {
-        let cfg = &self.config().crag;
-        if out_of_time(ctx) {
-            if verdict != Verdict::Correct {
-                notes.push("correction skipped: the deadline has passed".into());
-            }
-            return;
-        }
-        let mut strategies: Vec<&str> = Vec::new();
-        match verdict {
-            Verdict::Correct => {}
-            Verdict::Ambiguous if cfg.expand_on_ambiguous => {
-                match self.retrieve_cached(ctx, question, k, false, Transform::Expand).await {
-                    Ok(r) => {
-                        merge(candidates, r.candidates, k * 2);
-                        strategies.push("query_expansion");
-                    }
-                    Err(e) => notes.push(format!("query expansion failed: {e}")),
-                }
-            }
-            Verdict::Incorrect => {
-                if cfg.rewrite_on_incorrect {
-                    let (transform, name) = if self.llm().is_some() {
-                        (Transform::Rewrite, "query_rewrite")
-                    } else {
-                        notes.push("no LLM to rewrite the query: expanded it with synonyms instead".into());
-                        (Transform::Expand, "query_expansion")
-                    };
-                    match self.retrieve_cached(ctx, question, k, false, transform).await {
-                        Ok(r) => {
-                            merge(candidates, r.candidates, k * 2);
-                            strategies.push(name);
-                        }
-                        Err(e) => notes.push(format!("{name} failed: {e}")),
-                    }
-                }
-                match self.web() {
-                    Some(web) => match web_candidates(web.as_ref(), ctx, question, cfg.web_results).await {
-                        Ok(found) if !found.is_empty() => {
-                            merge(candidates, found, k * 2 + cfg.web_results);
-                            strategies.push("web_search");
-                            crag.web_search_used = true;
-                        }
-                        Ok(_) => notes.push(format!("web search ({}) returned nothing", web.name())),
-                        Err(e) => notes.push(format!("web search ({}) failed: {e}", web.name())),
-                    },
-                    None => ctx.trace(
-                        TraceEvent::new("correct", "web_search_skipped")
-                            .detail("reason", "no web search provider is configured"),
-                    ),
-                }
-            }
-            Verdict::Ambiguous => {}
-        }
-        if !strategies.is_empty() {
-            crag.correction_applied = true;
-            crag.correction_strategy = strategies.join("+");
-        }
-        ctx.trace(
-            TraceEvent::new("correct", crag.correction_strategy.clone())
-                .detail("verdict", verdict_name(verdict))
-                .detail("candidates", candidates.len()),
-        );
-    }
-
-    async fn rerank(&self, ctx: &Ctx, question: &str, candidates: Vec<Candidate>) -> Result<(Vec<Candidate>, Cost)> {
-        let cfg = &self.config().rerank;
-        let llm = self.llm().ok_or_else(|| Error::unavailable("reranking needs the LLM (llm.url)"))?;
-        let (estimator, scheduler) = crate::rerank_eval::policy(&cfg.policy, 1)?;
-        let controller = ragtune_rerank::Controller::new(llm_reranker(llm.clone())?)
-            .estimator(estimator)
-            .scheduler(scheduler)
-            .config(ragtune_rerank::ControllerConfig {
-                k: self.config().pipeline.top_k.max(1).min(candidates.len().max(1)),
-                ..Default::default()
-            });
-        let mut rctx = ctx.clone();
-        rctx.budget = Budget::new(Cost::new(u64::MAX, cfg.max_docs, u64::MAX));
-        // The controller traces every batch and why it stopped.
-        let outcome = controller.run(&rctx, question, candidates).await?;
-        Ok((outcome.candidates(), outcome.report.spent))
-    }
-
-    async fn reduce_context(
-        &self,
-        ctx: &Ctx,
-        question: &str,
-        candidates: &[Candidate],
-        cost: &mut PipelineCost,
-        notes: &mut Vec<String>,
-    ) -> (Vec<ContextPassage>, String, Option<Extraction>) {
-        let cfg = self.config();
-        let full = || -> Vec<ContextPassage> {
-            candidates
-                .iter()
-                .map(|c| ContextPassage {
-                    n: 0,
-                    chunk_id: c.chunk.id.clone(),
-                    doc_id: c.chunk.doc_id.clone(),
-                    title: c.chunk.title.clone(),
-                    text: c.chunk.text.clone(),
-                })
-                .collect()
-        };
-        if cfg.pipeline.context == ContextMode::Full || candidates.is_empty() {
-            return (full(), "full".into(), None);
-        }
-        let t = Instant::now();
-        let refined = match Refiner::new(cfg.refine.clone()) {
-            Ok(r) => {
-                let r = match self.embedder() {
-                    Some(e) => r.with_embedder(e.clone()),
-                    None => r,
-                };
-                r.refine(ctx, question, candidates).await
-            }
-            Err(e) => Err(e),
-        };
-        let refined = match refined {
-            Ok(r) => {
-                cost.add("refine", r.cost, since(t));
-                notes.extend(r.notes.iter().map(|n| format!("refine: {n}")));
-                r
-            }
-            Err(e) => {
-                notes.push(format!("refinement failed, whole passages are used: {e}"));
-                return (full(), "full".into(), None);
-            }
-        };
-        let from_refined = |r: &Refined| -> Vec<ContextPassage> {
-            r.passages
-                .iter()
-                .map(|p| ContextPassage {
-                    n: 0,
-                    chunk_id: p.chunk_id.clone(),
-                    doc_id: p.doc_id.clone(),
-                    title: p.title.clone(),
-                    text: p.text.clone(),
-                })
-                .collect()
-        };
-        if cfg.pipeline.context == ContextMode::Refine {
-            return (from_refined(&refined), "refine".into(), None);
-        }
-        let Some(llm) = self.llm() else {
-            notes.push("query-focused extraction needs an LLM: refinement strips are used".into());
-            return (from_refined(&refined), "refine".into(), None);
-        };
-        if out_of_time(ctx) {
-            notes.push("extraction skipped: the deadline has passed; refinement strips are used".into());
-            return (from_refined(&refined), "refine".into(), None);
-        }
-        let t = Instant::now();
-        let extractor = Extractor::new(llm.clone(), prompts::EXTRACT, prompts::REPAIR_JSON, cfg.extract.clone());
-        let extraction = if cfg.pipeline.extraction_per_document {
-            let mut merged: Option<Extraction> = None;
-            for c in candidates {
-                let one = extractor.extract(ctx, question, std::slice::from_ref(c), &refined).await;
-                match (merged.as_mut(), one) {
-                    (None, Ok(e)) => merged = Some(e),
-                    (Some(m), Ok(e)) => {
-                        m.passages.extend(e.passages);
-                        m.rejected.extend(e.rejected);
-                        m.verified += e.verified;
-                        m.tokens_after += e.tokens_after;
-                        m.cost += e.cost;
-                        if matches!(e.method, ExtractionMethod::Fallback { .. }) {
-                            m.method = e.method;
-                        }
-                    }
-                    (_, Err(e)) => {
-                        notes.push(format!("extraction stopped: {e}"));
-                        break;
-                    }
-                }
-            }
-            merged.ok_or_else(|| Error::unavailable("no extraction ran"))
-        } else {
-            extractor.extract(ctx, question, candidates, &refined).await
-        };
-        match extraction {
-            Ok(e) => {
-                cost.add("extract", e.cost, since(t));
-                let method = match &e.method {
-                    ExtractionMethod::Llm => "extract".to_owned(),
-                    ExtractionMethod::Fallback { reason } => {
-                        notes.push(format!("extraction fell back to refinement strips: {reason}"));
-                        "extract-fallback".to_owned()
-                    }
-                };
-                let passages = e
-                    .passages
-                    .iter()
-                    .filter(|p| !p.sentences.is_empty())
-                    .map(|p| ContextPassage {
-                        n: 0,
-                        chunk_id: p.chunk_id.clone(),
-                        doc_id: p.doc_id.clone(),
-                        title: p.title.clone(),
-                        text: p.sentences.join(" "),
-                    })
-                    .collect();
-                (passages, method, Some(e))
-            }
-            Err(e) => {
-                notes.push(format!("extraction failed, refinement strips are used: {e}"));
-                (from_refined(&refined), "refine".into(), None)
-            }
-        }
-    }
-
-    async fn generate_answer(
-        &self,
-        ctx: &Ctx,
-        question: &str,
-        context: &[ContextPassage],
-        retrieved: bool,
-        notes: &mut Vec<String>,
-    ) -> (String, AnswerKind, Cost) {
-        if context.is_empty() {
-            // Documents were retrieved but nothing of them survived refinement or extraction: an honest "not in
-            // the documents", not a retrieval failure.
-            let text = if retrieved { NO_INFO } else { NO_DOCUMENTS };
-            return (text.to_owned(), AnswerKind::Extractive, Cost::ZERO);
-        }
-        let Some(llm) = self.llm() else {
-            return (extractive_answer(question, context), AnswerKind::Extractive, Cost::ZERO);
-        };
-        if out_of_time(ctx) {
-            notes.push("generation skipped: the deadline has passed; the answer is extractive".into());
-            return (extractive_answer(question, context), AnswerKind::Extractive, Cost::ZERO);
-        }
-        let numbered = render_context(context);
-        let prompt = prompts::answer_prompt(question);
-        let request = prompt.render(&[("context", numbered.as_str()), ("query", question)]);
-        match generate_text(llm.as_ref(), ctx, request).await {
-            Ok((text, c)) if !text.trim().is_empty() => {
-                ctx.trace(TraceEvent::new("generate", "llm").detail("prompt", prompt.tag()).cost(c));
-                (text.trim().to_owned(), AnswerKind::Llm, c)
-            }
-            Ok((_, c)) => {
-                notes.push("the LLM returned an empty answer; the answer is extractive".into());
-                (extractive_answer(question, context), AnswerKind::Extractive, c)
-            }
-            Err(e) => {
-                notes.push(format!("generation failed; the answer is extractive: {e}"));
-                ctx.trace(TraceEvent::new("generate", "failed").detail("error", e.to_string()));
-                (extractive_answer(question, context), AnswerKind::Extractive, Cost::ZERO)
-            }
-        }
-    }
-
-    async fn rewrite_for_retry(
-        &self,
-        ctx: &Ctx,
-        question: &str,
-        cost: &mut PipelineCost,
-        notes: &mut Vec<String>,
-    ) -> String {
-        let Some(llm) = self.llm() else {
-            let table = ragtune_retrieve::transform::SynonymTable::builtin();
-            notes.push("retry rewrite without an LLM: the query was expanded with synonyms".into());
-            return table.expand(question).map_or_else(|| question.to_owned(), |(expanded, _)| expanded);
-        };
-        let t = Instant::now();
-        let request = match prompts::REWRITE.render(&[("query", question), ("context", "(none)")]) {
-            Ok(r) => r,
-            Err(e) => {
-                notes.push(format!("retry rewrite failed: {e}"));
-                return question.to_owned();
-            }
-        };
-        match ragtune_core::prompt::generate_json(llm.as_ref(), ctx, request, &prompts::REPAIR_JSON).await {
-            Ok(answer) => {
-                cost.add("rewrite", answer.cost, since(t));
-                let text = answer
-                    .value
-                    .get("query")
-                    .and_then(|v| v.as_str())
-                    .map(str::trim)
-                    .filter(|s| !s.is_empty())
-                    .map(str::to_owned);
-                text.unwrap_or_else(|| {
-                    notes.push("retry rewrite returned no query; the question is searched again".into());
-                    question.to_owned()
-                })
-            }
-            Err(e) => {
-                notes.push(format!("retry rewrite failed ({e}); the question is searched again"));
-                question.to_owned()
-            }
-        }
+        let run = Run::new(self, query.text);
+        Ok(if self.config().pipeline.retrieve { run.answer(generate).await } else { run.closed_book(generate).await })
     }
 }
 
@@ -1033,113 +306,16 @@ pub const NO_DOCUMENTS: &str = "No documents were retrieved for this question.";
 /// "not in the documents", which smart retry accepts).
 pub const NO_INFO: &str = "The documents don't contain this information.";
 
-fn unreachable_judge() -> FaithfulnessJudge {
-    // The default configuration is valid (tested in ragtune-evaluators); this exists so that no code path panics.
-    FaithfulnessJudge::new(ragtune_evaluators::faithfulness::JudgeConfig {
-        supported_threshold: 0.7,
-        partial_threshold: 0.4,
-        embedding_weight: 0.0,
-        max_context_chars: 6000,
-    })
-    .expect("invariant: fixed thresholds are valid")
-}
-
-fn decision_name(d: &RetryDecision) -> &'static str {
-    match d {
-        RetryDecision::Accept { .. } => "accept",
-        RetryDecision::Retry { .. } => "retry",
-        RetryDecision::GiveUp { .. } => "give_up",
-    }
-}
-
-fn verdict_name(v: Verdict) -> &'static str {
-    match v {
-        Verdict::Correct => "CORRECT",
-        Verdict::Ambiguous => "AMBIGUOUS",
-        Verdict::Incorrect => "INCORRECT",
-    }
-}
-
-fn scorer_name(s: ScorerKind) -> &'static str {
-    match s {
-        ScorerKind::Retrieval => "retrieval",
-        ScorerKind::Dense => "dense",
-        ScorerKind::Llm => "llm",
-    }
-}
-
-fn llm_reranker(llm: Arc<dyn Llm>) -> Result<Arc<dyn ragtune_core::Reranker>> {
-    let inner = ragtune_rerank::LlmReranker::new(
-        llm,
-        ragtune_rerank::LlmRerankerConfig {
-            repair: Some(prompts::REPAIR_JSON),
-            ..ragtune_rerank::LlmRerankerConfig::new(prompts::RELEVANCE)
-        },
-    )?;
-    Ok(Arc::new(inner))
-}
-
-async fn generate_text(llm: &dyn Llm, ctx: &Ctx, request: Result<ragtune_core::LlmRequest>) -> Result<(String, Cost)> {
-    let request = request?;
-    let mut out = llm.generate(ctx, std::slice::from_ref(&request)).await?;
-    let r = out.pop().ok_or_else(|| Error::permanent("the LLM returned no response"))?;
-    Ok((r.text, r.cost))
-}
-
 /// Fuses the original candidates with a correction's by reciprocal rank fusion (k = 60, equal weights), so that
-/// documents both retrievals found rise and new ones join; at most `limit` results, ties broken by chunk id.
+/// documents both retrievals found rise and new ones join; at most `limit` results, ties broken by chunk id. This
+/// is the retrieval layer's RRF ([`ragtune_retrieve::rrf_fuse`]): a chunk listed twice in one list counts once.
 #[must_use]
 pub fn fuse_lists(original: &[Candidate], extra: &[Candidate], limit: usize) -> Vec<Candidate> {
-    let mut fused: BTreeMap<String, (f32, Candidate)> = BTreeMap::new();
-    for list in [original, extra] {
-        for (rank, c) in list.iter().enumerate() {
-            let add = 1.0 / (60.0 + rank as f32 + 1.0);
-            fused
-                .entry(c.chunk.id.clone())
-                .and_modify(|(s, kept)| {
-                    *s += add;
-                    for (name, src) in &c.sources {
-                        kept.sources.entry(name.clone()).or_insert(*src);
-                    }
-                })
-                .or_insert_with(|| (add, c.clone()));
-        }
-    }
-    let mut out: Vec<Candidate> = fused
-        .into_values()
-        .map(|(score, mut c)| {
-            c.score = score;
-            c
-        })
-        .collect();
-    ragtune_core::sort_ranked(&mut out, |c| (c.score, c.chunk.id.as_str()));
-    out.truncate(limit);
-    out
+    ragtune_retrieve::rrf_fuse(&[(1.0, original.to_vec()), (1.0, extra.to_vec())], CORRECTION_RRF_K, limit)
 }
 
-fn merge(base: &mut Vec<Candidate>, extra: Vec<Candidate>, limit: usize) {
-    *base = fuse_lists(base, &extra, limit);
-}
-
-async fn web_candidates(web: &dyn WebSearch, ctx: &Ctx, question: &str, n: usize) -> Result<Vec<Candidate>> {
-    let q = WebQuery { text: question.to_owned(), max_results: n.max(1) };
-    let mut lists = web.search(ctx, std::slice::from_ref(&q)).await?;
-    let results = lists.pop().unwrap_or_default();
-    Ok(results
-        .into_iter()
-        .enumerate()
-        .map(|(i, r)| {
-            let id = format!("web:{}", r.url);
-            let mut chunk = Chunk::new(&id, &r.url, r.content);
-            chunk.title = Some(r.title);
-            let score = r.score.unwrap_or(0.0);
-            let rank = u32::try_from(i + 1).unwrap_or(u32::MAX);
-            let mut sources = BTreeMap::new();
-            sources.insert(format!("web:{}", r.provider), SourceScore { score, rank });
-            Candidate { chunk, score, sources }
-        })
-        .collect())
-}
+/// The RRF constant of correction fusion (the usual 60 of Cormack et al.).
+const CORRECTION_RRF_K: f32 = 60.0;
 
 /// Numbers the passages in order and cuts them to `budget` estimated tokens: whole passages while they fit, the
 /// first that does not fit cut at a word boundary when at least a quarter of it fits, the rest dropped. Returns
@@ -1259,10 +435,13 @@ mod tests {
     #[test]
     fn fusion_raises_documents_both_lists_found_and_keeps_the_limit() {
         let c = |id: &str| {
-            Candidate::from_hit(ragtune_core::ScoredHit { chunk: Chunk::new(id, id, id), score: 1.0 }, "x", 1)
+            Candidate::from_hit(
+                ragtune_core::ScoredHit { chunk: ragtune_core::Chunk::new(id, id, id), score: 1.0 },
+                "x",
+                1,
+            )
         };
-        let mut base = vec![c("a"), c("b")];
-        merge(&mut base, vec![c("b"), c("c"), c("d")], 3);
+        let base = fuse_lists(&[c("a"), c("b")], &[c("b"), c("c"), c("d")], 3);
         assert_eq!(base.iter().map(|c| c.chunk.id.as_str()).collect::<Vec<_>>(), ["b", "a", "c"]);
         let same = fuse_lists(&[c("a"), c("b")], &[c("a"), c("b")], 10);
         assert_eq!(same.iter().map(|c| c.chunk.id.as_str()).collect::<Vec<_>>(), ["a", "b"]);

@@ -386,7 +386,7 @@ pub async fn run_qa_eval(opts: &QaEvalOptions, log: &mut dyn FnMut(&str)) -> Res
             r.questions += 1;
             r.degraded += usize::from(!response.notes.is_empty());
             let kinds: std::collections::BTreeSet<&str> =
-                response.notes.iter().map(|n| n.split(':').next().unwrap_or(n).trim()).collect();
+                response.notes.iter().map(|n| n.as_str().split(':').next().unwrap_or(n.as_str()).trim()).collect();
             for kind in kinds {
                 *r.notes.entry(kind.to_owned()).or_default() += 1;
             }
@@ -441,7 +441,7 @@ pub async fn run_qa_eval(opts: &QaEvalOptions, log: &mut dyn FnMut(&str)) -> Res
                 tokens: response.cost.tokens,
                 context_tokens: response.context_report.tokens_after,
                 latency_ms,
-                notes: response.notes.clone(),
+                notes: response.notes.iter().map(ToString::to_string).collect(),
             });
             if (i + 1) % 10 == 0 {
                 log(&format!(

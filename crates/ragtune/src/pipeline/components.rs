@@ -1,0 +1,190 @@
+//! The components the pipeline's stages use, built from the engine's configuration, and the cached retrieval and
+//! evaluation calls. Nothing here notes, charges or traces a stage: the run's wrapper does that.
+
+use std::sync::Arc;
+
+use ragtune_core::{
+    Budget, Candidate, Cost, Ctx, Error, Llm, Query, RelevanceEvaluator, RelevanceJudgement, Result, Retriever,
+};
+use ragtune_evaluators::crag::{
+    DenseSimilarityScorer, HeuristicEvaluator, ModelEvaluator, RetrievalScoreScorer, ScoreScale,
+};
+use ragtune_evaluators::faithfulness::FaithfulnessJudge;
+use ragtune_llm::prompts;
+
+use super::normalise_query;
+use crate::config::{EvaluatorKind, ScorerKind, Transform};
+use crate::engine::Engine;
+
+/// What a retrieval produced.
+pub(super) struct Retrieved {
+    pub(super) candidates: Vec<Candidate>,
+    /// The retriever that ran, or `cache_hit`.
+    pub(super) source: String,
+    pub(super) cache_hit: bool,
+}
+
+impl Engine {
+    /// The evaluator's name in the CRAG metadata: `heuristic` or `model:<scorer>`.
+    pub(super) fn evaluator_name(&self) -> String {
+        match self.config().crag.evaluator {
+            EvaluatorKind::Heuristic => "heuristic".into(),
+            EvaluatorKind::Model => format!("model:{}", scorer_name(self.config().crag.scorer)),
+        }
+    }
+
+    /// The faithfulness judge: with the embedder when one is loaded, with the LLM when configured to use it.
+    pub(super) fn judge(&self) -> FaithfulnessJudge {
+        let cfg = self.config();
+        // The configuration was validated when it was loaded; an invalid one here falls back to the defaults.
+        let mut judge = FaithfulnessJudge::new(cfg.judge.clone())
+            .or_else(|_| FaithfulnessJudge::new(Default::default()))
+            .unwrap_or_else(|_| unreachable_judge());
+        if let Some(e) = self.embedder() {
+            judge = judge.with_embedder(e.clone());
+        }
+        if cfg.pipeline.judge_with_llm
+            && let Some(llm) = self.llm()
+        {
+            judge = judge.with_llm(llm.clone(), prompts::JUDGE, prompts::REPAIR_JSON);
+        }
+        judge
+    }
+
+    /// The configured strategy with `transform` around it.
+    async fn base_retriever(&self, transform: Transform) -> Result<Arc<dyn Retriever>> {
+        let (strategy, _) = self.resolve(self.config().search.strategy).await?;
+        self.transformed_retriever(strategy, transform).await
+    }
+
+    /// Retrieves `k` candidates for `text`; the first attempt reads the retrieval cache (`use_cache`), every
+    /// retrieval fills it.
+    pub(super) async fn retrieve_cached(
+        &self,
+        ctx: &Ctx,
+        text: &str,
+        k: usize,
+        use_cache: bool,
+        transform: Transform,
+    ) -> Result<Retrieved> {
+        let key = self.caches().map(|c| format!("{}|{}|{k}|{}", c.fingerprint, transform, normalise_query(text)));
+        if use_cache
+            && let (Some(c), Some(key)) = (self.caches(), &key)
+            && let Some(hit) = c.retrieval.get(key)
+        {
+            return Ok(Retrieved { candidates: hit.as_ref().clone(), source: "cache_hit".into(), cache_hit: true });
+        }
+        let retriever = self.base_retriever(transform).await?;
+        let query = Query::new(text).with_top_k(k);
+        let mut lists = retriever.retrieve(ctx, std::slice::from_ref(&query)).await?;
+        let candidates = lists.pop().unwrap_or_default();
+        if let (Some(c), Some(key)) = (self.caches(), key) {
+            c.retrieval.insert(key, Arc::new(candidates.clone()));
+        }
+        Ok(Retrieved { candidates, source: retriever.name().to_owned(), cache_hit: false })
+    }
+
+    /// The configured Corrective-RAG evaluator.
+    fn evaluator(&self) -> Result<Arc<dyn RelevanceEvaluator>> {
+        let cfg = &self.config().crag;
+        Ok(match cfg.evaluator {
+            EvaluatorKind::Heuristic => Arc::new(HeuristicEvaluator::new(cfg.heuristic.clone())?),
+            EvaluatorKind::Model => {
+                let (scorer, scale): (Arc<dyn ragtune_core::Reranker>, ScoreScale) = match cfg.scorer {
+                    ScorerKind::Retrieval => (Arc::new(RetrievalScoreScorer::new("dense")), ScoreScale::Unit),
+                    ScorerKind::Dense => {
+                        let e = self.embedder().ok_or_else(|| {
+                            Error::unavailable("the dense-similarity scorer needs the embedding model")
+                        })?;
+                        (Arc::new(DenseSimilarityScorer::new(e.clone())), ScoreScale::Unit)
+                    }
+                    ScorerKind::Llm => {
+                        let llm = self
+                            .llm()
+                            .ok_or_else(|| Error::unavailable("the LLM relevance scorer needs an LLM (llm.url)"))?;
+                        (llm_reranker(llm.clone())?, ScoreScale::Range { min: 0.0, max: 10.0 })
+                    }
+                };
+                Arc::new(ModelEvaluator::new(scorer, scale, cfg.model.clone())?)
+            }
+        })
+    }
+
+    /// Judges `candidates` for `question`, through the evaluation cache.
+    pub(super) async fn evaluate_cached(
+        &self,
+        ctx: &Ctx,
+        question: &str,
+        candidates: &[Candidate],
+    ) -> Result<RelevanceJudgement> {
+        let key = self.caches().map(|c| {
+            let ids: Vec<&str> = candidates.iter().map(|c| c.chunk.id.as_str()).collect();
+            format!("{}|{}|{}|{}", c.fingerprint, self.evaluator_name(), normalise_query(question), ids.join(","))
+        });
+        if let (Some(c), Some(key)) = (self.caches(), &key)
+            && let Some(hit) = c.evaluation.get(key)
+        {
+            return Ok(hit.as_ref().clone());
+        }
+        let judgement = self.evaluator()?.evaluate(ctx, question, candidates).await?;
+        if let (Some(c), Some(key)) = (self.caches(), key) {
+            c.evaluation.insert(key, Arc::new(judgement.clone()));
+        }
+        Ok(judgement)
+    }
+
+    /// Reranks `candidates` with the budgeted controller and the LLM as reranker; returns them and what it spent.
+    pub(super) async fn rerank(
+        &self,
+        ctx: &Ctx,
+        question: &str,
+        candidates: Vec<Candidate>,
+    ) -> Result<(Vec<Candidate>, Cost)> {
+        let cfg = &self.config().rerank;
+        let llm = self.llm().ok_or_else(|| Error::unavailable("reranking needs the LLM (llm.url)"))?;
+        let (estimator, scheduler) = crate::rerank_eval::policy(&cfg.policy, 1)?;
+        let controller = ragtune_rerank::Controller::new(llm_reranker(llm.clone())?)
+            .estimator(estimator)
+            .scheduler(scheduler)
+            .config(ragtune_rerank::ControllerConfig {
+                k: self.config().pipeline.top_k.max(1).min(candidates.len().max(1)),
+                ..Default::default()
+            });
+        let mut rctx = ctx.clone();
+        rctx.budget = Budget::new(Cost::new(u64::MAX, cfg.max_docs, u64::MAX));
+        // The controller traces every batch and why it stopped.
+        let outcome = controller.run(&rctx, question, candidates).await?;
+        Ok((outcome.candidates(), outcome.report.spent))
+    }
+}
+
+/// The LLM as a relevance scorer (0–10), with one repair round for malformed output.
+pub(super) fn llm_reranker(llm: Arc<dyn Llm>) -> Result<Arc<dyn ragtune_core::Reranker>> {
+    let inner = ragtune_rerank::LlmReranker::new(
+        llm,
+        ragtune_rerank::LlmRerankerConfig {
+            repair: Some(prompts::REPAIR_JSON),
+            ..ragtune_rerank::LlmRerankerConfig::new(prompts::RELEVANCE)
+        },
+    )?;
+    Ok(Arc::new(inner))
+}
+
+fn unreachable_judge() -> FaithfulnessJudge {
+    // The default configuration is valid (tested in ragtune-evaluators); this exists so that no code path panics.
+    FaithfulnessJudge::new(ragtune_evaluators::faithfulness::JudgeConfig {
+        supported_threshold: 0.7,
+        partial_threshold: 0.4,
+        embedding_weight: 0.0,
+        max_context_chars: 6000,
+    })
+    .expect("invariant: fixed thresholds are valid")
+}
+
+fn scorer_name(s: ScorerKind) -> &'static str {
+    match s {
+        ScorerKind::Retrieval => "retrieval",
+        ScorerKind::Dense => "dense",
+        ScorerKind::Llm => "llm",
+    }
+}

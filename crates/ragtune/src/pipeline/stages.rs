@@ -1,0 +1,682 @@
+//! The stages of the answer pipeline as steps of a [`Run`]: each body does its work and reports what it decided
+//! and spent; the run's wrapper times, charges, traces and checks the deadline around it.
+
+use std::sync::Arc;
+
+use ragtune_core::{Candidate, Chunk, Cost, Error, Llm, RelevanceJudgement, SourceScore, Verdict, WebQuery, WebSearch};
+use ragtune_evaluators::crag::heuristic_category;
+use ragtune_evaluators::extract::{Extraction, ExtractionMethod, Extractor};
+use ragtune_evaluators::faithfulness::Faithfulness;
+use ragtune_evaluators::refine::{Refined, Refiner, estimate_tokens};
+use ragtune_evaluators::retry::{AttemptOutcome, RetryDecision, RetryStrategy, decide};
+use ragtune_llm::prompts;
+
+use super::components::Retrieved;
+use super::run::{Env, Report, Run, Stage};
+use super::{
+    AnswerKind, Attempt, AttemptResult, ContextPassage, ContextReport, CragMetadata, NO_DOCUMENTS, NO_INFO, Note,
+    NoteKind, assemble, extractive_answer, fuse_lists, render_context,
+};
+use crate::config::{ContextMode, EvaluatorKind, Transform};
+
+/// What one attempt of the retry loop searches for, and how deep.
+struct Plan {
+    attempt: usize,
+    query: String,
+    k: usize,
+    generate: bool,
+}
+
+/// How the context was reduced: the passages, the method's name and the extraction when one ran.
+type Reduced = (Vec<ContextPassage>, String, Option<Extraction>);
+
+impl Run<'_> {
+    /// The retry loop: attempts until the smart-retry policy accepts or gives up, keeping the best attempt.
+    pub(super) async fn answer(mut self, generate: bool) -> super::AskResponse {
+        let cfg = self.env.engine.config();
+        let k = if cfg.pipeline.top_k > 0 { cfg.pipeline.top_k } else { cfg.retry.k_for(0) };
+        let mut plan = Plan { attempt: 0, query: self.env.question.clone(), k, generate };
+        let mut attempts: Vec<Attempt> = Vec::new();
+        let mut first_crag: Option<CragMetadata> = None;
+        let mut best: Option<AttemptResult> = None;
+        loop {
+            let result = self.attempt(&plan).await;
+            first_crag.get_or_insert_with(|| result.crag.clone());
+            let mut record = Attempt {
+                attempt: plan.attempt,
+                query: plan.query.clone(),
+                k: plan.k,
+                retrieved: result.retrieved,
+                decision: None,
+            };
+            let mut next: Option<(RetryStrategy, usize)> = None;
+            if cfg.pipeline.retry && generate {
+                let decision =
+                    self.ledger.step(Stage::Retry, async { decide_retry(&cfg.retry, plan.attempt, &result) }).await;
+                if let RetryDecision::Retry { strategy, next_k, .. } = &decision {
+                    next = Some((*strategy, *next_k));
+                }
+                record.decision = Some(decision);
+            }
+            attempts.push(record);
+            // Keep the attempt that retrieved something over one that did not; otherwise the latest.
+            best = match best.take() {
+                Some(prev) if prev.retrieved > 0 && result.retrieved == 0 => Some(prev),
+                _ => Some(result),
+            };
+            let Some((strategy, next_k)) = next else { break };
+            if self.ledger.late(Stage::Retry) {
+                break;
+            }
+            match strategy {
+                RetryStrategy::ExpandK => plan.k = next_k,
+                RetryStrategy::RewriteQuery => plan.query = self.ledger.step(Stage::Rewrite, self.env.rewrite()).await,
+            }
+            plan.attempt += 1;
+        }
+        let Some(mut result) = best else {
+            // The loop runs at least once; an empty result keeps this path panic-free all the same.
+            return self.finish(AttemptResult::empty("no attempt ran"), attempts);
+        };
+        if let Some(crag) = first_crag {
+            // The CRAG metadata describes the first retrieval, the count the final one.
+            let final_count = result.crag.final_count;
+            result.crag = CragMetadata { final_count, ..crag };
+        }
+        self.finish(result, attempts)
+    }
+
+    /// Answers without retrieval (the closed-book baseline): the LLM alone, or nothing without one.
+    pub(super) async fn closed_book(mut self, generate: bool) -> super::AskResponse {
+        let mut result = AttemptResult::empty("retrieval is off (pipeline.retrieve = false)");
+        if generate {
+            match self.env.engine.llm().cloned() {
+                Some(llm) => {
+                    let body = self.env.generate_closed_book(llm.as_ref());
+                    if let Some(answer) = self.ledger.step(Stage::Generate, body).await {
+                        result.answer = Some(answer);
+                        result.answer_kind = AnswerKind::ClosedBook;
+                    }
+                }
+                None => self.ledger.note(NoteKind::NoLlm, "closed-book answering needs an LLM; none is configured"),
+            }
+        }
+        self.finish(result, Vec::new())
+    }
+
+    /// One attempt: retrieve → evaluate → correct → rerank → refine/extract → assemble → generate → judge.
+    async fn attempt(&mut self, plan: &Plan) -> AttemptResult {
+        let (env, ledger) = (&self.env, &mut self.ledger);
+        let cfg = env.engine.config();
+        let mut result = AttemptResult::empty("evaluation did not run");
+        let retrieved = ledger.step(Stage::Retrieve, env.retrieve(plan)).await;
+        let mut candidates = retrieved.candidates;
+        result.retrieved = candidates.len();
+
+        let mut crag = CragMetadata::off("Corrective RAG is off (crag.enabled = false)");
+        crag.cache_hit = retrieved.cache_hit;
+        crag.original_count = candidates.len();
+        if cfg.crag.enabled
+            && let Some(Some(verdict)) = ledger.stage(Stage::Evaluate, env.evaluate(&candidates, &mut crag)).await
+            // A retrieval judged correct needs no correction: past the deadline it is skipped without a note.
+            && !(verdict == Verdict::Correct && ledger.out_of_time())
+        {
+            ledger.stage(Stage::Correct, env.correct(plan.k, verdict, &mut candidates, &mut crag)).await;
+        }
+        if cfg.rerank.enabled && !candidates.is_empty() {
+            candidates = ledger.step(Stage::Rerank, env.rerank(candidates)).await;
+        }
+        crag.final_count = candidates.len();
+        result.crag = crag;
+
+        let tokens_before: usize = candidates.iter().map(|c| estimate_tokens(&c.chunk.text)).sum();
+        let (passages, method, extraction) = self.reduce(&candidates).await;
+        let ledger = &mut self.ledger;
+        let budget = cfg.pipeline.max_context_tokens - cfg.pipeline.reserve_tokens;
+        let assembled = async { assemble_stage(passages, method, tokens_before, budget) };
+        let (context, report) = ledger.step(Stage::Assemble, assembled).await;
+        result.report = report;
+        result.extraction = extraction;
+        result.context = context;
+        if !plan.generate {
+            return result;
+        }
+        let (answer, kind) = self.generate(&result.context, result.retrieved > 0).await;
+        let (env, ledger) = (&self.env, &mut self.ledger);
+        result.answer = Some(answer);
+        result.answer_kind = kind;
+        if cfg.pipeline.judge {
+            let answer = result.answer.clone().unwrap_or_default();
+            result.faithfulness = ledger.stage(Stage::Judge, env.judge(&answer, &result.context)).await.flatten();
+        }
+        result
+    }
+
+    /// The context before assembly: whole passages, refinement strips, or verified extracted sentences.
+    async fn reduce(&mut self, candidates: &[Candidate]) -> Reduced {
+        let (env, ledger) = (&self.env, &mut self.ledger);
+        let cfg = env.engine.config();
+        if cfg.pipeline.context == ContextMode::Full || candidates.is_empty() {
+            return (whole_passages(candidates), "full".into(), None);
+        }
+        let Some(refined) = ledger.step(Stage::Refine, env.refine(candidates)).await else {
+            return (whole_passages(candidates), "full".into(), None);
+        };
+        if cfg.pipeline.context == ContextMode::Refine {
+            return (strips(&refined), "refine".into(), None);
+        }
+        let Some(llm) = env.engine.llm().cloned() else {
+            ledger.note(NoteKind::NoLlm, "query-focused extraction needs an LLM: refinement strips are used");
+            return (strips(&refined), "refine".into(), None);
+        };
+        let extracted = ledger.stage(Stage::Extract, env.extract(llm, candidates, &refined)).await;
+        extracted.flatten().unwrap_or_else(|| (strips(&refined), "refine".into(), None))
+    }
+
+    /// The answer: the LLM's from the numbered context when there is an LLM, a context and time; extractive
+    /// otherwise.
+    async fn generate(&mut self, context: &[ContextPassage], retrieved: bool) -> (String, AnswerKind) {
+        let (env, ledger) = (&self.env, &mut self.ledger);
+        if let Some(llm) = env.engine.llm().cloned()
+            && !context.is_empty()
+            && let Some(answer) = ledger.stage(Stage::Generate, env.generate_llm(llm.as_ref(), context)).await
+        {
+            return answer;
+        }
+        // Documents were retrieved but nothing of them survived refinement or extraction: an honest "not in the
+        // documents", not a retrieval failure.
+        let text = match (context.is_empty(), retrieved) {
+            (true, true) => NO_INFO.to_owned(),
+            (true, false) => NO_DOCUMENTS.to_owned(),
+            (false, _) => extractive_answer(&env.question, context),
+        };
+        ledger.step(Stage::Generate, async { ((text, AnswerKind::Extractive), Report::new("extractive")) }).await
+    }
+}
+
+impl Env<'_> {
+    /// Retrieval with the configured transformation (routing included) around the strategy.
+    async fn retrieve(&self, plan: &Plan) -> (Retrieved, Report) {
+        let transform = self.engine.config().transform.kind;
+        match self.engine.retrieve_cached(&self.ctx, &plan.query, plan.k, plan.attempt == 0, transform).await {
+            Ok(r) => {
+                let report = Report::new(r.source.clone()).detail("k", plan.k).detail("results", r.candidates.len());
+                (r, report)
+            }
+            Err(e) => {
+                let none = Retrieved { candidates: Vec::new(), source: "failed".into(), cache_hit: false };
+                let report = Report::new("failed")
+                    .detail("error", e.to_string())
+                    .note(NoteKind::RetrievalFailed, format!("retrieval failed: {e}"));
+                (none, report)
+            }
+        }
+    }
+
+    /// Judges the retrieval into `crag`; returns the verdict, or `None` when the evaluator failed.
+    async fn evaluate(&self, candidates: &[Candidate], crag: &mut CragMetadata) -> (Option<Verdict>, Report) {
+        match self.engine.evaluate_cached(&self.ctx, &self.question, candidates).await {
+            Ok(j) => {
+                crag.judged(&j, self.engine.evaluator_name(), self.engine.config().crag.evaluator);
+                let report = Report::new(crag.category.clone())
+                    .detail("score", f64::from(j.score))
+                    .detail("evaluator", crag.evaluator.clone())
+                    .cost(j.cost);
+                (Some(j.verdict), report)
+            }
+            Err(e) => {
+                crag.reasons = vec![format!("evaluation failed: {e}")];
+                let report = Report::new("failed").detail("error", e.to_string()).note(
+                    NoteKind::EvaluationFailed,
+                    format!("evaluation failed, the retrieval is used as it is: {e}"),
+                );
+                (None, report)
+            }
+        }
+    }
+
+    /// The correction the verdict calls for: AMBIGUOUS → synonym expansion (when configured); INCORRECT → a
+    /// rewrite (synonyms without an LLM) and web search; each result fused into the candidates.
+    async fn correct(
+        &self,
+        k: usize,
+        verdict: Verdict,
+        candidates: &mut Vec<Candidate>,
+        crag: &mut CragMetadata,
+    ) -> ((), Report) {
+        let cfg = &self.engine.config().crag;
+        let mut notes: Vec<Note> = Vec::new();
+        let mut strategies: Vec<&str> = Vec::new();
+        match verdict {
+            Verdict::Ambiguous if cfg.expand_on_ambiguous => {
+                if self.re_retrieve(Transform::Expand, "query expansion", k, candidates, &mut notes).await {
+                    strategies.push("query_expansion");
+                }
+            }
+            Verdict::Incorrect => {
+                if cfg.rewrite_on_incorrect {
+                    let (transform, name) = if self.engine.llm().is_some() {
+                        (Transform::Rewrite, "query_rewrite")
+                    } else {
+                        notes.push(Note::new(
+                            NoteKind::CorrectionFallback,
+                            "no LLM to rewrite the query: expanded it with synonyms instead",
+                        ));
+                        (Transform::Expand, "query_expansion")
+                    };
+                    if self.re_retrieve(transform, name, k, candidates, &mut notes).await {
+                        strategies.push(name);
+                    }
+                }
+                if self.web_search(k, candidates, &mut notes).await {
+                    strategies.push("web_search");
+                    crag.web_search_used = true;
+                }
+            }
+            Verdict::Correct | Verdict::Ambiguous => {}
+        }
+        if !strategies.is_empty() {
+            crag.correction_applied = true;
+            crag.correction_strategy = strategies.join("+");
+        }
+        let report = Report::new(crag.correction_strategy.clone())
+            .detail("verdict", verdict_name(verdict))
+            .detail("candidates", candidates.len())
+            .notes(notes);
+        ((), report)
+    }
+
+    /// Retrieves again with `transform` and fuses the result into `candidates`; whether it did. A failure is
+    /// noted as "`what` failed".
+    async fn re_retrieve(
+        &self,
+        transform: Transform,
+        what: &str,
+        k: usize,
+        candidates: &mut Vec<Candidate>,
+        notes: &mut Vec<Note>,
+    ) -> bool {
+        match self.engine.retrieve_cached(&self.ctx, &self.question, k, false, transform).await {
+            Ok(r) => {
+                *candidates = fuse_lists(candidates, &r.candidates, k * 2);
+                true
+            }
+            Err(e) => {
+                notes.push(Note::new(NoteKind::CorrectionFailed, format!("{what} failed: {e}")));
+                false
+            }
+        }
+    }
+
+    /// Web search for an INCORRECT retrieval, fused into `candidates`; whether results were added.
+    async fn web_search(&self, k: usize, candidates: &mut Vec<Candidate>, notes: &mut Vec<Note>) -> bool {
+        let n = self.engine.config().crag.web_results;
+        let Some(web) = self.engine.web() else {
+            self.ctx.trace(
+                ragtune_core::TraceEvent::new("correct", "web_search_skipped")
+                    .detail("reason", "no web search provider is configured"),
+            );
+            return false;
+        };
+        match web_candidates(web.as_ref(), &self.ctx, &self.question, n).await {
+            Ok(found) if !found.is_empty() => {
+                *candidates = fuse_lists(candidates, &found, k * 2 + n);
+                true
+            }
+            Ok(_) => {
+                notes.push(Note::new(NoteKind::WebSearch, format!("web search ({}) returned nothing", web.name())));
+                false
+            }
+            Err(e) => {
+                notes.push(Note::new(NoteKind::WebSearch, format!("web search ({}) failed: {e}", web.name())));
+                false
+            }
+        }
+    }
+
+    /// Budgeted reranking; the candidates unchanged when it cannot run.
+    async fn rerank(&self, candidates: Vec<Candidate>) -> (Vec<Candidate>, Report) {
+        match self.engine.rerank(&self.ctx, &self.question, candidates.clone()).await {
+            Ok((reranked, spent)) => {
+                let report = Report::new("controller").detail("candidates", reranked.len()).cost(spent);
+                (reranked, report)
+            }
+            Err(e) => {
+                let report = Report::new("skipped")
+                    .detail("error", e.to_string())
+                    .note(NoteKind::RerankSkipped, format!("rerank skipped: {e}"));
+                (candidates, report)
+            }
+        }
+    }
+
+    /// Knowledge refinement; `None` (whole passages are used) when it fails.
+    async fn refine(&self, candidates: &[Candidate]) -> (Option<Refined>, Report) {
+        let refined = match Refiner::new(self.engine.config().refine.clone()) {
+            Ok(r) => {
+                let r = match self.engine.embedder() {
+                    Some(e) => r.with_embedder(e.clone()),
+                    None => r,
+                };
+                r.refine(&self.ctx, &self.question, candidates).await
+            }
+            Err(e) => Err(e),
+        };
+        match refined {
+            Ok(r) => {
+                let notes = r.notes.iter().map(|n| Note::new(NoteKind::Refinement, format!("refine: {n}"))).collect();
+                let report = Report::new("strips").detail("passages", r.passages.len()).cost(r.cost).notes(notes);
+                (Some(r), report)
+            }
+            Err(e) => {
+                let report = Report::new("failed")
+                    .detail("error", e.to_string())
+                    .note(NoteKind::RefinementFailed, format!("refinement failed, whole passages are used: {e}"));
+                (None, report)
+            }
+        }
+    }
+
+    /// Query-focused extraction over the refined candidates; `None` when it failed (strips are used).
+    async fn extract(
+        &self,
+        llm: Arc<dyn Llm>,
+        candidates: &[Candidate],
+        refined: &Refined,
+    ) -> (Option<Reduced>, Report) {
+        let cfg = self.engine.config();
+        let extractor = Extractor::new(llm, prompts::EXTRACT, prompts::REPAIR_JSON, cfg.extract.clone());
+        let mut notes = Vec::new();
+        let extraction = if cfg.pipeline.extraction_per_document {
+            self.extract_each(&extractor, candidates, refined, &mut notes).await
+        } else {
+            extractor.extract(&self.ctx, &self.question, candidates, refined).await
+        };
+        match extraction {
+            Ok(e) => {
+                let method = match &e.method {
+                    ExtractionMethod::Llm => "extract".to_owned(),
+                    ExtractionMethod::Fallback { reason } => {
+                        let text = format!("extraction fell back to refinement strips: {reason}");
+                        notes.push(Note::new(NoteKind::ExtractionFallback, text));
+                        "extract-fallback".to_owned()
+                    }
+                };
+                let passages = e
+                    .passages
+                    .iter()
+                    .filter(|p| !p.sentences.is_empty())
+                    .map(|p| passage(&p.chunk_id, &p.doc_id, p.title.as_ref(), p.sentences.join(" ")))
+                    .collect();
+                let report = Report::new(method.clone()).detail("verified", e.verified).cost(e.cost).notes(notes);
+                (Some((passages, method, Some(e))), report)
+            }
+            Err(e) => {
+                let report = Report::new("failed")
+                    .detail("error", e.to_string())
+                    .notes(notes)
+                    .note(NoteKind::ExtractionFallback, format!("extraction failed, refinement strips are used: {e}"));
+                (None, report)
+            }
+        }
+    }
+
+    /// Extraction one document at a time, merged; stops at the first failure.
+    async fn extract_each(
+        &self,
+        extractor: &Extractor,
+        candidates: &[Candidate],
+        refined: &Refined,
+        notes: &mut Vec<Note>,
+    ) -> ragtune_core::Result<Extraction> {
+        let mut merged: Option<Extraction> = None;
+        for c in candidates {
+            let one = extractor.extract(&self.ctx, &self.question, std::slice::from_ref(c), refined).await;
+            match (merged.as_mut(), one) {
+                (None, Ok(e)) => merged = Some(e),
+                (Some(m), Ok(e)) => {
+                    m.passages.extend(e.passages);
+                    m.rejected.extend(e.rejected);
+                    m.verified += e.verified;
+                    m.tokens_after += e.tokens_after;
+                    m.cost += e.cost;
+                    if matches!(e.method, ExtractionMethod::Fallback { .. }) {
+                        m.method = e.method;
+                    }
+                }
+                (_, Err(e)) => {
+                    notes.push(Note::new(NoteKind::ExtractionFallback, format!("extraction stopped: {e}")));
+                    break;
+                }
+            }
+        }
+        merged.ok_or_else(|| Error::unavailable("no extraction ran"))
+    }
+
+    /// The LLM's answer from the numbered context; the extractive answer when the call fails or says nothing.
+    async fn generate_llm(&self, llm: &dyn Llm, context: &[ContextPassage]) -> ((String, AnswerKind), Report) {
+        let numbered = render_context(context);
+        let prompt = prompts::answer_prompt(&self.question);
+        let request = prompt.render(&[("context", numbered.as_str()), ("query", self.question.as_str())]);
+        let extractive = || (extractive_answer(&self.question, context), AnswerKind::Extractive);
+        match generate_text(llm, &self.ctx, request).await {
+            Ok((text, c)) if !text.trim().is_empty() => {
+                let report = Report::new("llm").detail("prompt", prompt.tag()).cost(c);
+                ((text.trim().to_owned(), AnswerKind::Llm), report)
+            }
+            Ok((_, c)) => {
+                let report = Report::new("empty")
+                    .cost(c)
+                    .note(NoteKind::GenerationFailed, "the LLM returned an empty answer; the answer is extractive");
+                (extractive(), report)
+            }
+            Err(e) => {
+                let report = Report::new("failed")
+                    .detail("error", e.to_string())
+                    .note(NoteKind::GenerationFailed, format!("generation failed; the answer is extractive: {e}"));
+                (extractive(), report)
+            }
+        }
+    }
+
+    /// The closed-book answer; `None` when the LLM fails.
+    async fn generate_closed_book(&self, llm: &dyn Llm) -> (Option<String>, Report) {
+        let request = prompts::ANSWER_CLOSED_BOOK.render(&[("query", self.question.as_str())]);
+        match generate_text(llm, &self.ctx, request).await {
+            Ok((text, c)) => (Some(text), Report::new("closed_book").cost(c)),
+            Err(e) => {
+                let report = Report::new("failed")
+                    .detail("error", e.to_string())
+                    .note(NoteKind::GenerationFailed, format!("generate failed: {e}"));
+                (None, report)
+            }
+        }
+    }
+
+    /// The faithfulness verdict of `answer` against the context; `None` when the judge failed.
+    async fn judge(&self, answer: &str, context: &[ContextPassage]) -> (Option<Faithfulness>, Report) {
+        let passages: Vec<String> = context.iter().map(|p| p.text.clone()).collect();
+        match self.engine.judge().judge(&self.ctx, &self.question, answer, &passages).await {
+            Ok(f) => {
+                let mut report = Report::new(f.label())
+                    .detail("overall", serde_json::to_value(f.overall).unwrap_or_default())
+                    .detail("unsupported_share", f64::from(f.unsupported_share))
+                    .cost(f.cost);
+                if let Some(why) = &f.fallback_reason {
+                    let text = format!("faithfulness judged without the LLM ({}): {why}", f.label());
+                    report = report.note(NoteKind::JudgeFallback, text);
+                }
+                (Some(f), report)
+            }
+            Err(e) => {
+                let report = Report::new("failed")
+                    .detail("error", e.to_string())
+                    .note(NoteKind::JudgeFailed, format!("judge skipped: {e}"));
+                (None, report)
+            }
+        }
+    }
+
+    /// The query of a rewrite retry: the LLM's rewrite, synonyms without an LLM, the question when both fail.
+    async fn rewrite(&self) -> (String, Report) {
+        let question = self.question.clone();
+        let Some(llm) = self.engine.llm() else {
+            let table = ragtune_retrieve::transform::SynonymTable::builtin();
+            let expanded = table.expand(&question).map_or(question, |(expanded, _)| expanded);
+            let report = Report::new("synonyms")
+                .note(NoteKind::RetryRewrite, "retry rewrite without an LLM: the query was expanded with synonyms");
+            return (expanded, report);
+        };
+        let request = match prompts::REWRITE.render(&[("query", question.as_str()), ("context", "(none)")]) {
+            Ok(r) => r,
+            Err(e) => {
+                let report = Report::new("failed").note(NoteKind::RetryRewrite, format!("retry rewrite failed: {e}"));
+                return (question, report);
+            }
+        };
+        match ragtune_core::prompt::generate_json(llm.as_ref(), &self.ctx, request, &prompts::REPAIR_JSON).await {
+            Ok(answer) => {
+                let text = answer.value.get("query").and_then(|v| v.as_str()).map(str::trim).filter(|s| !s.is_empty());
+                match text {
+                    Some(text) => (text.to_owned(), Report::new("llm").cost(answer.cost)),
+                    None => {
+                        let report = Report::new("no_query").cost(answer.cost).note(
+                            NoteKind::RetryRewrite,
+                            "retry rewrite returned no query; the question is searched again",
+                        );
+                        (question, report)
+                    }
+                }
+            }
+            Err(e) => {
+                let report = Report::new("failed").detail("error", e.to_string()).note(
+                    NoteKind::RetryRewrite,
+                    format!("retry rewrite failed ({e}); the question is searched again"),
+                );
+                (question, report)
+            }
+        }
+    }
+}
+
+/// The smart-retry policy's decision on one attempt's outcome.
+fn decide_retry(
+    cfg: &ragtune_evaluators::retry::RetryConfig,
+    attempt: usize,
+    result: &AttemptResult,
+) -> (RetryDecision, Report) {
+    let outcome = AttemptOutcome {
+        retrieved: result.retrieved,
+        extracted_chars: result.extraction.as_ref().map(Extraction::text_len),
+        unsupported_share: result.faithfulness.as_ref().map(|f| f.unsupported_share),
+        answer: result.answer.clone(),
+    };
+    let decision = decide(cfg, attempt, &outcome);
+    let report = Report::new(decision_name(&decision))
+        .detail("attempt", attempt)
+        .detail("decision", serde_json::to_value(&decision).unwrap_or_default());
+    (decision, report)
+}
+
+/// Assembly under the token budget, with the context report.
+fn assemble_stage(
+    passages: Vec<ContextPassage>,
+    method: String,
+    tokens_before: usize,
+    budget: usize,
+) -> ((Vec<ContextPassage>, ContextReport), Report) {
+    let (context, cut) = assemble(passages, budget);
+    let tokens_after: usize = context.iter().map(|p| estimate_tokens(&p.text)).sum();
+    let report = Report::new(method.clone())
+        .detail("passages", context.len())
+        .detail("tokens_before", tokens_before)
+        .detail("tokens_after", tokens_after)
+        .detail("cut_for_budget", cut);
+    ((context, ContextReport { method, tokens_before, tokens_after, cut_for_budget: cut }), report)
+}
+
+/// A context passage (numbered later, by assembly).
+fn passage(chunk_id: &str, doc_id: &str, title: Option<&String>, text: String) -> ContextPassage {
+    ContextPassage { n: 0, chunk_id: chunk_id.to_owned(), doc_id: doc_id.to_owned(), title: title.cloned(), text }
+}
+
+/// The candidates' whole texts.
+fn whole_passages(candidates: &[Candidate]) -> Vec<ContextPassage> {
+    candidates
+        .iter()
+        .map(|c| passage(&c.chunk.id, &c.chunk.doc_id, c.chunk.title.as_ref(), c.chunk.text.clone()))
+        .collect()
+}
+
+/// The refinement strips, one passage per kept candidate.
+fn strips(refined: &Refined) -> Vec<ContextPassage> {
+    refined.passages.iter().map(|p| passage(&p.chunk_id, &p.doc_id, p.title.as_ref(), p.text.clone())).collect()
+}
+
+async fn generate_text(
+    llm: &dyn Llm,
+    ctx: &ragtune_core::Ctx,
+    request: ragtune_core::Result<ragtune_core::LlmRequest>,
+) -> ragtune_core::Result<(String, Cost)> {
+    let request = request?;
+    let mut out = llm.generate(ctx, std::slice::from_ref(&request)).await?;
+    let r = out.pop().ok_or_else(|| Error::permanent("the LLM returned no response"))?;
+    Ok((r.text, r.cost))
+}
+
+/// Web results as candidates, ranked as the provider returned them.
+async fn web_candidates(
+    web: &dyn WebSearch,
+    ctx: &ragtune_core::Ctx,
+    question: &str,
+    n: usize,
+) -> ragtune_core::Result<Vec<Candidate>> {
+    let q = WebQuery { text: question.to_owned(), max_results: n.max(1) };
+    let mut lists = web.search(ctx, std::slice::from_ref(&q)).await?;
+    let results = lists.pop().unwrap_or_default();
+    Ok(results
+        .into_iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let id = format!("web:{}", r.url);
+            let mut chunk = Chunk::new(&id, &r.url, r.content);
+            chunk.title = Some(r.title);
+            let score = r.score.unwrap_or(0.0);
+            let rank = u32::try_from(i + 1).unwrap_or(u32::MAX);
+            let mut sources = std::collections::BTreeMap::new();
+            sources.insert(format!("web:{}", r.provider), SourceScore { score, rank });
+            Candidate { chunk, score, sources }
+        })
+        .collect())
+}
+
+fn decision_name(d: &RetryDecision) -> &'static str {
+    match d {
+        RetryDecision::Accept { .. } => "accept",
+        RetryDecision::Retry { .. } => "retry",
+        RetryDecision::GiveUp { .. } => "give_up",
+    }
+}
+
+pub(super) fn verdict_name(v: Verdict) -> &'static str {
+    match v {
+        Verdict::Correct => "CORRECT",
+        Verdict::Ambiguous => "AMBIGUOUS",
+        Verdict::Incorrect => "INCORRECT",
+    }
+}
+
+impl CragMetadata {
+    /// Fills in an evaluator's judgement (in the evaluator's own category words).
+    fn judged(&mut self, j: &RelevanceJudgement, evaluator: String, kind: EvaluatorKind) {
+        self.evaluator = evaluator;
+        self.decision = Some(j.verdict);
+        self.category = match kind {
+            EvaluatorKind::Heuristic => heuristic_category(j.verdict).to_owned(),
+            EvaluatorKind::Model => verdict_name(j.verdict).to_owned(),
+        };
+        self.score = j.score;
+        self.criteria = j.criteria.clone();
+        self.reasons = j.reasons.clone();
+    }
+}
