@@ -9,8 +9,9 @@ use serde_json::{Value, json};
 
 use crate::structured::{RawOutput, parse_json_text};
 
-/// Which API the client calls.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// Which API the client calls (`chat` or `completions` in configuration files).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Endpoint {
     /// `/v1/chat/completions` with the request's messages (the default).
     #[default]

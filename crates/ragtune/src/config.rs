@@ -5,6 +5,60 @@ use std::path::{Path, PathBuf};
 use ragtune_core::{Error, Result};
 use serde::{Deserialize, Serialize};
 
+/// `FromStr` and `Display` for the closed sets of settings, derived from their serde names, so a value is spelled
+/// the same in TOML, in `RAGTUNE__…` variables and on the command line, and written in one place.
+macro_rules! names_from_serde {
+    ($($ty:ident: $what:literal = [$($variant:ident),+ $(,)?]),+ $(,)?) => {$(
+        impl $ty {
+            /// Every value, in declaration order.
+            pub const ALL: &'static [Self] = &[$(Self::$variant),+];
+        }
+
+        impl std::str::FromStr for $ty {
+            type Err = Error;
+
+            fn from_str(s: &str) -> Result<Self> {
+                parse_name(s, $what, Self::ALL)
+            }
+        }
+
+        impl std::fmt::Display for $ty {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(&serde_name(self))
+            }
+        }
+    )+};
+}
+
+names_from_serde! {
+    ContextMode: "context mode" = [Extract, Refine, Full],
+    EvaluatorKind: "evaluator" = [Heuristic, Model],
+    ScorerKind: "scorer" = [Retrieval, Dense, Llm],
+    StoreBackend: "store" = [Embedded, Qdrant],
+    Strategy: "retrieval strategy" = [Auto, Bm25, Dense, Hybrid],
+    EmbeddingMode: "embedding mode" = [Auto, On, Off],
+    Transform: "transform" = [None, Hyde, MultiQuery, Rewrite, Expand, Routed, MultiHop],
+}
+
+/// The serde name of a unit variant.
+fn serde_name<T: Serialize>(value: &T) -> String {
+    match serde_json::to_value(value) {
+        Ok(serde_json::Value::String(name)) => name,
+        // Every type given to `names_from_serde!` is an enum of unit variants, which serialise to strings.
+        _ => String::new(),
+    }
+}
+
+/// Parses a value of a closed set by its serde name (or alias); the error names the setting and lists the names.
+fn parse_name<T: serde::de::DeserializeOwned + Serialize>(s: &str, what: &str, all: &[T]) -> Result<T> {
+    use serde::de::IntoDeserializer;
+    let de: serde::de::value::StrDeserializer<'_, serde::de::value::Error> = s.into_deserializer();
+    T::deserialize(de).map_err(|_| {
+        let names: Vec<String> = all.iter().map(serde_name).collect();
+        Error::invalid_input(format!("unknown {what} `{s}`; available: {}", names.join(", ")))
+    })
+}
+
 /// The whole configuration of an [`Engine`](crate::Engine). Every field has a default; a TOML file may set any
 /// subset (`docs/config.md` lists them).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
@@ -105,18 +159,6 @@ pub enum ContextMode {
     Full,
 }
 
-impl std::str::FromStr for ContextMode {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "extract" => Ok(Self::Extract),
-            "refine" => Ok(Self::Refine),
-            "full" => Ok(Self::Full),
-            other => Err(Error::invalid_input(format!("unknown context mode `{other}`: use extract, refine or full"))),
-        }
-    }
-}
-
 /// Which retrieval evaluator judges the retrieval.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -125,17 +167,6 @@ pub enum EvaluatorKind {
     Heuristic,
     /// A scorer per document, aggregated, read with two calibrated thresholds (seed 000).
     Model,
-}
-
-impl std::str::FromStr for EvaluatorKind {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "heuristic" => Ok(Self::Heuristic),
-            "model" => Ok(Self::Model),
-            other => Err(Error::invalid_input(format!("unknown evaluator `{other}`: use model or heuristic"))),
-        }
-    }
 }
 
 /// The scorer of the model-based evaluator.
@@ -271,27 +302,6 @@ pub enum StoreBackend {
     Qdrant,
 }
 
-impl std::fmt::Display for StoreBackend {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Self::Embedded => "embedded",
-            Self::Qdrant => "qdrant",
-        })
-    }
-}
-
-impl std::str::FromStr for StoreBackend {
-    type Err = Error;
-
-    fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "embedded" => Ok(Self::Embedded),
-            "qdrant" => Ok(Self::Qdrant),
-            other => Err(Error::invalid_input(format!("unknown store `{other}` (use `embedded` or `qdrant`)"))),
-        }
-    }
-}
-
 /// Connection and collection settings for a Qdrant server or cluster.
 ///
 /// The API key is read from `$QDRANT_API_KEY` when the file does not set one, is never written back out, and is
@@ -425,33 +435,6 @@ pub enum Strategy {
     Hybrid,
 }
 
-impl std::str::FromStr for Strategy {
-    type Err = Error;
-
-    fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "auto" => Ok(Self::Auto),
-            "bm25" => Ok(Self::Bm25),
-            "dense" => Ok(Self::Dense),
-            "hybrid" => Ok(Self::Hybrid),
-            other => Err(Error::invalid_input(format!(
-                "unknown retrieval strategy `{other}`; available: auto, bm25, dense, hybrid"
-            ))),
-        }
-    }
-}
-
-impl std::fmt::Display for Strategy {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Self::Auto => "auto",
-            Self::Bm25 => "bm25",
-            Self::Dense => "dense",
-            Self::Hybrid => "hybrid",
-        })
-    }
-}
-
 /// Search defaults.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -501,13 +484,15 @@ pub struct EmbeddingSettings {
 
 impl Default for EmbeddingSettings {
     fn default() -> Self {
+        // The embedder's own defaults; the paths are resolved from `$RAGTUNE_HOME` when the model is loaded.
+        let model = ragtune_embed::FastEmbedderConfig::new(PathBuf::new(), PathBuf::new());
         Self {
             mode: EmbeddingMode::Auto,
             model_dir: None,
             ort_library: None,
-            batch_size: 32,
-            threads: 1,
-            max_length: 256,
+            batch_size: model.batch_size,
+            threads: model.intra_threads,
+            max_length: model.max_length,
         }
     }
 }
@@ -561,13 +546,14 @@ pub struct LlmSettings {
 
 impl Default for LlmSettings {
     fn default() -> Self {
+        let client = ragtune_llm::LlmConfig::default();
         Self {
             url: String::new(),
-            model: "local".into(),
+            model: client.model,
             api_key: None,
-            endpoint: LlmEndpoint::Chat,
-            timeout_secs: 60.0,
-            max_retries: 2,
+            endpoint: client.endpoint,
+            timeout_secs: client.timeout.as_secs_f64(),
+            max_retries: client.max_retries,
             cache: true,
         }
     }
@@ -587,16 +573,9 @@ impl std::fmt::Debug for LlmSettings {
     }
 }
 
-/// Which OpenAI-compatible API the LLM client calls.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum LlmEndpoint {
-    /// `/v1/chat/completions`.
-    #[default]
-    Chat,
-    /// `/v1/completions`.
-    Completions,
-}
+/// Which OpenAI-compatible API the LLM client calls: `chat` (`/v1/chat/completions`, the default) or
+/// `completions` (`/v1/completions`). The LLM layer's own type, so the names and the default live there.
+pub use ragtune_llm::Endpoint as LlmEndpoint;
 
 /// A query transformation around the retrieval strategy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -608,6 +587,7 @@ pub enum Transform {
     /// HyDE: search with the embedding of a generated answer passage (fused with BM25 for `hybrid`).
     Hyde,
     /// RAG-Fusion: generated queries plus the original, fused with RRF.
+    #[serde(alias = "multi_query")]
     MultiQuery,
     /// Rewrite-Retrieve-Read: search with the question rewritten for search.
     Rewrite,
@@ -616,6 +596,7 @@ pub enum Transform {
     /// The complexity router: each question gets the plan of its complexity (`transform.routes`).
     Routed,
     /// Multi-hop: follow-up queries for what is still missing.
+    #[serde(alias = "multi_hop")]
     MultiHop,
 }
 
@@ -624,39 +605,6 @@ impl Transform {
     #[must_use]
     pub fn needs_llm(self) -> bool {
         !matches!(self, Self::None | Self::Expand)
-    }
-}
-
-impl std::fmt::Display for Transform {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Self::None => "none",
-            Self::Hyde => "hyde",
-            Self::MultiQuery => "multi-query",
-            Self::Rewrite => "rewrite",
-            Self::Expand => "expand",
-            Self::Routed => "routed",
-            Self::MultiHop => "multi-hop",
-        })
-    }
-}
-
-impl std::str::FromStr for Transform {
-    type Err = Error;
-
-    fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "none" => Ok(Self::None),
-            "hyde" => Ok(Self::Hyde),
-            "multi-query" | "multi_query" => Ok(Self::MultiQuery),
-            "rewrite" => Ok(Self::Rewrite),
-            "expand" => Ok(Self::Expand),
-            "routed" => Ok(Self::Routed),
-            "multi-hop" | "multi_hop" => Ok(Self::MultiHop),
-            other => Err(Error::invalid_input(format!(
-                "unknown transform `{other}`; available: none, hyde, multi-query, rewrite, expand, routed, multi-hop"
-            ))),
-        }
     }
 }
 
@@ -687,14 +635,20 @@ pub struct TransformSettings {
 
 impl Default for TransformSettings {
     fn default() -> Self {
+        use ragtune_llm::prompts;
+        use ragtune_retrieve::transform::{HydeConfig, MultiHopConfig, MultiQueryConfig};
+        // The transformations' own defaults (the prompts only select which constructor; no prompt is stored here).
+        let hyde = HydeConfig::new(prompts::HYDE);
+        let multi_query = MultiQueryConfig::new(prompts::MULTI_QUERY, prompts::REPAIR_JSON);
+        let multi_hop = MultiHopConfig::new(prompts::FOLLOW_UP, prompts::REPAIR_JSON);
         Self {
             kind: Transform::None,
-            hyde_generations: 1,
-            hyde_include_query: true,
-            multi_query_n: 4,
-            multi_query_max_similarity: 0.8,
+            hyde_generations: hyde.generations,
+            hyde_include_query: hyde.include_query,
+            multi_query_n: multi_query.n,
+            multi_query_max_similarity: multi_query.max_similarity,
             synonyms: None,
-            max_hops: 3,
+            max_hops: multi_hop.max_hops,
             router_llm: false,
             routes: RouteSettings::default(),
         }
@@ -899,6 +853,53 @@ pub fn ragtune_home() -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every value of a closed set parses from the name serde writes, prints as it, and round-trips through TOML.
+    fn check_names<T>(all: &[T], expect: &[&str])
+    where
+        T: std::str::FromStr<Err = Error> + std::fmt::Display + Serialize + serde::de::DeserializeOwned + PartialEq,
+        T: std::fmt::Debug,
+    {
+        let names: Vec<String> = all.iter().map(ToString::to_string).collect();
+        assert_eq!(names, expect);
+        for (value, name) in all.iter().zip(expect) {
+            assert_eq!(&name.parse::<T>().unwrap(), value);
+            assert_eq!(serde_json::to_value(value).unwrap(), serde_json::Value::String((*name).to_owned()));
+        }
+        let err = "no-such-value".parse::<T>().unwrap_err();
+        assert_eq!(err.kind(), ragtune_core::ErrorKind::InvalidInput);
+        assert!(err.to_string().contains(&format!("available: {}", expect.join(", "))), "{err}");
+    }
+
+    #[test]
+    fn closed_sets_are_spelled_once_by_their_serde_names() {
+        check_names(ContextMode::ALL, &["extract", "refine", "full"]);
+        check_names(EvaluatorKind::ALL, &["heuristic", "model"]);
+        check_names(ScorerKind::ALL, &["retrieval", "dense", "llm"]);
+        check_names(StoreBackend::ALL, &["embedded", "qdrant"]);
+        check_names(Strategy::ALL, &["auto", "bm25", "dense", "hybrid"]);
+        check_names(EmbeddingMode::ALL, &["auto", "on", "off"]);
+        check_names(Transform::ALL, &["none", "hyde", "multi-query", "rewrite", "expand", "routed", "multi-hop"]);
+        // The old snake_case spellings of two transforms still parse.
+        assert_eq!("multi_query".parse::<Transform>().unwrap(), Transform::MultiQuery);
+        assert_eq!("multi_hop".parse::<Transform>().unwrap(), Transform::MultiHop);
+        let cfg = Config::from_toml("[llm]\nendpoint = \"completions\"\n[transform]\nkind = \"multi_hop\"\n").unwrap();
+        assert_eq!((cfg.llm.endpoint, cfg.transform.kind), (LlmEndpoint::Completions, Transform::MultiHop));
+    }
+
+    #[test]
+    fn defaults_come_from_the_components_that_own_them() {
+        let cfg = Config::default();
+        let embedder = ragtune_embed::FastEmbedderConfig::new(PathBuf::new(), PathBuf::new());
+        assert_eq!(
+            (cfg.embedding.batch_size, cfg.embedding.threads, cfg.embedding.max_length),
+            (embedder.batch_size, embedder.intra_threads, embedder.max_length)
+        );
+        let client = ragtune_llm::LlmConfig::default();
+        assert_eq!((cfg.llm.max_retries, cfg.llm.endpoint), (client.max_retries, client.endpoint));
+        assert_eq!(cfg.hybrid.k, ragtune_retrieve::RrfConfig::default().k);
+        assert_eq!(cfg.bm25.k1, ragtune_embed::Bm25Config::default().k1);
+    }
 
     #[test]
     fn partial_toml_keeps_defaults() {

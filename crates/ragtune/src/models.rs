@@ -8,7 +8,7 @@ use ragtune_core::{Ctx, Embedder, Error, Llm, LlmRequest, LlmResponse, Result};
 use ragtune_embed::provisioning::ModelLayout;
 use ragtune_embed::{FastEmbedder, FastEmbedderConfig};
 
-use crate::config::{EmbeddingSettings, LlmEndpoint, LlmSettings};
+use crate::config::{EmbeddingSettings, LlmSettings};
 
 /// Loads the dense embedder the settings describe (by default the provisioned all-MiniLM-L6-v2).
 ///
@@ -41,10 +41,7 @@ pub fn load_llm(settings: &LlmSettings) -> Result<Option<Arc<dyn Llm>>> {
         base_url: settings.url.clone(),
         model: settings.model.clone(),
         api_key: settings.api_key.clone(),
-        endpoint: match settings.endpoint {
-            LlmEndpoint::Chat => ragtune_llm::Endpoint::Chat,
-            LlmEndpoint::Completions => ragtune_llm::Endpoint::Completions,
-        },
+        endpoint: settings.endpoint,
         timeout: std::time::Duration::from_secs_f64(secs),
         max_retries: settings.max_retries,
         ..ragtune_llm::LlmConfig::default()

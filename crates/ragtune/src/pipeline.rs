@@ -268,7 +268,7 @@ impl PipelineCaches {
 }
 
 /// Lowercased, whitespace-collapsed: the cache key's view of a query.
-fn normalise_query(q: &str) -> String {
+fn normalize_query(q: &str) -> String {
     q.split_whitespace().map(str::to_lowercase).collect::<Vec<_>>().join(" ")
 }
 

@@ -12,7 +12,7 @@ use ragtune_evaluators::crag::{
 use ragtune_evaluators::faithfulness::FaithfulnessJudge;
 use ragtune_llm::prompts;
 
-use super::normalise_query;
+use super::normalize_query;
 use crate::config::{EvaluatorKind, ScorerKind, Transform};
 use crate::engine::Engine;
 
@@ -67,7 +67,7 @@ impl Engine {
         use_cache: bool,
         transform: Transform,
     ) -> Result<Retrieved> {
-        let key = self.caches().map(|c| format!("{}|{}|{k}|{}", c.fingerprint, transform, normalise_query(text)));
+        let key = self.caches().map(|c| format!("{}|{}|{k}|{}", c.fingerprint, transform, normalize_query(text)));
         if use_cache
             && let (Some(c), Some(key)) = (self.caches(), &key)
             && let Some(hit) = c.retrieval.get(key)
@@ -119,7 +119,7 @@ impl Engine {
     ) -> Result<RelevanceJudgement> {
         let key = self.caches().map(|c| {
             let ids: Vec<&str> = candidates.iter().map(|c| c.chunk.id.as_str()).collect();
-            format!("{}|{}|{}|{}", c.fingerprint, self.evaluator_name(), normalise_query(question), ids.join(","))
+            format!("{}|{}|{}|{}", c.fingerprint, self.evaluator_name(), normalize_query(question), ids.join(","))
         });
         if let (Some(c), Some(key)) = (self.caches(), &key)
             && let Some(hit) = c.evaluation.get(key)
