@@ -38,6 +38,6 @@ pub use seams::{
 };
 pub use trace::TraceEvent;
 pub use types::{
-    Candidate, Chunk, ChunkKind, Distance, Document, EmbeddingSpec, Metadata, Query, Record, ScoredHit, SourceScore,
-    SparseSpec, SparseVector, TextRole, sort_ranked,
+    Candidate, Chunk, ChunkKind, Distance, Document, EmbeddingSpec, Metadata, Query, Record, ScoredHit, Secret,
+    SourceScore, SparseSpec, SparseVector, TextRole, sort_ranked,
 };

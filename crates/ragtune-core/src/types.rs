@@ -349,6 +349,16 @@ pub fn sort_ranked<T>(items: &mut [T], key: impl Fn(&T) -> (f32, &str)) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_secret_is_never_shown() {
+        let key = Secret::new("sk-very-secret");
+        assert_eq!(format!("{key:?}"), "<redacted>");
+        assert_eq!(format!("{:?}", Some(key.clone())), "Some(<redacted>)");
+        assert_eq!(key.expose(), "sk-very-secret");
+        let parsed: Secret = serde_json::from_str("\"sk-from-config\"").unwrap();
+        assert_eq!(parsed, Secret::from("sk-from-config"));
+    }
+
     use super::*;
 
     #[test]
@@ -381,5 +391,44 @@ mod tests {
         c.title = Some("Title".into());
         c.header_path = vec!["Title".into(), "Section".into()];
         assert_eq!(c.indexable_text(), "Title\nSection\nbody");
+    }
+}
+
+/// A credential such as an API key. Its `Debug` output is `<redacted>`, it has no `Display`, and it cannot be
+/// serialised, so a configuration or an error that holds one never shows it; [`expose`](Self::expose) is the one
+/// way to read it, at the point where it is sent.
+#[derive(Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a credential.
+    #[must_use]
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+
+    /// The credential itself, to put into a request header.
+    #[must_use]
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+impl From<String> for Secret {
+    fn from(value: String) -> Self {
+        Self(value)
+    }
+}
+
+impl From<&str> for Secret {
+    fn from(value: &str) -> Self {
+        Self(value.to_owned())
     }
 }

@@ -4,7 +4,7 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use ragtune_core::{Cost, Ctx, Error, Llm, LlmRequest, LlmResponse, Message, Result, Role, TraceEvent};
+use ragtune_core::{Cost, Ctx, Error, Llm, LlmRequest, LlmResponse, Message, Result, Role, Secret, TraceEvent};
 use serde_json::{Value, json};
 
 use crate::structured::{RawOutput, parse_json_text};
@@ -22,7 +22,7 @@ pub enum Endpoint {
 }
 
 /// Settings of an [`OpenAiClient`].
-#[derive(Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct LlmConfig {
     /// The server's base URL, with or without the trailing `/v1` (`http://127.0.0.1:8080`,
     /// `https://api.openai.com/v1`).
@@ -30,7 +30,7 @@ pub struct LlmConfig {
     /// The model name sent with every request.
     pub model: String,
     /// Bearer token; never logged, never in errors or traces, never shown by `Debug`.
-    pub api_key: Option<String>,
+    pub api_key: Option<Secret>,
     /// Which API to call.
     pub endpoint: Endpoint,
     /// Time allowed for one attempt (the call's deadline in [`Ctx`] may cut it shorter).
@@ -55,21 +55,6 @@ impl Default for LlmConfig {
             max_retries: 2,
             initial_backoff: Duration::from_millis(250),
         }
-    }
-}
-
-impl fmt::Debug for LlmConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("LlmConfig")
-            .field("base_url", &self.base_url)
-            .field("model", &self.model)
-            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
-            .field("endpoint", &self.endpoint)
-            .field("timeout", &self.timeout)
-            .field("connect_timeout", &self.connect_timeout)
-            .field("max_retries", &self.max_retries)
-            .field("initial_backoff", &self.initial_backoff)
-            .finish()
     }
 }
 
@@ -129,7 +114,7 @@ impl OpenAiClient {
     pub async fn ping(&self) -> Result<()> {
         let mut req = self.http.get(format!("{}/models", self.base)).timeout(self.config.connect_timeout * 2);
         if let Some(key) = &self.config.api_key {
-            req = req.bearer_auth(key);
+            req = req.bearer_auth(key.expose());
         }
         match req.send().await {
             Ok(r) if r.status().is_success() => Ok(()),
@@ -236,7 +221,7 @@ impl OpenAiClient {
     ) -> std::result::Result<LlmResponse, (Error, Option<Duration>)> {
         let mut req = self.http.post(self.url()).timeout(timeout).json(body);
         if let Some(key) = &self.config.api_key {
-            req = req.bearer_auth(key);
+            req = req.bearer_auth(key.expose());
         }
         let response = req.send().await.map_err(|e| (self.transport_error(&e, timeout), None))?;
         let status = response.status();

@@ -306,7 +306,7 @@ pub enum StoreBackend {
 ///
 /// The API key is read from `$QDRANT_API_KEY` when the file does not set one, is never written back out, and is
 /// never shown in `Debug` output.
-#[derive(Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct QdrantSettings {
     /// The gRPC URL (port 6334 by default; `https://` for TLS).
@@ -315,7 +315,7 @@ pub struct QdrantSettings {
     pub collection: String,
     /// The API key (prefer `$QDRANT_API_KEY`).
     #[serde(skip_serializing)]
-    pub api_key: Option<String>,
+    pub api_key: Option<ragtune_core::Secret>,
     /// Per-request timeout in seconds.
     pub timeout_secs: f64,
     /// Connection timeout in seconds.
@@ -349,24 +349,6 @@ impl Default for QdrantSettings {
             on_disk_payload: true,
             upsert_batch_size: 256,
         }
-    }
-}
-
-impl std::fmt::Debug for QdrantSettings {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("QdrantSettings")
-            .field("url", &self.url)
-            .field("collection", &self.collection)
-            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
-            .field("timeout_secs", &self.timeout_secs)
-            .field("connect_timeout_secs", &self.connect_timeout_secs)
-            .field("max_retries", &self.max_retries)
-            .field("shard_number", &self.shard_number)
-            .field("replication_factor", &self.replication_factor)
-            .field("write_consistency_factor", &self.write_consistency_factor)
-            .field("on_disk_payload", &self.on_disk_payload)
-            .field("upsert_batch_size", &self.upsert_batch_size)
-            .finish()
     }
 }
 
@@ -523,7 +505,7 @@ impl Default for HybridSettings {
 /// Any OpenAI-compatible endpoint: OpenAI, vLLM, Ollama, llama.cpp, or the local server of `cargo xtask llm start`.
 /// The API key comes from `$RAGTUNE_LLM_API_KEY` (or `$OPENAI_API_KEY`) when the file sets none; it is never written
 /// back out, printed or traced.
-#[derive(Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LlmSettings {
     /// The server's base URL (`http://127.0.0.1:8080`, `https://api.openai.com/v1`); empty: no LLM.
@@ -533,7 +515,7 @@ pub struct LlmSettings {
     pub model: String,
     /// The API key (prefer the environment variables).
     #[serde(skip_serializing)]
-    pub api_key: Option<String>,
+    pub api_key: Option<ragtune_core::Secret>,
     /// `chat` (`/v1/chat/completions`, default) or `completions` (`/v1/completions`).
     pub endpoint: LlmEndpoint,
     /// Seconds allowed per request.
@@ -556,20 +538,6 @@ impl Default for LlmSettings {
             max_retries: client.max_retries,
             cache: true,
         }
-    }
-}
-
-impl std::fmt::Debug for LlmSettings {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LlmSettings")
-            .field("url", &self.url)
-            .field("model", &self.model)
-            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
-            .field("endpoint", &self.endpoint)
-            .field("timeout_secs", &self.timeout_secs)
-            .field("max_retries", &self.max_retries)
-            .field("cache", &self.cache)
-            .finish()
     }
 }
 
@@ -826,7 +794,7 @@ impl Config {
             cfg.store.qdrant.url = url;
         }
         if cfg.store.qdrant.api_key.is_none() {
-            cfg.store.qdrant.api_key = std::env::var("QDRANT_API_KEY").ok().filter(|k| !k.is_empty());
+            cfg.store.qdrant.api_key = std::env::var("QDRANT_API_KEY").ok().filter(|k| !k.is_empty()).map(Into::into);
         }
         if let Some(url) = std::env::var("RAGTUNE_LLM_URL").ok().filter(|u| !u.is_empty()) {
             cfg.llm.url = url;
@@ -834,7 +802,8 @@ impl Config {
         if cfg.llm.api_key.is_none() {
             cfg.llm.api_key = ["RAGTUNE_LLM_API_KEY", "OPENAI_API_KEY"]
                 .iter()
-                .find_map(|k| std::env::var(k).ok().filter(|v| !v.is_empty()));
+                .find_map(|k| std::env::var(k).ok().filter(|v| !v.is_empty()))
+                .map(Into::into);
         }
         Ok(cfg)
     }

@@ -78,7 +78,7 @@ pub fn qdrant_config(s: &crate::config::QdrantSettings) -> ragtune_store::Qdrant
     let secs = |x: f64| std::time::Duration::from_secs_f64(if x.is_finite() && x > 0.0 { x } else { 1.0 });
     ragtune_store::QdrantConfig {
         url: s.url.clone(),
-        api_key: s.api_key.clone(),
+        api_key: s.api_key.as_ref().map(|k| k.expose().to_owned()),
         collection: s.collection.clone(),
         timeout: secs(s.timeout_secs),
         connect_timeout: secs(s.connect_timeout_secs),
