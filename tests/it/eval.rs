@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use ragtune::core::ErrorKind;
-use ragtune::eval::{EvalOptions, run_eval};
+use ragtune_eval::retrieval::{EvalOptions, run_eval};
 
 fn tiny_beir(dir: &Path) {
     std::fs::create_dir_all(dir.join("qrels")).unwrap();
@@ -107,7 +107,7 @@ async fn rerank_budget_efficiency_compares_policies_with_the_full_rerank_and_the
     use std::sync::Arc;
 
     use ragtune::core::{Candidate, Chunk, ScoredHit};
-    use ragtune::rerank_eval::{RerankEvalOptions, evaluate_reranking};
+    use ragtune_eval::rerank::{RerankEvalOptions, evaluate_reranking};
     use ragtune_testkit::fakes::ScriptedReranker;
 
     // Ten queries of 20 candidates; the one relevant document sits at retrieval rank 15 and the reranker knows it.
@@ -129,7 +129,7 @@ async fn rerank_budget_efficiency_compares_policies_with_the_full_rerank_and_the
     let opts = RerankEvalOptions {
         pool: 20,
         budgets: vec![0.25, 1.0],
-        policies: vec!["greedy".into(), "uncertainty".into()],
+        policies: vec![ragtune::rerank::RerankPolicy::Greedy, ragtune::rerank::RerankPolicy::Uncertainty],
         ..RerankEvalOptions::default()
     };
     let report = evaluate_reranking(&opts, Arc::new(reranker), &qrels, &queries, &mut |_| {}).await.unwrap();
@@ -145,5 +145,5 @@ async fn rerank_budget_efficiency_compares_policies_with_the_full_rerank_and_the
     };
     assert!(at("baseline-top-b", 0.25) < 0.5, "the first 5 by retrieval rank miss rank 15");
     assert!((at("greedy", 1.0) - 1.0).abs() < 1e-9 && (at("baseline-top-b", 1.0) - 1.0).abs() < 1e-9);
-    assert!(ragtune::rerank_eval::rerank_table(&report).contains("baseline-top-b"));
+    assert!(ragtune_eval::rerank::rerank_table(&report).contains("baseline-top-b"));
 }

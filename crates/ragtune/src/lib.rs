@@ -34,13 +34,9 @@ pub use ragtune_retrieve as retrieve;
 pub use ragtune_store as store;
 
 mod config;
-pub mod crag_eval;
 mod engine;
-pub mod eval;
 mod models;
 pub mod pipeline;
-pub mod qa_eval;
-pub mod rerank_eval;
 pub mod stores;
 
 pub use config::{
@@ -50,5 +46,5 @@ pub use config::{
     TransformSettings, ragtune_home,
 };
 pub use engine::{Chunking, Engine, IndexReport, SearchResponse};
-pub use models::local_llm_url;
+pub use models::{load_embedder, load_llm, local_llm_url};
 pub use pipeline::{AnswerKind, AskResponse, Citation, ContextPassage, CragMetadata};
