@@ -13,7 +13,11 @@ use crate::args::{LlmArgs, OutArgs, Overrides, QdrantArgs, load_config};
 
 /// Evaluate retrieval, answers, Corrective-RAG decisions or budgeted reranking on a dataset.
 #[derive(Debug, clap::Args)]
-#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+#[command(
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true,
+    override_usage = "ragtune eval <retrieval|qa|crag|rerank> --dataset <DIR> [OPTIONS]"
+)]
 pub struct EvalArgs {
     #[command(subcommand)]
     kind: Option<EvalKind>,
@@ -42,6 +46,13 @@ struct RetrievalArgs {
     /// The BEIR dataset directory (corpus.jsonl, queries.jsonl, qrels/).
     #[arg(long, value_name = "DIR")]
     dataset: PathBuf,
+    #[command(flatten)]
+    flags: BeirFlags,
+}
+
+/// How a BEIR dataset is indexed and retrieved, and where the report goes.
+#[derive(Debug, clap::Args)]
+struct BeirFlags {
     /// The qrels split.
     #[arg(long, default_value = "test")]
     split: String,
@@ -178,8 +189,12 @@ struct QaArgs {
 /// The flags of `ragtune eval` before the subcommands: the BEIR flags plus the switches that chose the evaluation.
 #[derive(Debug, clap::Args)]
 struct LegacyArgs {
+    /// Deprecated: `ragtune eval retrieval --dataset DIR` (or `qa`, `crag`, `rerank`).
+    // Optional for clap's sake: it is required without a subcommand, and absent beside one.
+    #[arg(long, value_name = "DIR", required = true)]
+    dataset: Option<PathBuf>,
     #[command(flatten)]
-    beir: RetrievalArgs,
+    flags: BeirFlags,
     /// Deprecated: `ragtune eval rerank --reranker NAME`.
     #[arg(long, value_name = "RERANKER")]
     rerank: Option<String>,
@@ -201,20 +216,23 @@ struct LegacyArgs {
 
 impl LegacyArgs {
     /// The subcommand the flags stand for (as `ragtune eval` chose before), and the form to use instead.
-    fn into_kind(self) -> (EvalKind, &'static str) {
-        let Self { beir, rerank, budget, experiment, refinement, crag, crag_k } = self;
-        if ragtune_eval::is_qa_dataset(&beir.dataset) || !experiment.is_empty() {
-            let RetrievalArgs { dataset, limit, cache_dir, reindex, llm, out, .. } = beir;
+    fn into_kind(self) -> anyhow::Result<(EvalKind, &'static str)> {
+        let Self { dataset, flags, rerank, budget, experiment, refinement, crag, crag_k } = self;
+        let dataset = dataset.ok_or_else(|| anyhow::anyhow!("`ragtune eval` needs a subcommand or --dataset DIR"))?;
+        Ok(if ragtune_eval::is_qa_dataset(&dataset) || !experiment.is_empty() {
+            let BeirFlags { limit, cache_dir, reindex, llm, out, .. } = flags;
             let qa = QaArgs { dataset, experiment, refinement, limit, cache_dir, reindex, llm, out };
             (EvalKind::Qa(qa), "ragtune eval qa --dataset DIR [--experiment LIST] [--refinement]")
         } else if crag {
+            let beir = RetrievalArgs { dataset, flags };
             (EvalKind::Crag(CragArgs { beir, k: crag_k }), "ragtune eval crag --dataset DIR [--k K]")
         } else if let Some(reranker) = rerank {
+            let beir = RetrievalArgs { dataset, flags };
             let args = RerankArgs { beir, reranker, budget };
             (EvalKind::Rerank(args), "ragtune eval rerank --dataset DIR --reranker NAME")
         } else {
-            (EvalKind::Retrieval(beir), "ragtune eval retrieval --dataset DIR")
-        }
+            (EvalKind::Retrieval(RetrievalArgs { dataset, flags }), "ragtune eval retrieval --dataset DIR")
+        })
     }
 }
 
@@ -222,7 +240,7 @@ pub async fn run(config: Option<&Path>, args: EvalArgs) -> anyhow::Result<()> {
     let kind = match args.kind {
         Some(kind) => kind,
         None => {
-            let (kind, instead) = args.legacy.into_kind();
+            let (kind, instead) = args.legacy.into_kind()?;
             eprintln!(
                 "warning: `ragtune eval` without a subcommand is deprecated and goes away in the next release; \
                  use `{instead}` (the other flags are the same)"
@@ -271,7 +289,7 @@ async fn retrieval(
 /// settings overridden by the flags).
 fn beir_options(
     config: Option<&Path>,
-    beir: RetrievalArgs,
+    RetrievalArgs { dataset, flags: beir }: RetrievalArgs,
     rerank: Option<RerankEvalOptions>,
 ) -> anyhow::Result<(EvalOptions, Config, OutArgs)> {
     let needs_llm = beir.transform.needs_llm() || rerank.is_some();
@@ -281,7 +299,7 @@ fn beir_options(
         ..Overrides::llm(beir.llm, needs_llm)
     };
     let cfg = load_config(config, overrides)?;
-    let mut opts = EvalOptions::new(beir.dataset);
+    let mut opts = EvalOptions::new(dataset);
     opts.split = beir.split;
     opts.retriever = beir.retriever;
     opts.top_k = beir.top_k;
