@@ -1,5 +1,5 @@
-//! The evaluation harness behind `ragtune eval` and `cargo xtask eval`: index a BEIR dataset (cached), run every
-//! query of a split, and report trec_eval metrics, latency and indexing time.
+//! The evaluation harness behind `ragtune eval retrieval` (and `rerank`) and `cargo xtask eval`: index a BEIR
+//! dataset (cached), run every query of a split, and report trec_eval metrics, latency and indexing time.
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -125,7 +125,7 @@ pub struct EvalReport {
     /// How many queries each route took (`routed` only).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub routes: BTreeMap<String, usize>,
-    /// Budget efficiency of the reranking controller (`--rerank`).
+    /// Budget efficiency of the reranking controller (`ragtune eval rerank`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rerank: Option<crate::rerank::RerankEvalReport>,
 }
@@ -184,7 +184,7 @@ pub async fn run_eval(opts: &EvalOptions, log: &mut dyn FnMut(&str)) -> Result<E
     let llm = if transform.needs_llm() || opts.rerank.is_some() {
         let llm = ragtune::load_llm(&opts.llm)?.ok_or_else(|| {
             Error::invalid_input(format!(
-                "--transform {transform} and --rerank llm need an LLM: pass --llm-url URL or set $RAGTUNE_LLM_URL (`cargo xtask llm start` runs a local one)"
+                "--transform {transform} and the reranker `llm` need an LLM: pass --llm-url URL or set $RAGTUNE_LLM_URL (`cargo xtask llm start` runs a local one)"
             ))
         })?;
         Some(llm)
