@@ -1,29 +1,8 @@
 //! The evaluation harness on a tiny BEIR dataset: metrics end to end, the index cache, bad options.
 
-use std::path::Path;
-
 use ragtune::core::ErrorKind;
 use ragtune_eval::retrieval::{EvalOptions, run_eval};
-
-fn tiny_beir(dir: &Path) {
-    std::fs::create_dir_all(dir.join("qrels")).unwrap();
-    std::fs::write(
-        dir.join("corpus.jsonl"),
-        [
-            r#"{"_id": "d1", "title": "Scurvy", "text": "Scurvy is caused by a lack of vitamin C."}"#,
-            r#"{"_id": "d2", "title": "Rickets", "text": "Rickets is caused by a lack of vitamin D."}"#,
-            r#"{"_id": "d3", "title": "Goitre", "text": "Goitre is linked to iodine deficiency."}"#,
-        ]
-        .join("\n"),
-    )
-    .unwrap();
-    std::fs::write(
-        dir.join("queries.jsonl"),
-        "{\"_id\": \"q1\", \"text\": \"scurvy vitamin C\"}\n{\"_id\": \"q2\", \"text\": \"iodine\"}\n{\"_id\": \"q3\", \"text\": \"unjudged\"}\n",
-    )
-    .unwrap();
-    std::fs::write(dir.join("qrels/test.tsv"), "query-id\tcorpus-id\tscore\r\nq1\td1\t1\r\nq2\td3\t1\r\n").unwrap();
-}
+use ragtune_testkit::fixtures::tiny_beir;
 
 #[tokio::test]
 async fn metrics_cache_and_rebuild() {

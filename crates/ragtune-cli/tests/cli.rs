@@ -3,6 +3,8 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
+use ragtune_testkit::fixtures::tiny_beir;
+
 fn ragtune(args: &[&str], cwd: &Path) -> Output {
     Command::new(env!("CARGO_BIN_EXE_ragtune"))
         .args(args)
@@ -168,27 +170,6 @@ fn an_unreachable_qdrant_is_a_clear_runtime_error() {
     assert!(err.contains("cannot reach Qdrant at http://127.0.0.1:9"), "{err}");
 }
 
-/// A BEIR dataset of three documents and two judged queries, which BM25 ranks perfectly.
-fn tiny_beir(dir: &Path) {
-    std::fs::create_dir_all(dir.join("tiny/qrels")).unwrap();
-    std::fs::write(
-        dir.join("tiny/corpus.jsonl"),
-        [
-            r#"{"_id": "d1", "title": "Scurvy", "text": "Scurvy is caused by a lack of vitamin C."}"#,
-            r#"{"_id": "d2", "title": "Rickets", "text": "Rickets is caused by a lack of vitamin D."}"#,
-            r#"{"_id": "d3", "title": "Goitre", "text": "Goitre is linked to iodine deficiency."}"#,
-        ]
-        .join("\n"),
-    )
-    .unwrap();
-    std::fs::write(
-        dir.join("tiny/queries.jsonl"),
-        "{\"_id\": \"q1\", \"text\": \"scurvy vitamin C\"}\n{\"_id\": \"q2\", \"text\": \"iodine\"}\n",
-    )
-    .unwrap();
-    std::fs::write(dir.join("tiny/qrels/test.tsv"), "query-id\tcorpus-id\tscore\nq1\td1\t1\nq2\td3\t1\n").unwrap();
-}
-
 fn report(dir: &Path, name: &str) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(dir.join(name)).unwrap()).unwrap()
 }
@@ -201,7 +182,7 @@ fn deprecations(out: &Output) -> Vec<String> {
 #[test]
 fn eval_subcommands_report_like_the_flag_form_they_replace() {
     let dir = tempfile::tempdir().unwrap();
-    tiny_beir(dir.path());
+    tiny_beir(&dir.path().join("tiny"));
     let beir = ["--dataset", "tiny", "--top-k", "10", "--cache-dir", "cache"];
     let run = |args: &[&str]| {
         let out = ragtune(args, dir.path());
@@ -235,7 +216,7 @@ fn eval_subcommands_report_like_the_flag_form_they_replace() {
 #[test]
 fn the_flag_form_names_the_subcommand_it_stands_for_even_when_it_fails() {
     let dir = tempfile::tempdir().unwrap();
-    tiny_beir(dir.path());
+    tiny_beir(&dir.path().join("tiny"));
     for (args, form, error) in [
         (
             &["--rerank", "llm", "--policy", "dynamic"][..],
