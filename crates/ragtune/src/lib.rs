@@ -3,6 +3,8 @@
 //! This facade re-exports every layer as a module (`ragtune::core`, `ragtune::ingest`, `ragtune::embed`,
 //! `ragtune::store`, `ragtune::retrieve`, `ragtune::evaluators`) and wires them into an [`Engine`] from a
 //! [`Config`]. It is the only crate that picks concrete types, reads configuration files and environment variables.
+//! It is the engine only: what measures it (BEIR, QA, CRAG and rerank evaluations) is the `ragtune-eval` crate,
+//! which depends on this one and never the other way round.
 //!
 //! ```
 //! use ragtune::{Chunking, Config, Engine, core::{Document, Query}};
