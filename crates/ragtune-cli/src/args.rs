@@ -41,6 +41,38 @@ pub struct LlmArgs {
     pub llm_model: Option<String>,
 }
 
+/// Retrieval and transformation settings the evaluations tune from the command line.
+#[derive(Debug, Default, Clone, clap::Args)]
+pub struct RetrievalTuning {
+    /// RRF constant k for hybrid (default 60).
+    #[arg(long = "rrf-k")]
+    pub rrf_k: Option<f32>,
+    /// Candidates per strategy before fusion (default 100).
+    #[arg(long)]
+    pub depth: Option<usize>,
+    /// Weight of BM25 in hybrid fusion (default 1).
+    #[arg(long = "bm25-weight")]
+    pub bm25_weight: Option<f32>,
+    /// Weight of dense retrieval in hybrid fusion (default 1).
+    #[arg(long = "dense-weight")]
+    pub dense_weight: Option<f32>,
+    /// ONNX Runtime threads for the embedding model (default 1).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Generated queries per question for multi-query (default 4).
+    #[arg(long, value_name = "N")]
+    pub multi_query_n: Option<usize>,
+    /// Retrievals at most for multi-hop (default 3).
+    #[arg(long, value_name = "N")]
+    pub max_hops: Option<usize>,
+    /// A synonym table for expand (default: the built-in one).
+    #[arg(long, value_name = "FILE")]
+    pub synonyms: Option<PathBuf>,
+    /// Let the LLM classify questions for routed (default: the heuristic only).
+    #[arg(long)]
+    pub router_llm: bool,
+}
+
 /// Where a command writes its machine-readable report.
 #[derive(Debug, Default, Clone, clap::Args)]
 pub struct OutArgs {
@@ -64,15 +96,23 @@ pub enum LocalLlm {
 /// Every command-line setting that overrides the configuration file, in the order they apply.
 #[derive(Debug, Default)]
 pub struct Overrides {
+    /// `store.path`.
     pub store: Option<PathBuf>,
+    /// `store.qdrant` (a URL also sets `store.backend = "qdrant"`).
     pub qdrant: QdrantArgs,
+    /// `transform.kind`.
     pub transform: Option<Transform>,
+    /// `embedding.threads`, `hybrid` and the transformations' settings.
+    pub tuning: RetrievalTuning,
+    /// `llm.url`.
     pub llm_url: Option<String>,
+    /// `llm.model`.
     pub llm_model: Option<String>,
     /// Clears the LLM URL, whatever the file and the environment say.
     pub no_llm: bool,
+    /// Whether the local LLM server stands in for a URL set nowhere.
     pub local_llm: LocalLlm,
-    /// The answer pipeline's first retrieval depth.
+    /// `pipeline.top_k`: the answer pipeline's first retrieval depth.
     pub pipeline_top_k: Option<usize>,
 }
 
@@ -105,6 +145,16 @@ pub fn apply_overrides(cfg: &mut Config, o: Overrides) {
     if let Some(t) = o.transform {
         cfg.transform.kind = t;
     }
+    let (tuning, h, t) = (o.tuning, &mut cfg.hybrid, &mut cfg.transform);
+    cfg.embedding.threads = tuning.threads.unwrap_or(cfg.embedding.threads);
+    h.k = tuning.rrf_k.unwrap_or(h.k);
+    h.depth = tuning.depth.unwrap_or(h.depth);
+    h.bm25_weight = tuning.bm25_weight.unwrap_or(h.bm25_weight);
+    h.dense_weight = tuning.dense_weight.unwrap_or(h.dense_weight);
+    t.multi_query_n = tuning.multi_query_n.unwrap_or(t.multi_query_n);
+    t.max_hops = tuning.max_hops.unwrap_or(t.max_hops);
+    t.synonyms = tuning.synonyms.or_else(|| t.synonyms.take());
+    t.router_llm |= tuning.router_llm;
     if let Some(url) = o.llm_url {
         cfg.llm.url = url;
     }

@@ -9,7 +9,7 @@ use ragtune::rerank::RerankPolicy;
 use ragtune::{Bm25Settings, Config, StoreBackend, Transform};
 use ragtune_eval::{EvalOptions, QaEvalOptions, RerankEvalOptions};
 
-use crate::args::{LlmArgs, OutArgs, Overrides, QdrantArgs, load_config};
+use crate::args::{LlmArgs, OutArgs, Overrides, QdrantArgs, RetrievalTuning, load_config};
 
 /// Evaluate retrieval, answers, Corrective-RAG decisions or budgeted reranking on a dataset.
 #[derive(Debug, clap::Args)]
@@ -68,21 +68,6 @@ struct BeirFlags {
     /// BM25 b (default 0.75).
     #[arg(long)]
     b: Option<f32>,
-    /// RRF constant k for hybrid (default 60).
-    #[arg(long = "rrf-k")]
-    rrf_k: Option<f32>,
-    /// Candidates per strategy before fusion (default 100).
-    #[arg(long)]
-    depth: Option<usize>,
-    /// Weight of BM25 in hybrid fusion (default 1).
-    #[arg(long = "bm25-weight")]
-    bm25_weight: Option<f32>,
-    /// Weight of dense retrieval in hybrid fusion (default 1).
-    #[arg(long = "dense-weight")]
-    dense_weight: Option<f32>,
-    /// ONNX Runtime threads for the embedding model (default 1).
-    #[arg(long)]
-    threads: Option<usize>,
     #[command(flatten)]
     out: OutArgs,
     /// Rebuild the index even when a cached one exists.
@@ -104,21 +89,11 @@ struct BeirFlags {
     transform: Transform,
     #[command(flatten)]
     llm: LlmArgs,
+    #[command(flatten)]
+    tuning: RetrievalTuning,
     /// Evaluate only the first N queries of the split (for slow transformations).
     #[arg(long, value_name = "N")]
     limit: Option<usize>,
-    /// Generated queries per question for multi-query (default 4).
-    #[arg(long, value_name = "N")]
-    multi_query_n: Option<usize>,
-    /// Retrievals at most for multi-hop (default 3).
-    #[arg(long, value_name = "N")]
-    max_hops: Option<usize>,
-    /// A synonym table for expand (default: the built-in one).
-    #[arg(long, value_name = "FILE")]
-    synonyms: Option<PathBuf>,
-    /// Let the LLM classify questions for routed (default: the heuristic only).
-    #[arg(long)]
-    router_llm: bool,
 }
 
 /// `eval crag`: a BEIR evaluation read as Corrective-RAG decisions.
@@ -296,6 +271,7 @@ fn beir_options(
     let overrides = Overrides {
         qdrant: QdrantArgs { qdrant_url: beir.qdrant_url, collection: None },
         transform: Some(beir.transform),
+        tuning: beir.tuning,
         ..Overrides::llm(beir.llm, needs_llm)
     };
     let cfg = load_config(config, overrides)?;
@@ -307,28 +283,17 @@ fn beir_options(
     let d = Bm25Settings::default();
     opts.bm25 = Bm25Settings { k1: beir.k1.unwrap_or(d.k1), b: beir.b.unwrap_or(d.b), avg_doc_len: None };
     opts.embedding = cfg.embedding.clone();
-    opts.embedding.threads = beir.threads.unwrap_or(opts.embedding.threads);
-    let h = &mut opts.hybrid;
-    *h = cfg.hybrid;
-    h.k = beir.rrf_k.unwrap_or(h.k);
-    h.depth = beir.depth.unwrap_or(h.depth);
-    h.bm25_weight = beir.bm25_weight.unwrap_or(h.bm25_weight);
-    h.dense_weight = beir.dense_weight.unwrap_or(h.dense_weight);
+    opts.hybrid = cfg.hybrid;
+    opts.transform = cfg.transform.clone();
+    opts.llm = cfg.llm.clone();
+    opts.qdrant = cfg.store.qdrant.clone();
     opts.reindex = beir.reindex;
     if let Some(d) = beir.cache_dir {
         opts.cache_dir = d;
     }
     opts.store = beir.store;
     opts.limit = beir.limit;
-    opts.transform = cfg.transform.clone();
-    let t = &mut opts.transform;
-    t.multi_query_n = beir.multi_query_n.unwrap_or(t.multi_query_n);
-    t.max_hops = beir.max_hops.unwrap_or(t.max_hops);
-    t.synonyms = beir.synonyms.or_else(|| t.synonyms.take());
-    t.router_llm |= beir.router_llm;
-    opts.llm = cfg.llm.clone();
     opts.rerank = rerank;
-    opts.qdrant = cfg.store.qdrant.clone();
     Ok((opts, cfg, beir.out))
 }
 
