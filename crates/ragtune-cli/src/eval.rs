@@ -260,8 +260,8 @@ async fn retrieval(
     out.write(&report)
 }
 
-/// The evaluation options of a BEIR subcommand and the configuration they were read from (its LLM and Qdrant
-/// settings overridden by the flags).
+/// The evaluation options of a BEIR subcommand, the configuration they were read from (with the flags applied by
+/// `apply_overrides`), and where the report goes.
 fn beir_options(
     config: Option<&Path>,
     RetrievalArgs { dataset, flags: beir }: RetrievalArgs,
