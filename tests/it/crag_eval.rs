@@ -7,10 +7,10 @@
 use std::io::Write;
 use std::path::Path;
 
-use ragtune::crag_eval::{calibration_toml, crag_table, heuristic_thresholds, run_calibration, run_crag_eval};
 use ragtune::embed::provisioning::ModelLayout;
-use ragtune::eval::EvalOptions;
 use ragtune::{Config, EvaluatorKind};
+use ragtune_eval::crag::{calibration_toml, crag_table, heuristic_thresholds, run_calibration, run_crag_eval};
+use ragtune_eval::retrieval::EvalOptions;
 
 fn provisioned() -> bool {
     let layout = ModelLayout::new(ragtune::ragtune_home());

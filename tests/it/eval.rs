@@ -1,29 +1,8 @@
 //! The evaluation harness on a tiny BEIR dataset: metrics end to end, the index cache, bad options.
 
-use std::path::Path;
-
 use ragtune::core::ErrorKind;
-use ragtune::eval::{EvalOptions, run_eval};
-
-fn tiny_beir(dir: &Path) {
-    std::fs::create_dir_all(dir.join("qrels")).unwrap();
-    std::fs::write(
-        dir.join("corpus.jsonl"),
-        [
-            r#"{"_id": "d1", "title": "Scurvy", "text": "Scurvy is caused by a lack of vitamin C."}"#,
-            r#"{"_id": "d2", "title": "Rickets", "text": "Rickets is caused by a lack of vitamin D."}"#,
-            r#"{"_id": "d3", "title": "Goitre", "text": "Goitre is linked to iodine deficiency."}"#,
-        ]
-        .join("\n"),
-    )
-    .unwrap();
-    std::fs::write(
-        dir.join("queries.jsonl"),
-        "{\"_id\": \"q1\", \"text\": \"scurvy vitamin C\"}\n{\"_id\": \"q2\", \"text\": \"iodine\"}\n{\"_id\": \"q3\", \"text\": \"unjudged\"}\n",
-    )
-    .unwrap();
-    std::fs::write(dir.join("qrels/test.tsv"), "query-id\tcorpus-id\tscore\r\nq1\td1\t1\r\nq2\td3\t1\r\n").unwrap();
-}
+use ragtune_eval::retrieval::{EvalOptions, run_eval};
+use ragtune_testkit::fixtures::tiny_beir;
 
 #[tokio::test]
 async fn metrics_cache_and_rebuild() {
@@ -107,7 +86,7 @@ async fn rerank_budget_efficiency_compares_policies_with_the_full_rerank_and_the
     use std::sync::Arc;
 
     use ragtune::core::{Candidate, Chunk, ScoredHit};
-    use ragtune::rerank_eval::{RerankEvalOptions, evaluate_reranking};
+    use ragtune_eval::rerank::{RerankEvalOptions, evaluate_reranking};
     use ragtune_testkit::fakes::ScriptedReranker;
 
     // Ten queries of 20 candidates; the one relevant document sits at retrieval rank 15 and the reranker knows it.
@@ -129,7 +108,7 @@ async fn rerank_budget_efficiency_compares_policies_with_the_full_rerank_and_the
     let opts = RerankEvalOptions {
         pool: 20,
         budgets: vec![0.25, 1.0],
-        policies: vec!["greedy".into(), "uncertainty".into()],
+        policies: vec![ragtune::rerank::RerankPolicy::Greedy, ragtune::rerank::RerankPolicy::Uncertainty],
         ..RerankEvalOptions::default()
     };
     let report = evaluate_reranking(&opts, Arc::new(reranker), &qrels, &queries, &mut |_| {}).await.unwrap();
@@ -145,5 +124,5 @@ async fn rerank_budget_efficiency_compares_policies_with_the_full_rerank_and_the
     };
     assert!(at("baseline-top-b", 0.25) < 0.5, "the first 5 by retrieval rank miss rank 15");
     assert!((at("greedy", 1.0) - 1.0).abs() < 1e-9 && (at("baseline-top-b", 1.0) - 1.0).abs() < 1e-9);
-    assert!(ragtune::rerank_eval::rerank_table(&report).contains("baseline-top-b"));
+    assert!(ragtune_eval::rerank::rerank_table(&report).contains("baseline-top-b"));
 }

@@ -373,7 +373,7 @@ async fn budgeted_reranking_runs_inside_the_pipeline_within_its_document_budget(
     let mut cfg = config(dir.path());
     cfg.rerank.enabled = true;
     cfg.rerank.max_docs = 1;
-    cfg.rerank.policy = "greedy".into();
+    cfg.rerank.policy = ragtune::rerank::RerankPolicy::Greedy;
     cfg.pipeline.context = ragtune::ContextMode::Full;
     let llm = ScriptedLlm::new("Scurvy is caused by a lack of vitamin C [1].")
         .with_reply("How useful is this passage", r#"{"score": 7}"#)

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use ragtune::qa_eval::{QaEvalOptions, qa_table, run_qa_eval};
+use ragtune_eval::qa::{QaEvalOptions, qa_table, run_qa_eval};
 
 fn tiny_cmu_qa(root: &Path) {
     let set = root.join("S08/data/set1");
@@ -99,7 +99,7 @@ async fn answer_level_evaluation_without_an_llm() {
     assert!(again.index_cached && again_log.iter().any(|l| l.starts_with("using the cached index")));
     for (a, b) in report.experiments.iter().zip(&again.experiments) {
         assert_eq!((a.accuracy, a.token_f1, &a.decisions, &a.notes), (b.accuracy, b.token_f1, &b.decisions, &b.notes));
-        let answers = |e: &ragtune::qa_eval::ExperimentReport| {
+        let answers = |e: &ragtune_eval::qa::ExperimentReport| {
             e.answers.iter().map(|a| (a.id.clone(), a.answer.clone(), a.cited.clone())).collect::<Vec<_>>()
         };
         assert_eq!(answers(a), answers(b));

@@ -3,11 +3,11 @@
 use std::io::Write;
 
 use ragtune::Bm25Settings;
-use ragtune::eval::{EvalOptions, run_eval};
+use ragtune_eval::retrieval::{EvalOptions, run_eval};
 
 use crate::shared_data;
 
-async fn ndcg(bm25: Bm25Settings) -> Option<(f64, ragtune::eval::EvalReport)> {
+async fn ndcg(bm25: Bm25Settings) -> Option<(f64, ragtune_eval::retrieval::EvalReport)> {
     let Some(data) = shared_data() else {
         // Written straight to stderr: libtest captures `eprintln!` of passing tests, and a skip must be seen.
         let _ =

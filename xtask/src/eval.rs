@@ -1,8 +1,10 @@
-//! `cargo xtask eval`: builds the `ragtune` binary in release mode, runs `ragtune eval` with the given arguments,
-//! and compares the result with the committed baseline for the same dataset, split and retriever.
+//! `cargo xtask eval [retrieval|qa|crag|rerank]`: builds the `ragtune` binary in release mode, runs
+//! `ragtune eval KIND` with the other arguments (`retrieval` when no kind is named), and compares the result with
+//! the committed baseline for the same dataset, split and retriever.
 //!
 //! ```text
 //! cargo xtask eval --dataset ../shared/data/beir/scifact --retriever bm25 --out r.json
+//! cargo xtask eval crag --dataset ../shared/data/beir/scifact --retriever hybrid --config configs/crag-calibrated.toml
 //! ```
 //!
 //! Baselines live in `eval/baselines/<dataset>-<split>-<retriever>.json` (the report JSON of a reference run).
@@ -15,12 +17,16 @@ use anyhow::{Context, Result, bail};
 
 use crate::shell::{self, Shell};
 
+/// The evaluations of `ragtune eval`, one subcommand each.
+const KINDS: [&str; 4] = ["retrieval", "qa", "crag", "rerank"];
+
 /// How far below the baseline a metric may fall before the run fails (BM25 is deterministic, so any drop is a
 /// change of behaviour; the margin absorbs float summation order only).
 const TOLERANCE: f64 = 0.005;
 
 pub fn run(args: &[String]) -> Result<()> {
     let sh = Shell::new();
+    let (kind, args) = split_kind(args);
     let mut forwarded: Vec<String> = Vec::new();
     let mut out: Option<PathBuf> = None;
     let mut update = false;
@@ -39,7 +45,7 @@ pub fn run(args: &[String]) -> Result<()> {
     if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     }
-    let mut cmd = sh.cargo(&["run", "--release", "--quiet", "-j2", "-p", "ragtune-cli", "--", "eval"]);
+    let mut cmd = sh.cargo(&["run", "--release", "--quiet", "-j2", "-p", "ragtune-cli", "--", "eval", kind]);
     cmd.args(&forwarded).arg("--out").arg(&out);
     // Relative paths in the arguments are meant relative to where the user stands, not the workspace root.
     cmd.current_dir(std::env::current_dir().context("no working directory")?);
@@ -88,6 +94,14 @@ pub fn calibrate(args: &[String]) -> Result<()> {
     shell::run(&mut cmd)
 }
 
+/// The evaluation named first (`retrieval` when none is) and the arguments after it.
+fn split_kind(args: &[String]) -> (&'static str, &[String]) {
+    match args.first().and_then(|first| KINDS.iter().find(|kind| **kind == first.as_str())) {
+        Some(kind) => (kind, &args[1..]),
+        None => ("retrieval", args),
+    }
+}
+
 fn read_json(path: &Path) -> Result<serde_json::Value> {
     let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     serde_json::from_str(&text).with_context(|| format!("{} is not valid JSON", path.display()))
@@ -132,6 +146,17 @@ mod tests {
         let base = serde_json::json!({"metrics": {"ndcg@10": 0.68, "recall@100": 0.92}});
         let now = serde_json::json!({"metrics": {"ndcg@10": 0.67, "recall@100": 0.918}});
         assert_eq!(compare(&base, &now), vec!["ndcg@10: 0.6700 < baseline 0.6800".to_owned()]);
+    }
+
+    #[test]
+    fn the_evaluation_is_named_first_and_defaults_to_retrieval() {
+        let args = |list: &[&str]| list.iter().map(|a| (*a).to_owned()).collect::<Vec<String>>();
+        let crag = args(&["crag", "--dataset", "d"]);
+        assert_eq!(split_kind(&crag), ("crag", &crag[1..]));
+        let plain = args(&["--dataset", "d", "--retriever", "bm25"]);
+        assert_eq!(split_kind(&plain), ("retrieval", &plain[..]));
+        let qa = args(&["qa"]);
+        assert_eq!(split_kind(&qa), ("qa", &qa[1..]));
     }
 
     #[test]

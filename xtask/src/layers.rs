@@ -18,6 +18,11 @@ use crate::shell;
 const CORE: &str = "ragtune-core";
 const FACADE: &str = "ragtune";
 const TESTKIT: &str = "ragtune-testkit";
+/// The evaluation crate: it measures the engine through the facade, and the engine never depends on it.
+const EVAL: &str = "ragtune-eval";
+/// The only crates that may depend on the evaluation crate: the command-line tool (`ragtune eval`,
+/// `ragtune calibrate`) and the tooling.
+const EVAL_USERS: &[&str] = &["ragtune-cli", "xtask", "tests", "benches"];
 
 /// The middle crates: each implements core's seams and meets the others only through core's traits.
 const MIDDLE: &[&str] = &[
@@ -56,6 +61,7 @@ enum Layer {
     Core,
     Middle,
     Facade,
+    Eval,
     Surface,
     Testkit,
     Tooling,
@@ -65,6 +71,7 @@ fn layer_of(name: &str) -> Option<Layer> {
     match name {
         CORE => Some(Layer::Core),
         FACADE => Some(Layer::Facade),
+        EVAL => Some(Layer::Eval),
         TESTKIT => Some(Layer::Testkit),
         _ if MIDDLE.contains(&name) => Some(Layer::Middle),
         _ if SURFACES.contains(&name) => Some(Layer::Surface),
@@ -204,7 +211,7 @@ pub fn parse(metadata: &Value) -> Result<Vec<Package>> {
 /// Every dependency rule that `packages` break, sorted.
 pub fn check(packages: &[Package]) -> Vec<Violation> {
     // Ours: every crate in the layer table, present or not, and every workspace member.
-    let ours: BTreeSet<&str> = [CORE, FACADE, TESTKIT]
+    let ours: BTreeSet<&str> = [CORE, FACADE, EVAL, TESTKIT]
         .iter()
         .chain(MIDDLE)
         .chain(SURFACES)
@@ -229,7 +236,7 @@ pub fn check(packages: &[Package]) -> Vec<Violation> {
         }
         for dependency in &package.dependencies {
             let broken = if ours.contains(dependency.name.as_str()) {
-                internal_rule(layer, dependency)
+                internal_rule(&package.name, layer, dependency)
             } else {
                 external_rule(&package.name, layer, dependency, &vendors)
             };
@@ -247,11 +254,16 @@ pub fn check(packages: &[Package]) -> Vec<Violation> {
 }
 
 /// The rule that a dependency on one of our crates breaks, if any.
-fn internal_rule(from: Option<Layer>, dependency: &Dependency) -> Option<String> {
+fn internal_rule(from_name: &str, from: Option<Layer>, dependency: &Dependency) -> Option<String> {
     let to = layer_of(&dependency.name);
     let dev = dependency.kind == Kind::Dev;
     let rule = match (from, to) {
         (Some(Layer::Core), _) => "ragtune-core depends on no crate of ours",
+        // Dev-dependencies count too: a facade test that runs an evaluation would tie the engine to its measurement.
+        (_, Some(Layer::Eval)) if !EVAL_USERS.contains(&from_name) => {
+            "only ragtune-cli and the tooling (xtask, tests, benches) may depend on ragtune-eval: the engine never \
+             depends on the code that measures it"
+        }
         (Some(Layer::Middle), Some(Layer::Core)) | (Some(Layer::Testkit), Some(Layer::Core)) => return None,
         (Some(Layer::Middle), Some(Layer::Testkit)) if dev => return None,
         (Some(Layer::Middle), _) => {
@@ -378,12 +390,13 @@ mod tests {
                 "dev:ragtune-testkit",
             ],
         ),
-        ("ragtune-cli", &["ragtune", "clap", "tokio"]),
+        ("ragtune-eval", &["ragtune", "serde", "xxhash-rust", "dev:tempfile", "dev:tokio"]),
+        ("ragtune-cli", &["ragtune", "ragtune-eval", "clap", "tokio"]),
         ("ragtune-server", &["ragtune", "ragtune-core", "axum", "tokio"]),
         ("ragtune-testkit", &["ragtune-core", "serde_json"]),
         ("xtask", &["anyhow", "ragtune", "ragtune-testkit", "dev:tempfile"]),
-        ("tests", &["dev:ragtune", "dev:ragtune-testkit"]),
-        ("benches", &["dev:ragtune", "dev:criterion"]),
+        ("tests", &["dev:ragtune", "dev:ragtune-eval", "dev:ragtune-testkit"]),
+        ("benches", &["ragtune-eval", "dev:ragtune", "dev:criterion"]),
     ];
 
     #[test]
@@ -463,6 +476,40 @@ mod tests {
                  (house-style.md, Dependency direction)",
                 "ragtune-testkit depends on ragtune-store: ragtune-testkit depends on ragtune-core only \
                  (house-style.md, Dependency direction)",
+            ],
+        );
+    }
+
+    #[test]
+    fn the_facade_never_depends_on_the_evaluation() {
+        check_graph(
+            &[("ragtune", &["ragtune-core", "ragtune-eval"]), ("ragtune-eval", &["ragtune"])],
+            &[
+                "ragtune depends on ragtune-eval: only ragtune-cli and the tooling (xtask, tests, benches) may depend on \
+               ragtune-eval: the engine never depends on the code that measures it (house-style.md, Dependency \
+               direction)",
+            ],
+        );
+        check_graph(
+            &[("ragtune", &["ragtune-core", "dev:ragtune-eval"]), ("ragtune-server", &["ragtune", "ragtune-eval"])],
+            &[
+                "ragtune depends on ragtune-eval (dev-dependency): only ragtune-cli and the tooling (xtask, tests, \
+                 benches) may depend on ragtune-eval: the engine never depends on the code that measures it \
+                 (house-style.md, Dependency direction)",
+                "ragtune-server depends on ragtune-eval: only ragtune-cli and the tooling (xtask, tests, benches) may \
+                 depend on ragtune-eval: the engine never depends on the code that measures it (house-style.md, \
+                 Dependency direction)",
+            ],
+        );
+    }
+
+    #[test]
+    fn the_evaluation_reaches_the_layers_through_the_facade() {
+        check_graph(
+            &[("ragtune-eval", &["ragtune", "ragtune-evaluators"])],
+            &[
+                "ragtune-eval depends on ragtune-evaluators: only the facade `ragtune` may depend on the middle crates; \
+               surfaces and tooling go through the facade (house-style.md, Dependency direction)",
             ],
         );
     }

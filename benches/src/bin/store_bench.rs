@@ -14,9 +14,9 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use ragtune::core::{Ctx, Record, SearchRequest, SparseEncoder, TextRole, VectorQuery, VectorStore, WriteBatch};
-use ragtune::eval::{EvalOptions, run_eval};
 use ragtune::store::EmbeddedStore;
 use ragtune::{StoreBackend, StoreConfig};
+use ragtune_eval::retrieval::{EvalOptions, run_eval};
 
 fn main() -> Result<()> {
     let mut dataset = None;

@@ -3,12 +3,16 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
+use ragtune_testkit::fixtures::tiny_beir;
+
 fn ragtune(args: &[&str], cwd: &Path) -> Output {
     Command::new(env!("CARGO_BIN_EXE_ragtune"))
         .args(args)
         .current_dir(cwd)
         .env_remove("RAGTUNE_CONFIG")
         .env_remove("RAGTUNE_STORE")
+        // No LLM from the environment: the evaluations that need one fail the same way on every machine.
+        .env_remove("RAGTUNE_LLM_URL")
         // An empty home: no provisioned models, so these tests see the lexical engine whatever the machine has.
         .env("RAGTUNE_HOME", cwd.join("home"))
         .output()
@@ -164,4 +168,115 @@ fn an_unreachable_qdrant_is_a_clear_runtime_error() {
     assert_eq!(out.status.code(), Some(1));
     let err = text(&out.stderr);
     assert!(err.contains("cannot reach Qdrant at http://127.0.0.1:9"), "{err}");
+}
+
+fn report(dir: &Path, name: &str) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(dir.join(name)).unwrap()).unwrap()
+}
+
+/// The lines of stderr that announce a deprecation.
+fn deprecations(out: &Output) -> Vec<String> {
+    text(&out.stderr).lines().filter(|l| l.contains("deprecated")).map(str::to_owned).collect()
+}
+
+#[test]
+fn eval_subcommands_report_like_the_flag_form_they_replace() {
+    let dir = tempfile::tempdir().unwrap();
+    tiny_beir(&dir.path().join("tiny"));
+    let beir = ["--dataset", "tiny", "--top-k", "10", "--cache-dir", "cache"];
+    let run = |args: &[&str]| {
+        let out = ragtune(args, dir.path());
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", text(&out.stderr));
+        out
+    };
+
+    let new = run(&[&["eval", "retrieval"][..], &beir, &["--out", "new.json"]].concat());
+    assert!(text(&new.stdout).contains("ndcg@10        1.0000"), "{}", text(&new.stdout));
+    assert!(deprecations(&new).is_empty(), "{}", text(&new.stderr));
+    let old = run(&[&["eval"][..], &beir, &["--out", "old.json"]].concat());
+    assert_eq!(
+        deprecations(&old),
+        ["warning: `ragtune eval` without a subcommand is deprecated and goes away in the next release; use \
+          `ragtune eval retrieval --dataset DIR` (the other flags are the same)"]
+    );
+    let (new, old) = (report(dir.path(), "new.json"), report(dir.path(), "old.json"));
+    assert_eq!(new["metrics"], old["metrics"]);
+    assert_eq!(new["config"], old["config"]);
+    assert_eq!(new["metrics"]["ndcg@10"], 1.0);
+
+    let new = run(&[&["eval", "crag"][..], &beir, &["--k", "1", "--out", "crag-new.json"]].concat());
+    assert!(text(&new.stdout).contains("model:retrieval"), "{}", text(&new.stdout));
+    assert!(deprecations(&new).is_empty(), "{}", text(&new.stderr));
+    let old = run(&[&["eval"][..], &beir, &["--crag", "--crag-k", "1", "--out", "crag-old.json"]].concat());
+    let said = deprecations(&old);
+    assert!(said.len() == 1 && said[0].contains("use `ragtune eval crag --dataset DIR [--k K]`"), "{said:?}");
+    assert_eq!(report(dir.path(), "crag-new.json"), report(dir.path(), "crag-old.json"));
+}
+
+#[test]
+fn the_flag_form_names_the_subcommand_it_stands_for_even_when_it_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    tiny_beir(&dir.path().join("tiny"));
+    for (args, form, error) in [
+        (
+            &["--rerank", "llm", "--policy", "dynamic"][..],
+            "ragtune eval rerank --dataset DIR --reranker NAME",
+            "need an LLM",
+        ),
+        (&["--experiment", "none", "--refinement"][..], "ragtune eval qa --dataset DIR", "no semester directories"),
+    ] {
+        let out = ragtune(&[&["eval", "--dataset", "tiny"][..], args].concat(), dir.path());
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let said = deprecations(&out);
+        assert!(said.len() == 1 && said[0].contains(&format!("use `{form}")), "{args:?}: {said:?}");
+        assert!(text(&out.stderr).contains(error), "{args:?}: {}", text(&out.stderr));
+    }
+    // The subcommands fail the same way, without the deprecation.
+    let out = ragtune(&["eval", "rerank", "--dataset", "tiny", "--policy", "dynamic"], dir.path());
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("need an LLM") && deprecations(&out).is_empty(), "{}", text(&out.stderr));
+    let out = ragtune(&["eval", "qa", "--dataset", "tiny", "--experiment", "baseline"], dir.path());
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("no semester directories"), "{}", text(&out.stderr));
+    let out = ragtune(&["eval", "retrieval", "--dataset", "nowhere"], dir.path());
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("nowhere"), "{}", text(&out.stderr));
+}
+
+#[test]
+fn eval_usage_errors_exit_with_2() {
+    let dir = tempfile::tempdir().unwrap();
+    for args in [
+        &["eval"][..],
+        &["eval", "retrieval"],
+        &["eval", "retrieval", "--dataset", "tiny", "--crag"],
+        &["eval", "qa", "--dataset", "tiny", "--retriever", "bm25"],
+        &["eval", "nonsense", "--dataset", "tiny"],
+    ] {
+        assert_eq!(ragtune(args, dir.path()).status.code(), Some(2), "{args:?}");
+    }
+    let out = ragtune(&["eval", "rerank", "--dataset", "tiny", "--policy", "greedy,random"], dir.path());
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(err.contains("unknown rerank policy `random`; available: greedy, dynamic, uncertainty"), "{err}");
+}
+
+#[test]
+fn ask_and_query_answer_without_an_llm() {
+    let dir = tempfile::tempdir().unwrap();
+    corpus(dir.path());
+    assert_eq!(ragtune(&["index", "docs", "--store", "s"], dir.path()).status.code(), Some(0));
+
+    let out = ragtune(&["ask", "what causes scurvy?", "--store", "s", "--no-llm"], dir.path());
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(stdout.starts_with("Scurvy is caused by a lack of vitamin C"), "{stdout}");
+    assert!(stdout.contains("Sources:\n  [1] faq.txt (faq)") && stdout.contains("Answer: Extractive"), "{stdout}");
+
+    let out = ragtune(&["query", "what causes scurvy?", "--store", "s", "--no-llm", "-k", "2", "--json"], dir.path());
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["answer"].is_null(), "query does not generate: {v}");
+    assert_eq!(v["context"][0]["chunk_id"], "faq.txt");
+    assert_eq!(v["trace"], serde_json::json!([]), "the trace is only printed with --trace");
 }

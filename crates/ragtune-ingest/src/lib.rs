@@ -29,12 +29,10 @@ mod chunk;
 mod folder;
 mod jsonl;
 mod lines;
-pub mod qa;
 mod report;
 
 pub use beir::{BeirDataset, BeirQuery, Qrels, list_splits, load_beir};
 pub use chunk::{ChunkerConfig, chunk_document, whole_document_chunk};
 pub use folder::{FORMAT_MARKDOWN, FORMAT_TEXT, load_folder};
 pub use jsonl::load_jsonl_documents;
-pub use qa::{ArticleText, QaDataset, QaQuestion, QaReport, load_cmu_qa};
 pub use report::{LoadIssue, Loaded};

@@ -13,6 +13,8 @@
 //! - [`Scheduler`]s pick the next batch or stop: [`GreedyScheduler`], [`UncertaintyScheduler`] (stops early when
 //!   no candidate can plausibly enter the top-k), [`EscalationScheduler`] (cheap rerankers wide, the expensive
 //!   one on the contested head);
+//! - a [`RerankPolicy`] names one estimator with one scheduler (`greedy`, `dynamic`, `uncertainty`), for
+//!   configuration files and the budget evaluation alike;
 //! - the [`Controller`] owns the budget and every transition, never dispatches a batch whose expected cost does
 //!   not fit, and returns the ranking with a [`RerankReport`];
 //! - the [`Assembler`] builds the final context: active items in final order, deduplicated, cut to a token
@@ -68,6 +70,7 @@ mod calibrate;
 mod controller;
 mod estimate;
 mod llm;
+mod policy;
 mod pool;
 mod schedule;
 
@@ -79,6 +82,7 @@ pub use estimate::{
     BaselineEstimator, DynamicEstimator, EstimateInput, Estimator, UncertaintyConfig, UncertaintyEstimator,
 };
 pub use llm::{LlmReranker, LlmRerankerConfig};
+pub use policy::RerankPolicy;
 pub use pool::{
     CandidatePool, Estimate, FinalScore, ItemState, PoolItem, ScoreEstimate, ScoreSource, Valuation, cmp_final,
     cmp_priority, render_ranking,

@@ -5,6 +5,7 @@
 //!   [`HashSparseEncoder`](fakes::HashSparseEncoder), [`ScriptedReranker`](fakes::ScriptedReranker),
 //!   [`StaticRetriever`](fakes::StaticRetriever)), so retrieval, fusion and control logic is tested without
 //!   provisioning a model.
+//! - [`fixtures`]: small datasets written to disk (a tiny BEIR dataset).
 //! - [`MemoryStore`]: a brute-force [`VectorStore`](ragtune_core::VectorStore) that passes the whole contract; a
 //!   reference for tests, not a production store.
 //! - [`contract`]: the `VectorStore` contract suite. Every store, in this workspace or in a fork, runs it from its
@@ -44,6 +45,7 @@
 
 pub mod contract;
 pub mod fakes;
+pub mod fixtures;
 mod memory;
 
 pub use memory::MemoryStore;

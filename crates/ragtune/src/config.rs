@@ -228,12 +228,12 @@ pub struct RerankSettings {
     /// The most documents reranked per question (the controller's document budget).
     pub max_docs: u64,
     /// The scheduling policy: `greedy`, `dynamic` or `uncertainty`.
-    pub policy: String,
+    pub policy: ragtune_rerank::RerankPolicy,
 }
 
 impl Default for RerankSettings {
     fn default() -> Self {
-        Self { enabled: false, max_docs: 3, policy: "uncertainty".into() }
+        Self { enabled: false, max_docs: 3, policy: ragtune_rerank::RerankPolicy::Uncertainty }
     }
 }
 
@@ -742,12 +742,6 @@ impl Config {
             return Err(Error::invalid_input(format!(
                 "[pipeline] reserve_tokens ({}) must be less than max_context_tokens ({})",
                 p.reserve_tokens, p.max_context_tokens
-            )));
-        }
-        if !["greedy", "dynamic", "uncertainty"].contains(&self.rerank.policy.as_str()) {
-            return Err(Error::invalid_input(format!(
-                "[rerank] policy `{}` is unknown: use greedy, dynamic or uncertainty",
-                self.rerank.policy
             )));
         }
         if self.cache.enabled && self.cache.capacity == 0 {

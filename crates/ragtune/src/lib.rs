@@ -3,6 +3,8 @@
 //! This facade re-exports every layer as a module (`ragtune::core`, `ragtune::ingest`, `ragtune::embed`,
 //! `ragtune::store`, `ragtune::retrieve`, `ragtune::evaluators`) and wires them into an [`Engine`] from a
 //! [`Config`]. It is the only crate that picks concrete types, reads configuration files and environment variables.
+//! It is the engine only: what measures it (BEIR, QA, CRAG and rerank evaluations) is the `ragtune-eval` crate,
+//! which depends on this one and never the other way round.
 //!
 //! ```
 //! use ragtune::{Chunking, Config, Engine, core::{Document, Query}};
@@ -34,13 +36,9 @@ pub use ragtune_retrieve as retrieve;
 pub use ragtune_store as store;
 
 mod config;
-pub mod crag_eval;
 mod engine;
-pub mod eval;
 mod models;
 pub mod pipeline;
-pub mod qa_eval;
-pub mod rerank_eval;
 pub mod stores;
 
 pub use config::{
@@ -50,5 +48,5 @@ pub use config::{
     TransformSettings, ragtune_home,
 };
 pub use engine::{Chunking, Engine, IndexReport, SearchResponse};
-pub use models::local_llm_url;
+pub use models::{load_embedder, load_llm, local_llm_url};
 pub use pipeline::{AnswerKind, AskResponse, Citation, ContextPassage, CragMetadata};

@@ -142,7 +142,7 @@ impl Engine {
     ) -> Result<(Vec<Candidate>, Cost)> {
         let cfg = &self.config().rerank;
         let llm = self.llm().ok_or_else(|| Error::unavailable("reranking needs the LLM (llm.url)"))?;
-        let (estimator, scheduler) = crate::rerank_eval::policy(&cfg.policy, 1)?;
+        let (estimator, scheduler) = cfg.policy.parts(1);
         let controller = ragtune_rerank::Controller::new(llm_reranker(llm.clone())?)
             .estimator(estimator)
             .scheduler(scheduler)

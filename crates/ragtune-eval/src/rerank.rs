@@ -10,16 +10,10 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Instant;
 
-use ragtune_core::{Budget, Candidate, Cost, Ctx, Error, Reranker, Result};
-use ragtune_evaluators::metrics::{Metric, Qrels, Runs, evaluate};
-use ragtune_rerank::{
-    BaselineEstimator, BatchConfig, CalibrationConfig, Controller, ControllerConfig, DynamicEstimator, Estimator,
-    GreedyScheduler, Scheduler, UncertaintyConfig, UncertaintyEstimator, UncertaintyScheduler,
-};
+use ragtune::core::{Budget, Candidate, Cost, Ctx, Error, Reranker, Result};
+use ragtune::evaluators::metrics::{Metric, Qrels, Runs, evaluate};
+use ragtune::rerank::{Controller, ControllerConfig, RerankPolicy};
 use serde::{Deserialize, Serialize};
-
-/// The policies the evaluation knows: an estimator with a scheduler.
-pub const POLICIES: [&str; 3] = ["greedy", "dynamic", "uncertainty"];
 
 /// What to evaluate.
 #[derive(Debug, Clone, PartialEq)]
@@ -30,8 +24,8 @@ pub struct RerankEvalOptions {
     pub pool: usize,
     /// Budgets as fractions of the pool (0.1 = a tenth of the pairs).
     pub budgets: Vec<f64>,
-    /// Policies to compare (see [`POLICIES`]).
-    pub policies: Vec<String>,
+    /// Policies to compare.
+    pub policies: Vec<RerankPolicy>,
     /// Documents per reranker batch.
     pub batch_size: usize,
 }
@@ -42,7 +36,7 @@ impl Default for RerankEvalOptions {
             reranker: "llm".into(),
             pool: 50,
             budgets: vec![0.1, 0.2, 0.3, 0.5, 1.0],
-            policies: vec!["greedy".into(), "uncertainty".into()],
+            policies: vec![RerankPolicy::Greedy, RerankPolicy::Uncertainty],
             batch_size: 5,
         }
     }
@@ -87,26 +81,6 @@ pub struct RerankEvalReport {
     pub points: Vec<RerankPoint>,
 }
 
-pub(crate) fn policy(name: &str, batch_size: usize) -> Result<(Arc<dyn Estimator>, Arc<dyn Scheduler>)> {
-    let batch = BatchConfig { batch_size, ..BatchConfig::default() };
-    Ok(match name {
-        "greedy" => (Arc::new(BaselineEstimator), Arc::new(GreedyScheduler::new(batch))),
-        "dynamic" => {
-            (Arc::new(DynamicEstimator::new(CalibrationConfig::default())), Arc::new(GreedyScheduler::new(batch)))
-        }
-        "uncertainty" => (
-            Arc::new(UncertaintyEstimator::new(UncertaintyConfig::default())),
-            Arc::new(UncertaintyScheduler::new(batch)),
-        ),
-        other => {
-            return Err(Error::invalid_input(format!(
-                "unknown rerank policy `{other}`; available: {}",
-                POLICIES.join(", ")
-            )));
-        }
-    })
-}
-
 /// A ranked list of candidates as a run (documents once, at their best position; scores encode the order).
 fn to_run(list: &[Candidate]) -> Vec<(String, f32)> {
     let mut seen = HashSet::new();
@@ -124,7 +98,7 @@ fn ndcg10(qrels: &Qrels, runs: &Runs) -> f64 {
 /// Runs the budget-efficiency evaluation over `queries` (id, text, retrieved candidates in retrieval order).
 ///
 /// # Errors
-/// Unknown policies, budgets outside (0, 1], reranker failures during the full rerank.
+/// Budgets outside (0, 1], reranker failures during the full rerank.
 pub async fn evaluate_reranking(
     opts: &RerankEvalOptions,
     reranker: Arc<dyn Reranker>,
@@ -134,9 +108,6 @@ pub async fn evaluate_reranking(
 ) -> Result<RerankEvalReport> {
     if let Some(b) = opts.budgets.iter().find(|b| !(**b > 0.0 && **b <= 1.0)) {
         return Err(Error::invalid_input(format!("rerank budgets are fractions in (0, 1], got {b}")));
-    }
-    for p in &opts.policies {
-        policy(p, 1)?;
     }
     let qrels: Qrels = {
         let ids: HashSet<&str> = queries.iter().map(|(id, _, _)| id.as_str()).collect();
@@ -188,8 +159,8 @@ pub async fn evaluate_reranking(
             ms_per_query: 0.0,
             stopped_by: BTreeMap::new(),
         });
-        for name in &opts.policies {
-            let (estimator, scheduler) = policy(name, opts.batch_size)?;
+        for policy in &opts.policies {
+            let (estimator, scheduler) = policy.parts(opts.batch_size);
             let controller = Controller::new(reranker.clone())
                 .estimator(estimator)
                 .scheduler(scheduler)
@@ -208,7 +179,7 @@ pub async fn evaluate_reranking(
                 runs.insert(id.clone(), to_run(&outcome.candidates()));
             }
             points.push(RerankPoint {
-                policy: name.clone(),
+                policy: policy.name().to_owned(),
                 budget,
                 ndcg_at_10: ndcg10(&qrels, &runs),
                 pairs_per_query: spent.docs as f64 / n,

@@ -15,7 +15,7 @@
 //!
 //! ```no_run
 //! use std::path::Path;
-//! use ragtune_ingest::qa::{ArticleText, load_cmu_qa};
+//! use ragtune_eval::cmu_qa::{ArticleText, load_cmu_qa};
 //!
 //! let qa = load_cmu_qa(Path::new("../shared/data/qa/cmu-wiki-qa"), ArticleText::Clean)?;
 //! for issue in qa.report.issues() {
@@ -23,18 +23,22 @@
 //! }
 //! let q = &qa.questions[0];
 //! println!("{}: {} -> {:?} (in {})", q.id, q.question, q.answers, q.article_id);
-//! # Ok::<(), ragtune_core::Error>(())
+//! # Ok::<(), ragtune::core::Error>(())
 //! ```
 
 use std::collections::BTreeMap;
 use std::collections::hash_map::{Entry, HashMap};
 use std::path::{Path, PathBuf};
 
-use ragtune_core::{Document, Error, Metadata, Result};
+use ragtune::core::{Document, Error, Metadata, Result};
+use ragtune::ingest::LoadIssue;
 use serde::{Deserialize, Serialize};
 
-use crate::LoadIssue;
-use crate::lines::io_error;
+/// An I/O error on `path` as a ragtune error: not-found stays not-found, the rest is permanent.
+fn io_error(path: &Path, doing: &str, e: std::io::Error) -> Error {
+    let kind = if e.kind() == std::io::ErrorKind::NotFound { Error::not_found } else { Error::permanent };
+    kind(format!("{doing} {}: {e}", path.display())).with_source(e)
+}
 
 /// The name of the questions file in each semester directory.
 const PAIRS_FILE: &str = "question_answer_pairs.txt";
@@ -176,8 +180,8 @@ impl QaDataset {
 /// The order is deterministic: semester, set number, article number, then a question's first appearance.
 ///
 /// # Errors
-/// [`ErrorKind::NotFound`](ragtune_core::ErrorKind::NotFound) when `root` is not a directory or holds no
-/// semester directory; [`ErrorKind::Permanent`](ragtune_core::ErrorKind::Permanent) when `root` cannot be listed.
+/// [`ErrorKind::NotFound`](ragtune::core::ErrorKind::NotFound) when `root` is not a directory or holds no
+/// semester directory; [`ErrorKind::Permanent`](ragtune::core::ErrorKind::Permanent) when `root` cannot be listed.
 /// Everything else is reported in [`QaDataset::report`].
 pub fn load_cmu_qa(root: &Path, text: ArticleText) -> Result<QaDataset> {
     if !root.is_dir() {
@@ -473,7 +477,7 @@ fn windows_1252(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ragtune_core::ErrorKind;
+    use ragtune::core::ErrorKind;
 
     fn write(dir: &Path, name: &str, content: &[u8]) {
         let path = dir.join(name);

@@ -1,15 +1,15 @@
-//! The evaluation harness behind `ragtune eval` and `cargo xtask eval`: index a BEIR dataset (cached), run every
-//! query of a split, and report trec_eval metrics, latency and indexing time.
+//! The evaluation harness behind `ragtune eval retrieval` (and `rerank`) and `cargo xtask eval`: index a BEIR
+//! dataset (cached), run every query of a split, and report trec_eval metrics, latency and indexing time.
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use ragtune_core::{Ctx, Error, Query, Result, Retriever, TraceSink};
-use ragtune_evaluators::metrics::{Metric, Runs, evaluate, percentile};
+use ragtune::core::{Ctx, Error, Query, Result, Retriever, TraceSink};
+use ragtune::evaluators::metrics::{Metric, Runs, evaluate, percentile};
 use serde::{Deserialize, Serialize};
 
-use crate::{
+use ragtune::{
     Bm25Settings, Chunking, Config, EmbeddingMode, EmbeddingSettings, Engine, HybridSettings, LlmSettings,
     QdrantSettings, StoreBackend, StoreConfig, Strategy, Transform, TransformSettings,
 };
@@ -34,7 +34,7 @@ pub struct EvalOptions {
     pub embedding: EmbeddingSettings,
     /// Fusion settings (for `hybrid`).
     pub hybrid: HybridSettings,
-    /// Where indexes are cached; [`ragtune_home`](crate::ragtune_home)`/eval-cache` by default.
+    /// Where indexes are cached; [`ragtune_home`](ragtune::ragtune_home)`/eval-cache` by default.
     pub cache_dir: PathBuf,
     /// Ignore a cached index and build it again.
     pub reindex: bool,
@@ -50,7 +50,7 @@ pub struct EvalOptions {
     /// Evaluate only the first `limit` queries of the split (in id order), for slow transformations.
     pub limit: Option<usize>,
     /// Also measure the budgeted reranking controller on the retrieved candidates.
-    pub rerank: Option<crate::rerank_eval::RerankEvalOptions>,
+    pub rerank: Option<crate::rerank::RerankEvalOptions>,
 }
 
 impl EvalOptions {
@@ -64,7 +64,7 @@ impl EvalOptions {
             bm25: Bm25Settings::default(),
             embedding: EmbeddingSettings::default(),
             hybrid: HybridSettings::default(),
-            cache_dir: crate::ragtune_home().join("eval-cache"),
+            cache_dir: ragtune::ragtune_home().join("eval-cache"),
             reindex: false,
             store: StoreBackend::Embedded,
             qdrant: QdrantSettings::default(),
@@ -125,9 +125,9 @@ pub struct EvalReport {
     /// How many queries each route took (`routed` only).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub routes: BTreeMap<String, usize>,
-    /// Budget efficiency of the reranking controller (`--rerank`).
+    /// Budget efficiency of the reranking controller (`ragtune eval rerank`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rerank: Option<crate::rerank_eval::RerankEvalReport>,
+    pub rerank: Option<crate::rerank::RerankEvalReport>,
 }
 
 /// LLM spending of an evaluation.
@@ -182,16 +182,16 @@ pub async fn run_eval(opts: &EvalOptions, log: &mut dyn FnMut(&str)) -> Result<E
         return Err(Error::invalid_input(format!("--rerank-pool {} needs --top-k of at least as much", r.pool)));
     }
     let llm = if transform.needs_llm() || opts.rerank.is_some() {
-        let llm = crate::models::load_llm(&opts.llm)?.ok_or_else(|| {
+        let llm = ragtune::load_llm(&opts.llm)?.ok_or_else(|| {
             Error::invalid_input(format!(
-                "--transform {transform} and --rerank llm need an LLM: pass --llm-url URL or set $RAGTUNE_LLM_URL (`cargo xtask llm start` runs a local one)"
+                "--transform {transform} and the reranker `llm` need an LLM: pass --llm-url URL or set $RAGTUNE_LLM_URL (`cargo xtask llm start` runs a local one)"
             ))
         })?;
         Some(llm)
     } else {
         None
     };
-    let data = ragtune_ingest::load_beir(&opts.dataset, &opts.split)?;
+    let data = ragtune::ingest::load_beir(&opts.dataset, &opts.split)?;
     let name = dataset_name(&opts.dataset);
     let chunking = "whole-documents";
     // Dense and hybrid need the embedding model; BM25 indexes without it (faster, and no model needed).
@@ -199,7 +199,7 @@ pub async fn run_eval(opts: &EvalOptions, log: &mut dyn FnMut(&str)) -> Result<E
         Strategy::Bm25 => None,
         _ => {
             let settings = EmbeddingSettings { mode: EmbeddingMode::On, ..opts.embedding.clone() };
-            Some(crate::models::load_embedder(&settings)?)
+            Some(ragtune::load_embedder(&settings)?)
         }
     };
     let mut config = serde_json::json!({
@@ -252,7 +252,7 @@ pub async fn run_eval(opts: &EvalOptions, log: &mut dyn FnMut(&str)) -> Result<E
     let (mut llm_ms, mut rest_ms) = (Vec::with_capacity(queries.len()), Vec::with_capacity(queries.len()));
     let mut cost = EvalCost::default();
     let mut routes: BTreeMap<String, usize> = BTreeMap::new();
-    let mut pools: Vec<(String, String, Vec<ragtune_core::Candidate>)> = Vec::new();
+    let mut pools: Vec<(String, String, Vec<ragtune::core::Candidate>)> = Vec::new();
     for (i, q) in queries.iter().enumerate() {
         let query = Query { id: Some(q.id.clone()), ..Query::new(q.text.clone()).with_top_k(opts.top_k) };
         let sink = TraceSink::new();
@@ -311,7 +311,7 @@ pub async fn run_eval(opts: &EvalOptions, log: &mut dyn FnMut(&str)) -> Result<E
     ];
     // With --limit, only the queries that ran are judged (the others have no run, not an empty one).
     let evaluated: HashSet<&str> = queries.iter().map(|q| q.id.as_str()).collect();
-    let qrels: ragtune_evaluators::metrics::Qrels = data
+    let qrels: ragtune::evaluators::metrics::Qrels = data
         .qrels
         .iter()
         .filter(|(id, _)| evaluated.contains(id.as_str()))
@@ -331,18 +331,18 @@ pub async fn run_eval(opts: &EvalOptions, log: &mut dyn FnMut(&str)) -> Result<E
             if r.reranker != "llm" {
                 return Err(Error::invalid_input(format!("unknown reranker `{}` (available: llm)", r.reranker)));
             }
-            let inner = ragtune_rerank::LlmReranker::new(
+            let inner = ragtune::rerank::LlmReranker::new(
                 llm.clone(),
-                ragtune_rerank::LlmRerankerConfig {
-                    repair: Some(ragtune_llm::prompts::REPAIR_JSON),
-                    ..ragtune_rerank::LlmRerankerConfig::new(ragtune_llm::prompts::RELEVANCE)
+                ragtune::rerank::LlmRerankerConfig {
+                    repair: Some(ragtune::llm::prompts::REPAIR_JSON),
+                    ..ragtune::rerank::LlmRerankerConfig::new(ragtune::llm::prompts::RELEVANCE)
                 },
             )?;
-            let reranker = ragtune_rerank::CachedReranker::new(
+            let reranker = ragtune::rerank::CachedReranker::new(
                 std::sync::Arc::new(inner),
-                crate::ragtune_home().join("rerank-cache"),
+                ragtune::ragtune_home().join("rerank-cache"),
             )?;
-            Some(crate::rerank_eval::evaluate_reranking(r, std::sync::Arc::new(reranker), &qrels, &pools, log).await?)
+            Some(crate::rerank::evaluate_reranking(r, std::sync::Arc::new(reranker), &qrels, &pools, log).await?)
         }
         _ => None,
     };
@@ -374,9 +374,9 @@ pub async fn run_eval(opts: &EvalOptions, log: &mut dyn FnMut(&str)) -> Result<E
 pub(crate) async fn open_beir_index(
     opts: &EvalOptions,
     name: &str,
-    corpus: &[ragtune_core::Document],
-    embedder: Option<std::sync::Arc<dyn ragtune_core::Embedder>>,
-    llm: Option<std::sync::Arc<dyn ragtune_core::Llm>>,
+    corpus: &[ragtune::core::Document],
+    embedder: Option<std::sync::Arc<dyn ragtune::core::Embedder>>,
+    llm: Option<std::sync::Arc<dyn ragtune::core::Llm>>,
     log: &mut dyn FnMut(&str),
 ) -> Result<(Engine, bool, String, f64)> {
     let chunking = "whole-documents";
@@ -411,7 +411,7 @@ pub(crate) async fn open_beir_index(
             store.qdrant =
                 QdrantSettings { collection: format!("ragtune-eval-{name}-{key_hash:016x}"), ..opts.qdrant.clone() };
             // A remote collection has no completion marker: it is rebuilt on every run, from empty.
-            crate::stores::drop_collection(&store).await?;
+            ragtune::stores::drop_collection(&store).await?;
             false
         }
     };

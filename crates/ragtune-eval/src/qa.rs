@@ -13,17 +13,17 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use ragtune_core::{Ctx, Embedder, Error, Query, Result};
-use ragtune_evaluators::faithfulness::{FaithfulnessJudge, JudgeConfig};
-use ragtune_evaluators::metrics::answer::{score_answer, sentence_has_answer};
-use ragtune_evaluators::metrics::percentile;
-use ragtune_evaluators::refine::Refiner;
-use ragtune_ingest::qa::{ArticleText, QaQuestion, load_cmu_qa};
+use crate::cmu_qa::{ArticleText, QaQuestion, load_cmu_qa};
+use ragtune::core::{Ctx, Embedder, Error, Query, Result};
+use ragtune::evaluators::faithfulness::{FaithfulnessJudge, JudgeConfig};
+use ragtune::evaluators::metrics::answer::{score_answer, sentence_has_answer};
+use ragtune::evaluators::metrics::percentile;
+use ragtune::evaluators::refine::Refiner;
 use serde::{Deserialize, Serialize};
 
-use crate::config::{ContextMode, EmbeddingMode, Transform};
-use crate::eval::Latency;
-use crate::{Chunking, Config, Engine, StoreConfig};
+use crate::retrieval::Latency;
+use ragtune::{Chunking, Config, Engine, StoreConfig};
+use ragtune::{ContextMode, EmbeddingMode, Transform};
 
 /// The named experiments: seed 003's ladder plus the closed-book and full corrective pipelines.
 pub const EXPERIMENTS: [&str; 10] = [
@@ -53,7 +53,7 @@ pub const EXPERIMENTS: [&str; 10] = [
 /// - `corrective`: the full pipeline — Corrective RAG (evaluate, correct), batched extraction, judge, smart retry.
 ///
 /// # Errors
-/// [`InvalidInput`](ragtune_core::ErrorKind::InvalidInput) for an unknown name.
+/// [`InvalidInput`](ragtune::core::ErrorKind::InvalidInput) for an unknown name.
 pub fn apply_experiment(name: &str, cfg: &mut Config) -> Result<()> {
     let plain = |cfg: &mut Config| {
         cfg.pipeline.top_k = 5;
@@ -169,7 +169,7 @@ pub struct ExperimentReport {
     /// Mean context tokens given to the generator.
     pub context_tokens: f64,
     /// Answers that carry at least one note: a stage skipped, failed, timed out or fell back
-    /// ([`AskResponse::notes`](crate::AskResponse)).
+    /// ([`AskResponse::notes`](ragtune::AskResponse)).
     #[serde(default)]
     pub degraded: usize,
     /// Those notes by kind (the text before the first `:`), with how many answers carried each.
@@ -305,7 +305,7 @@ pub async fn run_qa_eval(opts: &QaEvalOptions, log: &mut dyn FnMut(&str)) -> Res
         .unwrap_or_else(|| "qa".into());
     let embedder: Option<Arc<dyn Embedder>> = match opts.config.embedding.mode {
         EmbeddingMode::Off => None,
-        _ => match crate::models::load_embedder(&opts.config.embedding) {
+        _ => match ragtune::load_embedder(&opts.config.embedding) {
             Ok(e) => Some(e),
             Err(e) if opts.config.embedding.mode == EmbeddingMode::Auto => {
                 log(&format!("dense retrieval is off: {}", e.message()));
@@ -347,7 +347,7 @@ pub async fn run_qa_eval(opts: &QaEvalOptions, log: &mut dyn FnMut(&str)) -> Res
             index_seconds = started.elapsed().as_secs_f64();
         }
     }
-    let llm = crate::models::load_llm(&opts.config.llm)?;
+    let llm = ragtune::load_llm(&opts.config.llm)?;
     let questions = sample(&data.questions, opts.limit);
     let lexical_judge = match &embedder {
         Some(e) => FaithfulnessJudge::new(JudgeConfig::default())?.with_embedder(e.clone()),

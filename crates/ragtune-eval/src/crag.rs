@@ -9,16 +9,16 @@
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
-use ragtune_core::{Candidate, Ctx, Error, Query, RelevanceEvaluator, Result, Verdict, sort_ranked};
-use ragtune_evaluators::crag::{
+use ragtune::core::{Candidate, Ctx, Error, Query, RelevanceEvaluator, Result, Verdict, sort_ranked};
+use ragtune::evaluators::crag::{
     Calibration, CalibrationSample, HeuristicEvaluator, ModelEvaluator, RetrievalScoreScorer, ScoreScale, calibrate,
     failure_auc, heuristic_category,
 };
-use ragtune_evaluators::metrics::{Metric, Runs, evaluate};
+use ragtune::evaluators::metrics::{Metric, Runs, evaluate};
 use serde::{Deserialize, Serialize};
 
-use crate::config::{EmbeddingMode, EvaluatorKind, Strategy, Transform};
-use crate::eval::EvalOptions;
+use crate::retrieval::EvalOptions;
+use ragtune::{EmbeddingMode, EvaluatorKind, Strategy, Transform};
 
 /// One evaluator's decisions on a split.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
@@ -76,29 +76,30 @@ struct Judged {
 
 async fn retrieve_split(
     opts: &EvalOptions,
-    config: &crate::Config,
+    config: &ragtune::Config,
     k: usize,
     log: &mut dyn FnMut(&str),
-) -> Result<(crate::Engine, Vec<Judged>, ragtune_evaluators::metrics::Qrels, String)> {
-    let data = ragtune_ingest::load_beir(&opts.dataset, &opts.split)?;
-    let name = crate::eval::dataset_name(&opts.dataset);
+) -> Result<(ragtune::Engine, Vec<Judged>, ragtune::evaluators::metrics::Qrels, String)> {
+    let data = ragtune::ingest::load_beir(&opts.dataset, &opts.split)?;
+    let name = crate::retrieval::dataset_name(&opts.dataset);
     let strategy: Strategy = opts.retriever.parse()?;
     let embedder = match strategy {
         Strategy::Bm25 => None,
-        _ => Some(crate::models::load_embedder(&crate::EmbeddingSettings {
+        _ => Some(ragtune::load_embedder(&ragtune::EmbeddingSettings {
             mode: EmbeddingMode::On,
             ..opts.embedding.clone()
         })?),
     };
-    let llm = crate::models::load_llm(&config.llm)?;
-    let (engine, _, location, _) = crate::eval::open_beir_index(opts, &name, &data.corpus, embedder, llm, log).await?;
+    let llm = ragtune::load_llm(&config.llm)?;
+    let (engine, _, location, _) =
+        crate::retrieval::open_beir_index(opts, &name, &data.corpus, embedder, llm, log).await?;
     // The engine evaluating and correcting uses the CRAG settings of `config` on the cached index.
-    let engine_cfg = crate::Config {
+    let engine_cfg = ragtune::Config {
         crag: config.crag.clone(),
         llm: config.llm.clone(),
         transform: config.transform.clone(),
-        cache: crate::CacheSettings { enabled: false, ..Default::default() },
-        search: crate::SearchSettings { strategy, ..Default::default() },
+        cache: ragtune::CacheSettings { enabled: false, ..Default::default() },
+        search: ragtune::SearchSettings { strategy, ..Default::default() },
         ..engine.config().clone()
     };
     let engine = engine.reconfigure(engine_cfg)?;
@@ -127,7 +128,7 @@ async fn retrieve_split(
     Ok((engine, judged, qrels, name))
 }
 
-fn model_evaluator(config: &crate::Config) -> Result<ModelEvaluator> {
+fn model_evaluator(config: &ragtune::Config) -> Result<ModelEvaluator> {
     ModelEvaluator::new(Arc::new(RetrievalScoreScorer::new("dense")), ScoreScale::Unit, config.crag.model.clone())
 }
 
@@ -139,7 +140,7 @@ fn model_evaluator(config: &crate::Config) -> Result<ModelEvaluator> {
 /// Dataset, index or model failures; a split where every query succeeded or every one failed.
 pub async fn run_calibration(
     opts: &EvalOptions,
-    config: &crate::Config,
+    config: &ragtune::Config,
     evaluator: EvaluatorKind,
     k: usize,
     target_precision: f32,
@@ -173,7 +174,7 @@ pub fn heuristic_thresholds(c: &Calibration) -> (f32, f32) {
 /// The heuristic section cannot be serialised (it always can: numbers and strings).
 pub fn calibration_toml(
     c: &Calibration,
-    config: &crate::Config,
+    config: &ragtune::Config,
     evaluator: EvaluatorKind,
     dataset: &str,
     split: &str,
@@ -202,7 +203,7 @@ pub fn calibration_toml(
         ),
         EvaluatorKind::Heuristic => {
             let (relevant, partial) = heuristic_thresholds(c);
-            let heuristic = ragtune_evaluators::crag::HeuristicConfig {
+            let heuristic = ragtune::evaluators::crag::HeuristicConfig {
                 relevant_threshold: relevant,
                 partial_threshold: partial,
                 ..config.crag.heuristic.clone()
@@ -230,7 +231,7 @@ pub fn calibration_toml(
 /// Dataset, index or model failures.
 pub async fn run_crag_eval(
     opts: &EvalOptions,
-    config: &crate::Config,
+    config: &ragtune::Config,
     k: usize,
     log: &mut dyn FnMut(&str),
 ) -> Result<CragEvalReport> {
@@ -302,7 +303,7 @@ pub async fn run_crag_eval(
         corrected += 1;
         let query = Query::new(j.text.clone()).with_top_k(k);
         let extra = retriever.retrieve(&Ctx::new(), std::slice::from_ref(&query)).await?.pop().unwrap_or_default();
-        let fused = crate::pipeline::fuse_lists(&j.candidates, &extra, k.max(10) * 2);
+        let fused = ragtune::pipeline::fuse_lists(&j.candidates, &extra, k.max(10) * 2);
         with.insert(j.id.clone(), to_run(&fused));
     }
     let metrics = [Metric::Ndcg(10)];

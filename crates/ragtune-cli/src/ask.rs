@@ -1,0 +1,135 @@
+//! `ragtune ask` and `ragtune query`: the whole answer pipeline, with or without generating the answer.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use ragtune::Engine;
+
+use crate::args::{LocalLlm, Overrides, QdrantArgs, load_config, snippet};
+
+/// A question for the answer pipeline, with the options that override the configuration file.
+#[derive(Debug, clap::Args)]
+pub struct AskArgs {
+    /// The question.
+    question: String,
+    /// The store directory.
+    #[arg(long, value_name = "DIR")]
+    store: Option<PathBuf>,
+    #[command(flatten)]
+    qdrant: QdrantArgs,
+    /// An OpenAI-compatible LLM (default: the config's llm.url, else $RAGTUNE_LLM_URL, else the local server of
+    /// `cargo xtask llm start` when one runs; none: extractive answers).
+    #[arg(long, value_name = "URL")]
+    llm_url: Option<String>,
+    /// Answer without any LLM even when one is configured (extractive answer, LLM-free judge).
+    #[arg(long)]
+    no_llm: bool,
+    /// Candidates retrieved on the first attempt.
+    #[arg(short = 'k', long = "top-k", value_name = "N")]
+    top_k: Option<usize>,
+    /// Print the whole result (answer, citations, CRAG metadata, faithfulness, cost) as JSON.
+    #[arg(long)]
+    json: bool,
+    /// Print the trace of every step.
+    #[arg(long)]
+    trace: bool,
+}
+
+/// Runs the pipeline and prints the result: the answer when `generate` (`ask`), else the context (`query`).
+pub async fn run(config: Option<&Path>, args: AskArgs, generate: bool) -> anyhow::Result<()> {
+    let AskArgs { question, store, qdrant, llm_url, no_llm, top_k, json, trace } = args;
+    let overrides = Overrides {
+        store,
+        qdrant,
+        llm_url,
+        no_llm,
+        local_llm: LocalLlm::WithNoLlmHint,
+        pipeline_top_k: top_k,
+        ..Overrides::default()
+    };
+    let engine = Engine::open(load_config(config, overrides)?).await?;
+    let mut r = if generate { engine.ask(&question).await? } else { engine.query(&question).await? };
+    if json {
+        if !trace {
+            r.trace.clear();
+        }
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    } else {
+        print_answer(&r, trace)?;
+    }
+    Ok(())
+}
+
+fn print_answer(r: &ragtune::AskResponse, show_trace: bool) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    if let Some(answer) = &r.answer {
+        writeln!(out, "{answer}")?;
+        writeln!(out)?;
+    }
+    if !r.citations.is_empty() {
+        writeln!(out, "Sources:")?;
+        for c in &r.citations {
+            let title = c.title.as_deref().map(|t| format!(" ({t})")).unwrap_or_default();
+            writeln!(out, "  [{}] {}{title}", c.n, c.chunk_id)?;
+        }
+    }
+    if r.answer.is_none() {
+        writeln!(
+            out,
+            "Context ({}, {} of {} tokens):",
+            r.context_report.method, r.context_report.tokens_after, r.context_report.tokens_before
+        )?;
+        for p in &r.context {
+            writeln!(out, "[{}] {}", p.n, p.chunk_id)?;
+            writeln!(out, "    {}", snippet(&p.text, 300))?;
+        }
+    }
+    let c = &r.crag;
+    let decision = c.decision.map_or_else(|| "none".to_owned(), |d| format!("{d:?}").to_uppercase());
+    writeln!(
+        out,
+        "CRAG: {} ({}, score {:.2}, evaluator {}); correction: {}{}; candidates {} -> {}{}",
+        c.category,
+        decision,
+        c.score,
+        c.evaluator,
+        c.correction_strategy,
+        if c.web_search_used { " (web used)" } else { "" },
+        c.original_count,
+        c.final_count,
+        if c.cache_hit { "; cache hit" } else { "" }
+    )?;
+    if let Some(f) = &r.faithfulness {
+        writeln!(
+            out,
+            "Faithfulness: {:?} by {} ({:.0}% of {} statements supported, {:.0}% unsupported)",
+            f.overall,
+            f.label(),
+            f.supported_share * 100.0,
+            f.statements.len(),
+            f.unsupported_share * 100.0
+        )?;
+    }
+    writeln!(
+        out,
+        "Answer: {:?}; attempts: {}; context: {} ({} -> {} tokens); {} LLM calls, {} tokens, {:.0} ms",
+        r.answer_kind,
+        r.attempts.len().max(1),
+        r.context_report.method,
+        r.context_report.tokens_before,
+        r.context_report.tokens_after,
+        r.cost.llm_calls,
+        r.cost.tokens,
+        r.cost.total_ms
+    )?;
+    for n in &r.notes {
+        writeln!(out, "note: {n}")?;
+    }
+    if show_trace {
+        writeln!(out, "Trace:")?;
+        for e in &r.trace {
+            writeln!(out, "  {}", serde_json::to_string(e)?)?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,320 @@
+//! `ragtune eval retrieval | qa | crag | rerank`: the evaluations of `ragtune-eval`, one subcommand each.
+//!
+//! The flag forms of earlier releases (`ragtune eval --dataset DIR [--crag | --rerank llm | --experiment LIST]`)
+//! still work for one release: they run the subcommand they stand for after one deprecation line on stderr.
+
+use std::path::{Path, PathBuf};
+
+use ragtune::rerank::RerankPolicy;
+use ragtune::{Bm25Settings, Config, StoreBackend, Transform};
+use ragtune_eval::{EvalOptions, QaEvalOptions, RerankEvalOptions};
+
+use crate::args::{LlmArgs, OutArgs, Overrides, QdrantArgs, RetrievalTuning, load_config};
+
+/// Evaluate retrieval, answers, Corrective-RAG decisions or budgeted reranking on a dataset.
+#[derive(Debug, clap::Args)]
+#[command(
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true,
+    override_usage = "ragtune eval <retrieval|qa|crag|rerank> --dataset <DIR> [OPTIONS]"
+)]
+pub struct EvalArgs {
+    #[command(subcommand)]
+    kind: Option<EvalKind>,
+    #[command(flatten, next_help_heading = "Deprecated flag form (use a subcommand instead)")]
+    legacy: LegacyArgs,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum EvalKind {
+    /// Retrieval on a BEIR dataset: nDCG, recall, MRR, MAP and latency.
+    Retrieval(RetrievalArgs),
+    /// Answers on a QA dataset (the CMU Wikipedia QA set) under named experiments: accuracy, F1, faithfulness,
+    /// citation precision, latency and tokens.
+    Qa(QaArgs),
+    /// Corrective-RAG decision statistics on a BEIR dataset (both evaluators, thresholds from the config) and
+    /// nDCG@10 with and without correction.
+    Crag(CragArgs),
+    /// The retrieval metrics and the budgeted reranking controller on the retrieved candidates: nDCG@10 per policy
+    /// and budget beside a full rerank (scores cached under $RAGTUNE_HOME/rerank-cache).
+    Rerank(RerankArgs),
+}
+
+/// A BEIR dataset, how to index and retrieve it, and where the report goes.
+#[derive(Debug, clap::Args)]
+struct RetrievalArgs {
+    /// The BEIR dataset directory (corpus.jsonl, queries.jsonl, qrels/).
+    #[arg(long, value_name = "DIR")]
+    dataset: PathBuf,
+    #[command(flatten)]
+    flags: BeirFlags,
+}
+
+/// How a BEIR dataset is indexed and retrieved, and where the report goes.
+#[derive(Debug, clap::Args)]
+struct BeirFlags {
+    /// The qrels split.
+    #[arg(long, default_value = "test")]
+    split: String,
+    /// The retriever to evaluate: bm25, dense, hybrid.
+    #[arg(long, default_value = "bm25")]
+    retriever: String,
+    /// Results per query.
+    #[arg(long = "top-k", default_value_t = 100)]
+    top_k: usize,
+    /// BM25 k1 (default 1.2).
+    #[arg(long)]
+    k1: Option<f32>,
+    /// BM25 b (default 0.75).
+    #[arg(long)]
+    b: Option<f32>,
+    #[command(flatten)]
+    out: OutArgs,
+    /// Rebuild the index even when a cached one exists.
+    #[arg(long)]
+    reindex: bool,
+    /// Where cached indexes live (default: $RAGTUNE_HOME/eval-cache).
+    #[arg(long, value_name = "DIR")]
+    cache_dir: Option<PathBuf>,
+    /// Where to index: `embedded` (cached between runs) or `qdrant` (a collection per dataset and settings,
+    /// rebuilt every run).
+    #[arg(long, value_name = "BACKEND", default_value = "embedded")]
+    store: StoreBackend,
+    /// The Qdrant gRPC URL for `--store qdrant` (default: the config's, else $RAGTUNE_QDRANT_URL, else
+    /// http://127.0.0.1:6334).
+    #[arg(long, value_name = "URL")]
+    qdrant_url: Option<String>,
+    /// Query transformation: none, hyde, multi-query, rewrite, expand, routed, multi-hop.
+    #[arg(long, value_name = "NAME", default_value = "none")]
+    transform: Transform,
+    #[command(flatten)]
+    llm: LlmArgs,
+    #[command(flatten)]
+    tuning: RetrievalTuning,
+    /// Evaluate only the first N queries of the split (for slow transformations).
+    #[arg(long, value_name = "N")]
+    limit: Option<usize>,
+}
+
+/// `eval crag`: a BEIR evaluation read as Corrective-RAG decisions.
+#[derive(Debug, clap::Args)]
+struct CragArgs {
+    #[command(flatten)]
+    beir: RetrievalArgs,
+    /// "Retrieval succeeded" means a relevant document in the top K.
+    #[arg(long = "k", visible_alias = "crag-k", value_name = "K", default_value_t = 10)]
+    k: usize,
+}
+
+/// `eval rerank`: a BEIR evaluation with the reranking controller on its candidates.
+#[derive(Debug, clap::Args)]
+struct RerankArgs {
+    #[command(flatten)]
+    beir: RetrievalArgs,
+    /// The reranker: `llm` (the LLM relevance judge).
+    #[arg(long, value_name = "NAME", default_value = "llm")]
+    reranker: String,
+    #[command(flatten)]
+    budget: RerankBudgetArgs,
+}
+
+/// What the reranking controller is compared on.
+#[derive(Debug, clap::Args)]
+struct RerankBudgetArgs {
+    /// Rerank budgets as fractions of the pool, comma-separated.
+    #[arg(long, value_name = "LIST", value_delimiter = ',', default_value = "0.1,0.2,0.3,0.5,1.0")]
+    rerank_budget: Vec<f64>,
+    /// Controller policies to compare, comma-separated: greedy, dynamic, uncertainty.
+    #[arg(long, value_name = "LIST", value_delimiter = ',', default_value = "greedy,uncertainty")]
+    policy: Vec<RerankPolicy>,
+    /// Candidates per query handed to the controller.
+    #[arg(long, value_name = "N", default_value_t = 50)]
+    rerank_pool: usize,
+}
+
+/// `eval qa`: answer-level evaluation on the CMU Wikipedia QA set.
+#[derive(Debug, clap::Args)]
+struct QaArgs {
+    /// The QA dataset directory (the CMU Wikipedia QA set: S08/, S09/, S10/).
+    #[arg(long, value_name = "DIR")]
+    dataset: PathBuf,
+    /// The named experiments to run, comma-separated (no_retrieval, baseline, forced_search, refined, extraction,
+    /// judge, smart_retry, multi_query, batched_extraction, corrective); `none` with --refinement measures
+    /// refinement only.
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    experiment: Vec<String>,
+    /// Also measure knowledge refinement (answer-bearing strips kept, tokens cut).
+    #[arg(long)]
+    refinement: bool,
+    /// Evaluate only the first N questions.
+    #[arg(long, value_name = "N")]
+    limit: Option<usize>,
+    /// Where cached indexes live (default: $RAGTUNE_HOME/eval-cache).
+    #[arg(long, value_name = "DIR")]
+    cache_dir: Option<PathBuf>,
+    /// Rebuild the index even when a cached one exists.
+    #[arg(long)]
+    reindex: bool,
+    #[command(flatten)]
+    llm: LlmArgs,
+    #[command(flatten)]
+    out: OutArgs,
+}
+
+/// The flags of `ragtune eval` before the subcommands: the BEIR flags plus the switches that chose the evaluation.
+#[derive(Debug, clap::Args)]
+struct LegacyArgs {
+    /// Deprecated: `ragtune eval retrieval --dataset DIR` (or `qa`, `crag`, `rerank`).
+    // Optional for clap's sake: it is required without a subcommand, and absent beside one.
+    #[arg(long, value_name = "DIR", required = true)]
+    dataset: Option<PathBuf>,
+    #[command(flatten)]
+    flags: BeirFlags,
+    /// Deprecated: `ragtune eval rerank --reranker NAME`.
+    #[arg(long, value_name = "RERANKER")]
+    rerank: Option<String>,
+    #[command(flatten)]
+    budget: RerankBudgetArgs,
+    /// Deprecated: `ragtune eval qa --experiment LIST`.
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    experiment: Vec<String>,
+    /// Deprecated: `ragtune eval qa --refinement`.
+    #[arg(long)]
+    refinement: bool,
+    /// Deprecated: `ragtune eval crag`.
+    #[arg(long)]
+    crag: bool,
+    /// Deprecated: `ragtune eval crag --k K`.
+    #[arg(long, value_name = "K", default_value_t = 10)]
+    crag_k: usize,
+}
+
+impl LegacyArgs {
+    /// The subcommand the flags stand for (as `ragtune eval` chose before), and the form to use instead.
+    fn into_kind(self) -> anyhow::Result<(EvalKind, &'static str)> {
+        let Self { dataset, flags, rerank, budget, experiment, refinement, crag, crag_k } = self;
+        let dataset = dataset.ok_or_else(|| anyhow::anyhow!("`ragtune eval` needs a subcommand or --dataset DIR"))?;
+        Ok(if ragtune_eval::is_qa_dataset(&dataset) || !experiment.is_empty() {
+            let BeirFlags { limit, cache_dir, reindex, llm, out, .. } = flags;
+            let qa = QaArgs { dataset, experiment, refinement, limit, cache_dir, reindex, llm, out };
+            (EvalKind::Qa(qa), "ragtune eval qa --dataset DIR [--experiment LIST] [--refinement]")
+        } else if crag {
+            let beir = RetrievalArgs { dataset, flags };
+            (EvalKind::Crag(CragArgs { beir, k: crag_k }), "ragtune eval crag --dataset DIR [--k K]")
+        } else if let Some(reranker) = rerank {
+            let beir = RetrievalArgs { dataset, flags };
+            let args = RerankArgs { beir, reranker, budget };
+            (EvalKind::Rerank(args), "ragtune eval rerank --dataset DIR --reranker NAME")
+        } else {
+            (EvalKind::Retrieval(RetrievalArgs { dataset, flags }), "ragtune eval retrieval --dataset DIR")
+        })
+    }
+}
+
+pub async fn run(config: Option<&Path>, args: EvalArgs) -> anyhow::Result<()> {
+    let kind = match args.kind {
+        Some(kind) => kind,
+        None => {
+            let (kind, instead) = args.legacy.into_kind()?;
+            eprintln!(
+                "warning: `ragtune eval` without a subcommand is deprecated and goes away in the next release; \
+                 use `{instead}` (the other flags are the same)"
+            );
+            kind
+        }
+    };
+    match kind {
+        EvalKind::Retrieval(beir) => retrieval(config, beir, None).await,
+        EvalKind::Rerank(RerankArgs { beir, reranker, budget }) => {
+            let rerank = RerankEvalOptions {
+                reranker,
+                pool: budget.rerank_pool,
+                budgets: budget.rerank_budget,
+                policies: budget.policy,
+                ..RerankEvalOptions::default()
+            };
+            retrieval(config, beir, Some(rerank)).await
+        }
+        EvalKind::Crag(CragArgs { beir, k }) => {
+            let (opts, cfg, out) = beir_options(config, beir, None)?;
+            let report = ragtune_eval::run_crag_eval(&opts, &cfg, k, &mut |line| eprintln!("{line}")).await?;
+            print!("{}", ragtune_eval::crag_table(&report));
+            out.write(&report)
+        }
+        EvalKind::Qa(qa) => answers(config, qa).await,
+    }
+}
+
+/// `eval retrieval` and `eval rerank`: the retrieval report, with the rerank table when there is one.
+async fn retrieval(
+    config: Option<&Path>,
+    beir: RetrievalArgs,
+    rerank: Option<RerankEvalOptions>,
+) -> anyhow::Result<()> {
+    let (opts, _, out) = beir_options(config, beir, rerank)?;
+    let report = ragtune_eval::run_eval(&opts, &mut |line| eprintln!("{line}")).await?;
+    print!("{}", ragtune_eval::summary_table(&report));
+    if let Some(r) = &report.rerank {
+        print!("{}", ragtune_eval::rerank_table(r));
+    }
+    out.write(&report)
+}
+
+/// The evaluation options of a BEIR subcommand, the configuration they were read from (with the flags applied by
+/// `apply_overrides`), and where the report goes.
+fn beir_options(
+    config: Option<&Path>,
+    RetrievalArgs { dataset, flags: beir }: RetrievalArgs,
+    rerank: Option<RerankEvalOptions>,
+) -> anyhow::Result<(EvalOptions, Config, OutArgs)> {
+    let needs_llm = beir.transform.needs_llm() || rerank.is_some();
+    let overrides = Overrides {
+        qdrant: QdrantArgs { qdrant_url: beir.qdrant_url, collection: None },
+        transform: Some(beir.transform),
+        tuning: beir.tuning,
+        ..Overrides::llm(beir.llm, needs_llm)
+    };
+    let cfg = load_config(config, overrides)?;
+    let mut opts = EvalOptions::new(dataset);
+    opts.split = beir.split;
+    opts.retriever = beir.retriever;
+    opts.top_k = beir.top_k;
+    // The evaluation's BM25 starts from the defaults, not the config, so that reports compare with baselines.
+    let d = Bm25Settings::default();
+    opts.bm25 = Bm25Settings { k1: beir.k1.unwrap_or(d.k1), b: beir.b.unwrap_or(d.b), avg_doc_len: None };
+    opts.embedding = cfg.embedding.clone();
+    opts.hybrid = cfg.hybrid;
+    opts.transform = cfg.transform.clone();
+    opts.llm = cfg.llm.clone();
+    opts.qdrant = cfg.store.qdrant.clone();
+    opts.reindex = beir.reindex;
+    if let Some(d) = beir.cache_dir {
+        opts.cache_dir = d;
+    }
+    opts.store = beir.store;
+    opts.limit = beir.limit;
+    opts.rerank = rerank;
+    Ok((opts, cfg, beir.out))
+}
+
+/// `eval qa`: every experiment on the QA set, one row each.
+async fn answers(config: Option<&Path>, qa: QaArgs) -> anyhow::Result<()> {
+    let QaArgs { dataset, experiment, refinement, limit, cache_dir, reindex, llm, out } = qa;
+    let opts = QaEvalOptions {
+        dataset,
+        // `--experiment none` with `--refinement` measures refinement alone.
+        experiments: if experiment.is_empty() {
+            vec!["baseline".into()]
+        } else {
+            experiment.into_iter().filter(|e| e != "none").collect()
+        },
+        config: load_config(config, Overrides::llm(llm, true))?,
+        limit,
+        cache_dir: cache_dir.unwrap_or_else(|| ragtune::ragtune_home().join("eval-cache")),
+        reindex,
+        refinement_check: refinement,
+    };
+    let report = ragtune_eval::run_qa_eval(&opts, &mut |line| eprintln!("{line}")).await?;
+    print!("{}", ragtune_eval::qa_table(&report));
+    out.write(&report)
+}
