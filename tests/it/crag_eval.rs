@@ -8,8 +8,8 @@ use std::io::Write;
 use std::path::Path;
 
 use ragtune::crag_eval::{calibration_toml, crag_table, heuristic_thresholds, run_calibration, run_crag_eval};
-use ragtune::embed::provisioning::ModelLayout;
 use ragtune::eval::EvalOptions;
+use ragtune::provision::ModelLayout;
 use ragtune::{Config, EvaluatorKind};
 
 fn provisioned() -> bool {
