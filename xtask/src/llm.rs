@@ -664,6 +664,12 @@ fn stop(layout: &Layout) -> Result<()> {
     Ok(())
 }
 
+/// The URL of the recorded server when it is running and healthy (what `status` reports as healthy), else `None`.
+pub fn healthy_url() -> Option<String> {
+    let recorded = read_record(&Layout::from_env()).ok().flatten()?;
+    (is_server(recorded.pid) && health(&recorded.url) == Health::Ok).then_some(recorded.url)
+}
+
 fn status(layout: &Layout) {
     let recorded = match read_record(layout) {
         Ok(Some(recorded)) => recorded,
