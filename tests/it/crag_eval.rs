@@ -7,7 +7,7 @@
 use std::io::Write;
 use std::path::Path;
 
-use ragtune::embed::provisioning::ModelLayout;
+use ragtune::provision::ModelLayout;
 use ragtune::{Config, EvaluatorKind};
 use ragtune_eval::crag::{calibration_toml, crag_table, heuristic_thresholds, run_calibration, run_crag_eval};
 use ragtune_eval::retrieval::EvalOptions;

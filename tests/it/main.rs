@@ -35,7 +35,7 @@ pub async fn engine_in(dir: &std::path::Path) -> ragtune::Engine {
 /// `RAGTUNE_REQUIRE_MODELS=1` (set by `cargo xtask ci` after provisioning).
 pub fn models_provisioned() -> bool {
     use std::io::Write;
-    let layout = ragtune::embed::provisioning::ModelLayout::new(ragtune::ragtune_home());
+    let layout = ragtune::provision::ModelLayout::new(ragtune::ragtune_home());
     if layout.is_provisioned() {
         return true;
     }

@@ -15,7 +15,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
-use ragtune::embed::provisioning::ModelLayout;
+use ragtune_provision::ModelLayout;
 
 use crate::shell::{self, Shell};
 

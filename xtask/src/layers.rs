@@ -23,6 +23,12 @@ const EVAL: &str = "ragtune-eval";
 /// The only crates that may depend on the evaluation crate: the command-line tool (`ragtune eval`,
 /// `ragtune calibrate`) and the tooling.
 const EVAL_USERS: &[&str] = &["ragtune-cli", "xtask", "tests", "benches"];
+/// Support crates: small, shared by the engine and the task runner, depending on ragtune-core at most and on no
+/// runtime or vendor SDK, so that building them never builds the engine (docs/adr/0008-light-provisioning-crate.md).
+const SUPPORT: &[&str] = &["ragtune-provision"];
+/// The crates of ours xtask may depend on: the light ones. It reaches the engine through the `ragtune` binary, so
+/// `cargo xtask layers` and CI's own steps do not wait for the engine to build.
+const XTASK_MAY_USE: &[&str] = &[CORE, "ragtune-provision", TESTKIT];
 
 /// The middle crates: each implements core's seams and meets the others only through core's traits.
 const MIDDLE: &[&str] = &[
@@ -62,6 +68,7 @@ enum Layer {
     Middle,
     Facade,
     Eval,
+    Support,
     Surface,
     Testkit,
     Tooling,
@@ -74,6 +81,7 @@ fn layer_of(name: &str) -> Option<Layer> {
         EVAL => Some(Layer::Eval),
         TESTKIT => Some(Layer::Testkit),
         _ if MIDDLE.contains(&name) => Some(Layer::Middle),
+        _ if SUPPORT.contains(&name) => Some(Layer::Support),
         _ if SURFACES.contains(&name) => Some(Layer::Surface),
         _ if TOOLING.contains(&name) => Some(Layer::Tooling),
         _ => None,
@@ -214,6 +222,7 @@ pub fn check(packages: &[Package]) -> Vec<Violation> {
     let ours: BTreeSet<&str> = [CORE, FACADE, EVAL, TESTKIT]
         .iter()
         .chain(MIDDLE)
+        .chain(SUPPORT)
         .chain(SURFACES)
         .chain(TOOLING)
         .copied()
@@ -236,7 +245,7 @@ pub fn check(packages: &[Package]) -> Vec<Violation> {
         }
         for dependency in &package.dependencies {
             let broken = if ours.contains(dependency.name.as_str()) {
-                internal_rule(&package.name, layer, dependency)
+                internal_rule(&package.name, layer, dependency).or_else(|| xtask_rule(&package.name, dependency))
             } else {
                 external_rule(&package.name, layer, dependency, &vendors)
             };
@@ -266,6 +275,10 @@ fn internal_rule(from_name: &str, from: Option<Layer>, dependency: &Dependency) 
         }
         (Some(Layer::Middle), Some(Layer::Core)) | (Some(Layer::Testkit), Some(Layer::Core)) => return None,
         (Some(Layer::Middle), Some(Layer::Testkit)) if dev => return None,
+        // A middle crate's tests may find provisioned model files where `cargo xtask models` put them.
+        (Some(Layer::Middle), Some(Layer::Support)) if dev => return None,
+        (Some(Layer::Support), Some(Layer::Core)) => return None,
+        (Some(Layer::Support), _) => "support crates (ragtune-provision) depend on ragtune-core only",
         (Some(Layer::Middle), _) => {
             "middle crates may depend only on ragtune-core (and on ragtune-testkit as a dev-dependency)"
         }
@@ -283,6 +296,18 @@ fn internal_rule(from_name: &str, from: Option<Layer>, dependency: &Dependency) 
     Some(rule.to_owned())
 }
 
+/// The rule that a dependency of xtask on one of our crates breaks, if any: xtask stays light.
+fn xtask_rule(from: &str, dependency: &Dependency) -> Option<String> {
+    if from != "xtask" || dependency.kind == Kind::Dev || XTASK_MAY_USE.contains(&dependency.name.as_str()) {
+        return None;
+    }
+    Some(format!(
+        "xtask depends only on the light crates of ours ({}); it runs the engine through the `ragtune` binary, so \
+         that `cargo xtask layers` and CI's own steps never build the engine (docs/adr/0008)",
+        XTASK_MAY_USE.join(", ")
+    ))
+}
+
 /// The rule that a dependency on a third-party crate breaks, if any.
 fn external_rule(
     from: &str,
@@ -295,6 +320,9 @@ fn external_rule(
     // still keeps SDKs out of core's tests.
     if layer == Some(Layer::Core) && dependency.kind != Kind::Dev && CORE_FORBIDDEN.contains(&name) {
         return Some("ragtune-core depends on no runtime or vendor SDK".to_owned());
+    }
+    if layer == Some(Layer::Support) && dependency.kind != Kind::Dev && CORE_FORBIDDEN.contains(&name) {
+        return Some("support crates depend on no runtime or vendor SDK: the task runner builds them".to_owned());
     }
     let allowed = vendors.get(name)?;
     if allowed.contains(&from) {
@@ -368,7 +396,8 @@ mod tests {
     const GOOD: &[(&str, &[&str])] = &[
         ("ragtune-core", &["async-trait", "serde", "thiserror", "dev:proptest", "dev:tokio"]),
         ("ragtune-ingest", &["ragtune-core", "pulldown-cmark", "dev:tempfile"]),
-        ("ragtune-embed", &["ragtune-core", "fastembed", "ort", "dev:ragtune-testkit"]),
+        ("ragtune-embed", &["ragtune-core", "fastembed", "ort", "dev:ragtune-testkit", "dev:ragtune-provision"]),
+        ("ragtune-provision", &["ragtune-core", "dirs", "sha2", "zip", "dev:tempfile"]),
         ("ragtune-store", &["ragtune-core", "redb", "qdrant-client", "reqwest", "tokio", "dev:ragtune-testkit"]),
         ("ragtune-llm", &["ragtune-core", "reqwest"]),
         ("ragtune-web", &["ragtune-core", "reqwest"]),
@@ -387,6 +416,7 @@ mod tests {
                 "ragtune-retrieve",
                 "ragtune-evaluators",
                 "ragtune-rerank",
+                "ragtune-provision",
                 "dev:ragtune-testkit",
             ],
         ),
@@ -394,7 +424,7 @@ mod tests {
         ("ragtune-cli", &["ragtune", "ragtune-eval", "clap", "tokio"]),
         ("ragtune-server", &["ragtune", "ragtune-core", "axum", "tokio"]),
         ("ragtune-testkit", &["ragtune-core", "serde_json"]),
-        ("xtask", &["anyhow", "ragtune", "ragtune-testkit", "dev:tempfile"]),
+        ("xtask", &["anyhow", "ragtune-provision", "ragtune-testkit", "dev:tempfile"]),
         ("tests", &["dev:ragtune", "dev:ragtune-eval", "dev:ragtune-testkit"]),
         ("benches", &["ragtune-eval", "dev:ragtune", "dev:criterion"]),
     ];
@@ -520,6 +550,39 @@ mod tests {
             &[("ragtune-server", &["ragtune", "ragtune-cli"])],
             &["ragtune-server depends on ragtune-cli: nothing depends on the surfaces (ragtune-cli, ragtune-server) \
                or the tooling (xtask, tests, benches) (house-style.md, Dependency direction)"],
+        );
+    }
+
+    #[test]
+    fn support_crates_stay_light_and_below_the_engine() {
+        check_graph(
+            &[
+                ("ragtune-provision", &["ragtune-core", "ragtune-embed", "tokio", "dev:tokio"]),
+                ("ragtune-store", &["ragtune-core", "ragtune-provision", "dev:ragtune-provision"]),
+            ],
+            &[
+                "ragtune-provision depends on ragtune-embed: support crates (ragtune-provision) depend on \
+                 ragtune-core only (house-style.md, Dependency direction)",
+                "ragtune-provision depends on tokio: support crates depend on no runtime or vendor SDK: the task \
+                 runner builds them (house-style.md, Dependency direction)",
+                "ragtune-store depends on ragtune-provision: middle crates may depend only on ragtune-core (and on \
+                 ragtune-testkit as a dev-dependency) (house-style.md, Dependency direction)",
+            ],
+        );
+    }
+
+    #[test]
+    fn xtask_does_not_build_the_engine() {
+        check_graph(
+            &[("xtask", &["anyhow", "ragtune-provision", "ragtune", "ragtune-embed", "dev:ragtune"])],
+            &[
+                "xtask depends on ragtune-embed: only the facade `ragtune` may depend on the middle crates; \
+                 surfaces and tooling go through the facade (house-style.md, Dependency direction)",
+                "xtask depends on ragtune: xtask depends only on the light crates of ours (ragtune-core, \
+                 ragtune-provision, ragtune-testkit); it runs the engine through the `ragtune` binary, so that \
+                 `cargo xtask layers` and CI's own steps never build the engine (docs/adr/0008) (house-style.md, \
+                 Dependency direction)",
+            ],
         );
     }
 

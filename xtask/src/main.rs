@@ -33,7 +33,8 @@ commands:
   llm      start|stop|status [--model smollm2|qwen-0.5b|qwen-1.5b] [--port N]: the local LLM server
   eval     run retrieval, answer-level (QA) and CRAG evaluations against the committed baselines
   calibrate  fit the CRAG evaluator thresholds on a training split
-  demo     run the end-to-end demo
+  demo     build the release `ragtune` binary, index docs/ and answer questions (answer, citations, CRAG
+           decision; the local LLM when one runs, else extractive)
   bench    run the benchmarks";
 
 fn main() -> ExitCode {

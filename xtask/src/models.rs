@@ -6,14 +6,14 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{Result, bail};
-use ragtune::embed::provisioning::{self, ModelLayout};
+use ragtune_provision::{ModelLayout, ragtune_home};
 
 pub fn run(args: &[String]) -> Result<()> {
     match args {
         [] => provision_models().map(drop),
         [flag] if flag == "--verify" => {
-            let home = ragtune::ragtune_home();
-            let problems = provisioning::verify(&home);
+            let home = ragtune_home();
+            let problems = ragtune_provision::verify(&home);
             if problems.is_empty() {
                 println!("models: every file under {} matches its pinned sha256", home.display());
                 Ok(())
@@ -27,10 +27,10 @@ pub fn run(args: &[String]) -> Result<()> {
 
 /// Provisions the models and returns the home directory.
 pub fn provision_models() -> Result<PathBuf> {
-    let home = ragtune::ragtune_home();
+    let home = ragtune_home();
     let started = Instant::now();
     println!("models: provisioning into {}", home.display());
-    provisioning::provision(&home, &mut |line| println!("models: {line}"))
+    ragtune_provision::provision(&home, &mut |line| println!("models: {line}"))
         .map_err(|e| anyhow::anyhow!("{}", e.chain()))?;
     println!(
         "models: ready in {:.1}s (manifest {})",

@@ -54,12 +54,37 @@ impl Shell {
         cmd
     }
 
-    /// `cargo <args>` run from the workspace root.
+    /// `cargo <args>` run from the workspace root, without the package variables `cargo run` gave xtask.
+    ///
+    /// Build scripts such as ring's declare `rerun-if-env-changed=CARGO_PKG_NAME` (and `CARGO_MANIFEST_DIR`, …), and
+    /// cargo compares those with its own environment: a nested cargo that inherited `CARGO_PKG_NAME=xtask` would
+    /// rebuild ring and everything above it (minutes) whenever the developer had built from a plain shell, and the
+    /// other way round.
     pub fn cargo(&self, args: &[&str]) -> Command {
         let mut cmd = self.cmd(cargo());
+        for (key, _) in std::env::vars_os() {
+            if key.to_str().is_some_and(is_package_variable) {
+                cmd.env_remove(key);
+            }
+        }
         cmd.args(args);
         cmd
     }
+}
+
+/// Whether `key` is one of the variables cargo sets for the package it runs (its manifest, name, version, …).
+fn is_package_variable(key: &str) -> bool {
+    key.starts_with("CARGO_PKG_")
+        || matches!(
+            key,
+            "CARGO_MANIFEST_DIR"
+                | "CARGO_MANIFEST_PATH"
+                | "CARGO_MANIFEST_LINKS"
+                | "CARGO_CRATE_NAME"
+                | "CARGO_BIN_NAME"
+                | "CARGO_PRIMARY_PACKAGE"
+                | "CARGO_RUSTC_CURRENT_DIR"
+        )
 }
 
 /// The cargo that runs us (`$CARGO`), so that child commands use the same toolchain.
@@ -102,4 +127,20 @@ pub fn display(cmd: &Command) -> String {
         })
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn package_variables_of_cargo_run_are_recognised() {
+        for key in ["CARGO_PKG_NAME", "CARGO_PKG_VERSION_PRE", "CARGO_MANIFEST_DIR", "CARGO_MANIFEST_LINKS"] {
+            assert!(is_package_variable(key), "{key}");
+        }
+        // The toolchain and the user's settings pass through.
+        for key in ["CARGO", "CARGO_HOME", "CARGO_TARGET_DIR", "CARGO_BUILD_JOBS", "PATH", "CARGO_PKGX"] {
+            assert!(!is_package_variable(key), "{key}");
+        }
+    }
 }

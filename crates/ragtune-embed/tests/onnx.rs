@@ -10,15 +10,11 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use ragtune_core::{Candidate, Chunk, Ctx, Embedder, ErrorKind, Reranker, ScoredHit, TextRole, TraceSink};
-use ragtune_embed::provisioning::ModelLayout;
 use ragtune_embed::{CrossEncoderConfig, CrossEncoderReranker, FastEmbedder, FastEmbedderConfig};
+use ragtune_provision::ModelLayout;
 
 fn layout() -> ModelLayout {
-    let home = std::env::var_os("RAGTUNE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| dirs::cache_dir().map(|d| d.join("ragtune")))
-        .unwrap_or_else(|| PathBuf::from(".ragtune-home"));
-    ModelLayout::new(home)
+    ModelLayout::new(ragtune_provision::ragtune_home())
 }
 
 /// The provisioned layout, or `None` after printing why the test skips.

@@ -804,13 +804,11 @@ impl Config {
 }
 
 /// The directory for caches and provisioned files: `$RAGTUNE_HOME`, else the user's cache directory + `ragtune`,
-/// else `.ragtune-home` in the working directory.
+/// else `.ragtune-home` in the working directory. The task runner shares it through `ragtune-provision`, which
+/// holds the one definition.
 #[must_use]
 pub fn ragtune_home() -> PathBuf {
-    std::env::var_os("RAGTUNE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| dirs::cache_dir().map(|d| d.join("ragtune")))
-        .unwrap_or_else(|| PathBuf::from(".ragtune-home"))
+    ragtune_provision::ragtune_home()
 }
 
 #[cfg(test)]

@@ -1,8 +1,10 @@
 //! ragtune: a self-correcting, budget-aware retrieval engine for RAG.
 //!
 //! This facade re-exports every layer as a module (`ragtune::core`, `ragtune::ingest`, `ragtune::embed`,
-//! `ragtune::store`, `ragtune::retrieve`, `ragtune::evaluators`) and wires them into an [`Engine`] from a
-//! [`Config`]. It is the only crate that picks concrete types, reads configuration files and environment variables.
+//! `ragtune::store`, `ragtune::retrieve`, `ragtune::evaluators`, and `ragtune::provision` for the model files) and
+//! wires them into an [`Engine`] from a [`Config`]. It is the only crate that picks concrete types, reads
+//! configuration files and environment variables (`ragtune-provision` reads `$RAGTUNE_HOME` for it, see
+//! [`ragtune_home`]).
 //! It is the engine only: what measures it (BEIR, QA, CRAG and rerank evaluations) is the `ragtune-eval` crate,
 //! which depends on this one and never the other way round.
 //!
@@ -31,6 +33,7 @@ pub use ragtune_embed as embed;
 pub use ragtune_evaluators as evaluators;
 pub use ragtune_ingest as ingest;
 pub use ragtune_llm as llm;
+pub use ragtune_provision as provision;
 pub use ragtune_rerank as rerank;
 pub use ragtune_retrieve as retrieve;
 pub use ragtune_store as store;

@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use ragtune_core::{Ctx, Embedder, Error, Llm, LlmRequest, LlmResponse, Result};
-use ragtune_embed::provisioning::ModelLayout;
 use ragtune_embed::{FastEmbedder, FastEmbedderConfig};
+use ragtune_provision::ModelLayout;
 
 use crate::config::{EmbeddingSettings, LlmSettings};
 

