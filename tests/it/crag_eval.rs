@@ -136,7 +136,7 @@ async fn calibration_on_train_and_decision_statistics_on_test() {
     assert_eq!(again, report);
 
     // The heuristic evaluator calibrated the same way: its file sets its thresholds and keeps its weights, and
-    // with them it flags the off-topic queries (with the seed's thresholds it never flags one on SciFact).
+    // with them it flags the off-topic queries (with the default thresholds it never flags one on SciFact).
     opts.split = "train".into();
     let hfit = run_calibration(&opts, &config, EvaluatorKind::Heuristic, 1, 0.9, &mut |_| {}).await.unwrap();
     assert!(0.0 <= hfit.lower && hfit.lower < hfit.upper && hfit.upper <= 1.0, "{hfit:?}");

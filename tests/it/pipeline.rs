@@ -67,7 +67,7 @@ async fn without_an_llm_the_answer_is_extractive_with_citations_and_crag_metadat
         assert_eq!(p.chunk_id, c.chunk_id);
     }
     assert_eq!(r.citations[0].doc_id, "scurvy");
-    // CRAG metadata of seed 002.
+    // The CRAG metadata of docs/pipeline.md.
     assert_eq!(r.crag.evaluator, "heuristic");
     assert!(r.crag.decision.is_some());
     assert!(["RELEVANT", "PARTIAL", "IRRELEVANT"].contains(&r.crag.category.as_str()));

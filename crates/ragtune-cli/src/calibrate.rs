@@ -25,7 +25,7 @@ pub struct CalibrateArgs {
     #[arg(long, value_name = "P", default_value_t = 0.9)]
     target_precision: f32,
     /// The evaluator whose thresholds are fitted: `model` (upper/lower of the retrieval-score scorer) or
-    /// `heuristic` (seed 002's relevant/partial thresholds, its weights as configured).
+    /// `heuristic` (the heuristic evaluator's relevant/partial thresholds, its weights as configured).
     #[arg(long, value_name = "NAME", default_value = "model")]
     evaluator: String,
     /// Where to write the thresholds (a config file `ragtune --config` reads).

@@ -134,7 +134,8 @@ fn model_evaluator(config: &ragtune::Config) -> Result<ModelEvaluator> {
 
 /// Fits the two thresholds of `evaluator` on `opts.split` (use a training split) against "a relevant document in
 /// the top `k`": for `Model`, the free retrieval-score scorer (the dense cosine the hybrid retrieval computed),
-/// aggregated as configured; for `Heuristic`, seed 002's weighted score with the configured weights.
+/// aggregated as configured; for `Heuristic`, the heuristic evaluator's weighted score with the configured weights
+/// (docs/pipeline.md, "Evaluate").
 ///
 /// # Errors
 /// Dataset, index or model failures; a split where every query succeeded or every one failed.

@@ -25,7 +25,8 @@ use crate::retrieval::Latency;
 use ragtune::{Chunking, Config, Engine, StoreConfig};
 use ragtune::{ContextMode, EmbeddingMode, Transform};
 
-/// The named experiments: seed 003's ladder plus the closed-book and full corrective pipelines.
+/// The named experiments (docs/eval.md, "The experiments"): a ladder from plain RAG to batched extraction, plus
+/// the closed-book and full corrective pipelines.
 pub const EXPERIMENTS: [&str; 10] = [
     "no_retrieval",
     "baseline",
@@ -43,13 +44,13 @@ pub const EXPERIMENTS: [&str; 10] = [
 ///
 /// - `no_retrieval`: the LLM answers from what it knows (closed book).
 /// - `baseline`: plain RAG — retrieve the top 5, whole passages, answer; no evaluation, judge or retry.
-/// - `forced_search`: the baseline searching with an LLM rewrite of the question (seed 003 v3's forced search).
+/// - `forced_search`: the baseline searching with an LLM rewrite of the question (the question is always searched).
 /// - `refined`: the baseline with knowledge-refinement strips instead of whole passages.
-/// - `extraction`: the baseline with query-focused extraction, one LLM call per passage (seed 003 v3).
+/// - `extraction`: the baseline with query-focused extraction, one LLM call per passage.
 /// - `judge`: extraction plus the faithfulness judge.
-/// - `smart_retry`: judge plus smart retry (seed 003 v4).
-/// - `multi_query`: smart retry searching with multi-query fusion (seed 003 v5).
-/// - `batched_extraction`: multi_query with one batched extraction call (seed 003 v6).
+/// - `smart_retry`: judge plus smart retry.
+/// - `multi_query`: smart retry searching with multi-query fusion.
+/// - `batched_extraction`: multi_query with one batched extraction call.
 /// - `corrective`: the full pipeline — Corrective RAG (evaluate, correct), batched extraction, judge, smart retry.
 ///
 /// # Errors

@@ -131,7 +131,7 @@ impl RerankOutcome {
     }
 }
 
-/// The budgeted reranking loop of RAGtune (seed 004): value the pool, let the scheduler propose a batch, spend
+/// The budgeted reranking loop (docs/rerank.md): value the pool, let the scheduler propose a batch, spend
 /// on it if it fits, record the scores; repeat until something says stop.
 ///
 /// The controller alone spends budget and moves items between states. Per iteration:
@@ -158,8 +158,8 @@ impl RerankOutcome {
 /// context carries the batch's reservation as its budget, so budget-aware rerankers (like
 /// [`LlmReranker`](crate::LlmReranker)) can refuse to exceed it.
 ///
-/// **Time.** A batch cut off by the deadline or by cancellation fails like any other and is dropped (the seed's
-/// no-retry rule: an item never returns to `CANDIDATE`); that is why step 4 only dispatches what the reranker's
+/// **Time.** A batch cut off by the deadline or by cancellation fails like any other and is dropped (the no-retry
+/// rule of docs/rerank.md's guarantees: an item never returns to `CANDIDATE`); that is why step 4 only dispatches what the reranker's
 /// declared `ms_per_doc` says will finish in time.
 ///
 /// **Errors versus stopping.** Running out of budget or time, cancellation and failing rerankers are normal

@@ -1,4 +1,4 @@
-//! Budgeted reranking for ragtune (RAGtune, seed 004): spend an explicit reranking budget only where reranking
+//! Budgeted reranking for ragtune (the RAGtune controller, docs/rerank.md): spend an explicit reranking budget only where reranking
 //! can change the top of the ranking, then assemble the context under a token budget.
 //!
 //! Retrieval gives a large pool of candidates cheaply; a reranker (a cross-encoder, an LLM) is precise but

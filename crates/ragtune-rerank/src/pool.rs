@@ -1,7 +1,7 @@
 //! The candidate pool: every candidate of one request, keyed by id, with its state, provenance and scores.
 //!
 //! The pool is the only place where an item's state changes, and every change is validated against the state
-//! machine of the design (seed 004):
+//! machine below (docs/rerank.md, "The parts"):
 //!
 //! ```text
 //! CANDIDATE ──► IN_FLIGHT ──► RERANKED

@@ -116,7 +116,8 @@ pub struct PipelineSettings {
     pub generate: bool,
     /// Retrieve at all; `false` answers closed-book (the "no retrieval" baseline of evaluations).
     pub retrieve: bool,
-    /// Extract with one LLM call per passage (seed 003 v3–v5) instead of one batched call (v6).
+    /// Extract with one LLM call per passage (the `extraction` experiment of docs/eval.md) instead of one batched
+    /// call (the default, `batched_extraction`).
     pub extraction_per_document: bool,
     /// Judge the answer's faithfulness.
     pub judge: bool,
@@ -163,9 +164,9 @@ pub enum ContextMode {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum EvaluatorKind {
-    /// LLM-free heuristics (seed 002): keyword overlap, coherence, length, diversity.
+    /// LLM-free heuristics: keyword overlap, coherence, length, diversity (docs/pipeline.md, "Evaluate").
     Heuristic,
-    /// A scorer per document, aggregated, read with two calibrated thresholds (seed 000).
+    /// A scorer per document, aggregated, read with two calibrated thresholds (docs/pipeline.md, "Calibration").
     Model,
 }
 

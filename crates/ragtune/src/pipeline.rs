@@ -55,7 +55,7 @@ pub struct Citation {
     pub title: Option<String>,
 }
 
-/// The Corrective-RAG metadata of an answer (seed 002's result fields).
+/// The Corrective-RAG metadata of an answer (the `crag` fields of docs/pipeline.md, "The result").
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CragMetadata {
     /// The evaluator that judged the first retrieval (`heuristic`, `model:…`, or `off`).
