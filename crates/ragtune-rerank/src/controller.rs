@@ -159,8 +159,8 @@ impl RerankOutcome {
 /// [`LlmReranker`](crate::LlmReranker)) can refuse to exceed it.
 ///
 /// **Time.** A batch cut off by the deadline or by cancellation fails like any other and is dropped (the no-retry
-/// rule of docs/rerank.md's guarantees: an item never returns to `CANDIDATE`); that is why step 4 only dispatches what the reranker's
-/// declared `ms_per_doc` says will finish in time.
+/// rule of docs/rerank.md's guarantees: an item never returns to `CANDIDATE`); that is why step 4 only dispatches what
+/// the reranker's declared `ms_per_doc` says will finish in time.
 ///
 /// **Errors versus stopping.** Running out of budget or time, cancellation and failing rerankers are normal
 /// outcomes with a report. Errors are for broken inputs and broken components: duplicate candidate ids, an

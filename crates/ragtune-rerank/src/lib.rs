@@ -1,5 +1,5 @@
-//! Budgeted reranking for ragtune (the RAGtune controller, docs/rerank.md): spend an explicit reranking budget only where reranking
-//! can change the top of the ranking, then assemble the context under a token budget.
+//! Budgeted reranking for ragtune (the RAGtune controller, docs/rerank.md): spend an explicit reranking budget only
+//! where reranking can change the top of the ranking, then assemble the context under a token budget.
 //!
 //! Retrieval gives a large pool of candidates cheaply; a reranker (a cross-encoder, an LLM) is precise but
 //! expensive. This crate decides, batch by batch, which candidates are worth reranking next and stops when the
@@ -56,12 +56,9 @@
 //! assert_eq!(outcome.report.stopped_by, StopReason::BudgetExhausted);
 //! assert_eq!(
 //!     render_ranking(outcome.ranking()),
-//!     "1. doc-0  0.9000  (scripted)\n2. doc-1  0.2000  (scripted)\n3. doc-2  0.8000  (retrieval)\n4. doc-3  0.7000  (retrieval)\n"
-//! );
-//! let context = Assembler::default().assemble(&outcome.pool);
-//! assert_eq!(context.items[0].chunk.id, "doc-0");
-//! # Ok(())
-//! # }
+//! "1. doc-0  0.9000  (scripted)\n2. doc-1  0.2000  (scripted)\n3. doc-2  0.8000  (retrieval)\n4. doc-3  0.7000
+//! (retrieval)\n" ); let context = Assembler::default().assemble(&outcome.pool); assert_eq!(context.items[0].chunk.id,
+//! "doc-0"); # Ok(()) # }
 //! ```
 
 mod assemble;

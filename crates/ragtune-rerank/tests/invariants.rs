@@ -1,4 +1,5 @@
-//! Property tests of the controller's eight guarantees (docs/rerank.md, "Guarantees") over random pools, budgets, policies and failing rerankers:
+//! Property tests of the controller's eight guarantees (docs/rerank.md, "Guarantees") over random pools, budgets,
+//! policies and failing rerankers:
 //!
 //! 1. stable identity and 3. monotone eligibility: a document is sent to a reranker at most once, and its final
 //!    state is what its one batch made of it (never back to `CANDIDATE`);

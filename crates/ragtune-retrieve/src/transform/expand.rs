@@ -130,10 +130,10 @@ impl SynonymTable {
     }
 }
 
-/// Synonym expansion (LLM-free; Corrective RAG's correction of an AMBIGUOUS retrieval, docs/pipeline.md "Correct"): the inner retriever answers the original query and
-/// the expanded one in one batch, and the two lists are merged with RRF (the original weighs more, so expansion
-/// adds recall without pushing exact matches down). Provenance keys are prefixed `orig:` and `expanded:`. A query
-/// without known words is retrieved as is.
+/// Synonym expansion (LLM-free; Corrective RAG's correction of an AMBIGUOUS retrieval, docs/pipeline.md "Correct"): the
+/// inner retriever answers the original query and the expanded one in one batch, and the two lists are merged with RRF
+/// (the original weighs more, so expansion adds recall without pushing exact matches down). Provenance keys are
+/// prefixed `orig:` and `expanded:`. A query without known words is retrieved as is.
 #[derive(Debug, Clone)]
 pub struct SynonymExpansionRetriever {
     name: String,
