@@ -56,9 +56,12 @@
 //! assert_eq!(outcome.report.stopped_by, StopReason::BudgetExhausted);
 //! assert_eq!(
 //!     render_ranking(outcome.ranking()),
-//! "1. doc-0  0.9000  (scripted)\n2. doc-1  0.2000  (scripted)\n3. doc-2  0.8000  (retrieval)\n4. doc-3  0.7000
-//! (retrieval)\n" ); let context = Assembler::default().assemble(&outcome.pool); assert_eq!(context.items[0].chunk.id,
-//! "doc-0"); # Ok(()) # }
+//!     "1. doc-0  0.9000  (scripted)\n2. doc-1  0.2000  (scripted)\n3. doc-2  0.8000  (retrieval)\n4. doc-3  0.7000  (retrieval)\n"
+//! );
+//! let context = Assembler::default().assemble(&outcome.pool);
+//! assert_eq!(context.items[0].chunk.id, "doc-0");
+//! # Ok(())
+//! # }
 //! ```
 
 mod assemble;
