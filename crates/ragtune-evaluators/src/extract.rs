@@ -9,9 +9,10 @@
 //! extraction never leaves the generator with less than lexical refinement would have.
 //!
 //! ```
-//! use ragtune_evaluators::refine::{decompose, estimate_tokens};
+//! use ragtune_evaluators::refine::decompose;
+//! use ragtune_evaluators::text::estimate_tokens;
 //!
-//! // The fallback's strips come from `decompose`; extraction reports tokens with the same estimate.
+//! // The fallback's strips come from `decompose`; extraction reports tokens with the same estimate as refinement.
 //! assert_eq!(decompose("Scurvy is caused by a lack of vitamin C. Lemons cure it quickly.", 25).len(), 2);
 //! assert_eq!(estimate_tokens("Scurvy is caused by a lack of vitamin C."), 12);
 //! ```
@@ -23,7 +24,8 @@ use ragtune_core::{Candidate, Cost, Ctx, Llm, Prompt, Result, TraceEvent};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::refine::{Refined, estimate_tokens};
+use crate::refine::Refined;
+use crate::text::estimate_tokens;
 
 /// Limits of query-focused extraction.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

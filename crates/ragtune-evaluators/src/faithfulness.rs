@@ -32,7 +32,8 @@ use ragtune_core::{
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use unicode_segmentation::UnicodeSegmentation;
+
+use crate::text::{self, cosine};
 
 /// How far the context supports a statement (or a whole answer).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -204,48 +205,17 @@ impl JudgeConfig {
     }
 }
 
-/// Abbreviations after which a period does not end a sentence, lower-cased. "etc." is left out on purpose: it
-/// ends sentences as often as not.
-const ABBREVIATIONS: &[&str] = &[
-    "dr.", "mr.", "mrs.", "ms.", "prof.", "st.", "vs.", "e.g.", "i.e.", "inc.", "ltd.", "co.", "fig.", "no.",
-    "approx.", "jr.", "sr.", "cf.", "al.", "u.s.", "u.k.", "ca.", "vol.", "p.", "pp.", "sec.", "eq.",
-];
-
-/// Splits an answer into statements: sentences (Unicode sentence boundaries, not broken after common
-/// abbreviations or initials), with citation markers like `[1]`, `[1, 2]` or `[Doc 3]` removed from the text,
-/// list bullets and whitespace trimmed, and pieces without a letter (empty, pure citations, list numbers) dropped.
+/// Splits an answer into statements: its sentences ([`text::sentences`]: Unicode sentence boundaries, not broken
+/// after common abbreviations or initials), with citation markers like `[1]`, `[1, 2]` or `[Doc 3]` removed from
+/// the text, list bullets and whitespace trimmed, and pieces without a letter (empty, pure citations, list
+/// numbers) dropped.
 #[must_use]
 pub fn split_statements(answer: &str) -> Vec<String> {
     let mut out = Vec::new();
-    let mut pending = String::new();
-    for piece in answer.split_sentence_bounds() {
-        pending.push_str(piece);
-        if ends_with_abbreviation(&pending) {
-            continue;
-        }
-        push_statement(&mut out, &pending);
-        pending.clear();
+    for sentence in text::sentences(answer) {
+        push_statement(&mut out, sentence);
     }
-    push_statement(&mut out, &pending);
     out
-}
-
-/// Whether a sentence piece ends with an abbreviation or an initial, so that the next piece continues it.
-fn ends_with_abbreviation(piece: &str) -> bool {
-    // A line break ends a statement whatever comes before it (list items, headings).
-    if piece.ends_with(['\n', '\r']) {
-        return false;
-    }
-    let Some(last) = piece.split_whitespace().next_back() else {
-        return false;
-    };
-    let lower = last.to_lowercase();
-    if ABBREVIATIONS.contains(&lower.as_str()) {
-        return true;
-    }
-    // A single capital letter followed by a period is an initial ("J. Lind").
-    let mut chars = last.chars();
-    matches!((chars.next(), chars.next(), chars.next()), (Some(c), Some('.'), None) if c.is_uppercase())
 }
 
 fn push_statement(out: &mut Vec<String>, piece: &str) {
@@ -756,36 +726,13 @@ async fn embed_similarities(
     Ok(s.iter().map(|a| p.iter().map(|b| cosine(a, b)).collect()).collect())
 }
 
-fn cosine(a: &[f32], b: &[f32]) -> f32 {
-    if a.len() != b.len() {
-        return 0.0;
-    }
-    let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
-    let na = a.iter().map(|x| x * x).sum::<f32>().sqrt();
-    let nb = b.iter().map(|x| x * x).sum::<f32>().sqrt();
-    if na == 0.0 || nb == 0.0 || !dot.is_finite() { 0.0 } else { dot / (na * nb) }
-}
-
-/// Common English words that carry no content; words of two characters or fewer are dropped anyway.
-const STOPWORDS: &[&str] = &[
-    "about", "above", "after", "again", "against", "all", "also", "and", "any", "are", "because", "been", "before",
-    "being", "below", "between", "both", "but", "can", "could", "did", "does", "doing", "down", "during", "each",
-    "few", "for", "from", "further", "had", "has", "have", "having", "her", "here", "hers", "him", "his", "how",
-    "however", "into", "its", "itself", "just", "more", "most", "much", "must", "not", "now", "off", "once", "only",
-    "other", "our", "ours", "out", "over", "own", "same", "she", "should", "some", "such", "than", "that", "the",
-    "their", "theirs", "them", "then", "there", "these", "they", "this", "those", "through", "too", "under", "until",
-    "very", "was", "were", "what", "when", "where", "which", "while", "who", "whom", "why", "will", "with", "would",
-    "yes", "you", "your", "yours", "may", "might", "many", "within", "without", "via", "upon", "per",
-];
-
-/// The content tokens of `text`: lower-cased alphanumeric runs, minus stopwords and words of two characters or
-/// fewer; numbers are kept whatever their length, since a wrong number is exactly what must not pass.
-fn content_tokens(text: &str) -> Vec<String> {
+/// The content tokens of `content`: its content words ([`text::is_content_word`]: no stop words, no words of two
+/// characters or fewer), each once; numbers are kept whatever their length, since a wrong number is exactly what
+/// must not pass.
+fn content_tokens(content: &str) -> Vec<String> {
     let mut seen = BTreeSet::new();
-    text.split(|c: char| !c.is_alphanumeric())
-        .filter(|t| !t.is_empty())
-        .map(str::to_lowercase)
-        .filter(|t| is_number(t) || (t.chars().count() > 2 && !STOPWORDS.contains(&t.as_str())))
+    text::words(content)
+        .filter(|t| is_number(t) || text::is_content_word(t))
         .filter(|t| seen.insert(t.clone()))
         .collect()
 }

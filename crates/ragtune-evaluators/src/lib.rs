@@ -14,6 +14,8 @@
 //!   overlap optionally blended with embedding similarity.
 //! - [`retry`]: the smart-retry policy, a pure function of the configuration, the attempt number and what the
 //!   attempt produced.
+//! - [`text`]: the text analysis every judge shares (words, stop words, query keywords, sentences with one
+//!   abbreviation list, cosine, token estimate), so they all see the same words and sentences.
 //! - [`metrics`]: nDCG, recall, precision, MRR and MAP at a cutoff, defined exactly as `trec_eval` (and so
 //!   `pytrec_eval` in the BEIR benchmark) defines them, so that our numbers compare with published scores; a
 //!   percentile helper for latency summaries; and answer-level metrics in the style of SQuAD ([`metrics::answer`]).
@@ -45,3 +47,4 @@ pub mod faithfulness;
 pub mod metrics;
 pub mod refine;
 pub mod retry;
+pub mod text;

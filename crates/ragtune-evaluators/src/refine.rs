@@ -6,10 +6,13 @@
 //! [`Refiner::refine`] scores every strip lexically (IDF-weighted keyword coverage), optionally mixed with an
 //! embedding cosine, keeps the strips that pass [`RefineConfig`]'s thresholds and joins them back per chunk in
 //! document order, reporting how many tokens this saved ([`estimate_tokens`]).
+//! Words, keywords, sentences, the cosine and the token estimate come from [`text`](crate::text), shared with the
+//! other judges.
 //! Scoring is deterministic: the same query and candidates always keep the same strips.
 //!
 //! ```
-//! use ragtune_evaluators::refine::{decompose, estimate_tokens};
+//! use ragtune_evaluators::refine::decompose;
+//! use ragtune_evaluators::text::estimate_tokens;
 //!
 //! let strips = decompose("Dr. Smith found it, e.g. in Rome. The rest is history.", 25);
 //! assert_eq!(strips, ["Dr. Smith found it, e.g. in Rome.", "The rest is history."]);
@@ -22,7 +25,10 @@ use std::sync::Arc;
 
 use ragtune_core::{Candidate, Cost, Ctx, Embedder, Error, Result, TextRole, TraceEvent};
 use serde::{Deserialize, Serialize};
-use unicode_segmentation::UnicodeSegmentation;
+
+/// Re-exported from [`text`], where every user of the estimate finds it: refinement reports its savings with it.
+pub use crate::text::estimate_tokens;
+use crate::text::{self, cosine, keywords, words};
 
 /// How strips are scored and which are kept.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -166,23 +172,6 @@ impl Refined {
     }
 }
 
-/// Estimates the tokens of `text` as whitespace-separated words times 4/3, rounded up.
-///
-/// This is the usual rule of thumb for English under BPE tokenisers (about 0.75 words per token). It is only used
-/// to report how much refinement saved, so a cheap, deterministic estimate is worth more than a model's tokeniser.
-#[must_use]
-pub fn estimate_tokens(text: &str) -> usize {
-    let words = text.split_whitespace().count();
-    (words.saturating_mul(4)).div_ceil(3)
-}
-
-/// Abbreviations after which a period does not end a sentence (lowercased, with their final period).
-const ABBREVIATIONS: &[&str] = &[
-    "al.", "approx.", "cf.", "co.", "dept.", "dr.", "e.g.", "eq.", "fig.", "figs.", "gen.", "i.e.", "inc.", "jr.",
-    "ltd.", "mr.", "mrs.", "ms.", "mt.", "no.", "nos.", "p.", "pp.", "prof.", "rev.", "sec.", "sgt.", "sr.", "st.",
-    "u.k.", "u.n.", "u.s.", "u.s.a.", "vol.", "vs.",
-];
-
 /// Pieces of fewer words than this are glued to the next sentence: they are headings, numbers or the debris of
 /// a missed abbreviation rather than knowledge strips.
 const MIN_SENTENCE_WORDS: usize = 3;
@@ -193,10 +182,11 @@ const MIN_CLAUSE_WORDS: usize = 5;
 /// Splits `text` into knowledge strips: sentences, with sentences of more than `max_strip_words` words cut again
 /// at clause boundaries.
 ///
-/// Sentences come from Unicode sentence boundaries (UAX #29), trimmed, empty ones dropped. Pieces of fewer than
-/// three words are glued to the next sentence, and so is a piece that ends in a common abbreviation (`e.g.`,
-/// `i.e.`, `Dr.`, `Mr.`, `St.`, `U.S.`, `vs.`, ...) or in a capital initial after a capitalised word (`John F.`),
-/// or that ends without punctuation before a lowercase continuation (a hard-wrapped line). Long sentences are cut
+/// Sentences are the shared ones of [`text::sentences`]: Unicode sentence boundaries (UAX #29), not broken after
+/// a common abbreviation (`e.g.`, `i.e.`, `Dr.`, `Mr.`, `St.`, `U.S.`, `vs.`, ...) or a name's initial
+/// (`John F.`) unless a line break follows, nor before a lowercase continuation of a line without closing
+/// punctuation (a hard wrap). Sentences of fewer than three words are glued to the next one, since a strip must
+/// carry meaning (headings, numbers, the debris of a missed abbreviation do not). Long sentences are cut
 /// after `;`, `:`, a dash between spaces, and before `and`, `but`, `which`, `while`, `whereas` after a comma,
 /// into pieces of at least five words. Every strip is a trimmed, verbatim substring of `text`.
 #[must_use]
@@ -214,62 +204,28 @@ pub fn decompose(text: &str, max_strip_words: usize) -> Vec<String> {
         .collect()
 }
 
-/// Byte ranges of the trimmed sentences of `text`, after gluing fragments.
+/// Byte ranges of the trimmed sentences of `text` ([`text::sentence_spans`]), after gluing fragments of fewer than
+/// [`MIN_SENTENCE_WORDS`] words to the next sentence (or, at the end, to the one before).
 fn sentence_ranges(text: &str) -> Vec<(usize, usize)> {
-    let mut raw = Vec::new();
-    let mut offset = 0;
-    for piece in text.split_sentence_bounds() {
-        let start = offset + (piece.len() - piece.trim_start().len());
-        let end = offset + piece.trim_end().len();
-        offset += piece.len();
-        if end > start {
-            raw.push((start, end));
-        }
-    }
+    let raw = text::sentence_spans(text);
     let mut out: Vec<(usize, usize)> = Vec::with_capacity(raw.len());
-    let mut pending: Option<(usize, usize, usize)> = None; // start, end, words
+    let mut pending: Option<(usize, usize)> = None; // start, words
     for (i, &(start, end)) in raw.iter().enumerate() {
         let words = text[start..end].split_whitespace().count();
-        let (p_start, p_words) = pending.map_or((start, 0), |(s, _, w)| (s, w));
-        let current = (p_start, end, p_words + words);
-        let glue = raw.get(i + 1).is_some_and(|&(next_start, next_end)| {
-            current.2 < MIN_SENTENCE_WORDS
-                || ends_with_abbreviation(&text[p_start..end])
-                || continues_lowercase(&text[p_start..end], &text[next_start..next_end])
-        });
-        if glue {
-            pending = Some(current);
-        } else {
-            pending = None;
-            match out.last_mut() {
-                // A short last piece belongs to the sentence before it.
-                Some(last) if i + 1 == raw.len() && current.2 < MIN_SENTENCE_WORDS => last.1 = end,
-                _ => out.push((current.0, current.1)),
-            }
+        let (p_start, p_words) = pending.unwrap_or((start, 0));
+        let words = p_words + words;
+        if words < MIN_SENTENCE_WORDS && i + 1 < raw.len() {
+            pending = Some((p_start, words));
+            continue;
+        }
+        pending = None;
+        match out.last_mut() {
+            // A short last piece belongs to the sentence before it.
+            Some(last) if words < MIN_SENTENCE_WORDS => last.1 = end,
+            _ => out.push((p_start, end)),
         }
     }
     out
-}
-
-/// Whether `sentence` ends in an abbreviation whose period does not end the sentence.
-fn ends_with_abbreviation(sentence: &str) -> bool {
-    let mut tokens = sentence.rsplit(char::is_whitespace);
-    let Some(last) = tokens.next() else { return false };
-    let last = last.trim_start_matches(['(', '[', '"', '\'', '“', '‘']);
-    if ABBREVIATIONS.iter().any(|a| last.eq_ignore_ascii_case(a)) {
-        return true;
-    }
-    // A single capital initial ("F.") is a name's initial only after a capitalised word or another initial
-    // ("John F. Kennedy", "J. R. Tolkien"); after a lowercase word ("vitamin C.") it ends the sentence.
-    let mut chars = last.chars();
-    let initial = matches!((chars.next(), chars.next(), chars.next()), (Some(c), Some('.'), None) if c.is_uppercase());
-    initial && tokens.next().is_some_and(|prev| prev.chars().next().is_some_and(char::is_uppercase))
-}
-
-/// Whether `sentence` runs on into `next`: no closing punctuation, and the next piece starts in lowercase.
-fn continues_lowercase(sentence: &str, next: &str) -> bool {
-    let open = !sentence.ends_with(['.', '!', '?', ':', ';', '…', '"', '”', '\'', '’', ')', ']']);
-    open && next.chars().next().is_some_and(char::is_lowercase)
 }
 
 /// Byte ranges (relative to `sentence`) of its clause pieces, each at least [`MIN_CLAUSE_WORDS`] words.
@@ -319,33 +275,6 @@ fn trimmed(text: &str, start: usize, end: usize) -> (usize, usize) {
     (s, start + piece.trim_end().len())
 }
 
-/// Common English function words, which carry no evidence that a strip is about the query.
-const STOPWORDS: &[&str] = &[
-    "about", "above", "after", "again", "against", "all", "also", "and", "any", "are", "because", "been", "before",
-    "being", "below", "between", "both", "but", "can", "could", "did", "does", "doing", "down", "during", "each",
-    "few", "for", "from", "further", "had", "has", "have", "having", "her", "here", "hers", "herself", "him",
-    "himself", "his", "how", "into", "its", "itself", "just", "many", "more", "most", "much", "nor", "not", "now",
-    "off", "once", "only", "other", "our", "ours", "out", "over", "own", "same", "she", "should", "some", "such",
-    "than", "that", "the", "their", "theirs", "them", "then", "there", "these", "they", "this", "those", "through",
-    "too", "under", "until", "very", "was", "were", "what", "when", "where", "which", "while", "who", "whom", "whose",
-    "why", "will", "with", "would", "you", "your", "yours", "tell", "explain", "describe", "please", "know", "give",
-    "list", "name",
-];
-
-/// Lowercased alphanumeric tokens of `text`.
-fn tokens(text: &str) -> impl Iterator<Item = String> + '_ {
-    text.split(|c: char| !c.is_alphanumeric()).filter(|t| !t.is_empty()).map(str::to_lowercase)
-}
-
-/// The query's keywords, deduplicated in order: tokens longer than two characters that are not stopwords.
-fn keywords(query: &str) -> Vec<String> {
-    let mut seen = BTreeSet::new();
-    tokens(query)
-        .filter(|t| t.chars().count() > 2 && !STOPWORDS.contains(&t.as_str()))
-        .filter(|t| seen.insert(t.clone()))
-        .collect()
-}
-
 /// Whether a strip token matches a keyword: equal, or (for words of five characters and more) differing only in
 /// the last one or two characters, which catches plurals and simple inflections (`plant`/`plants`,
 /// `caused`/`causes`).
@@ -365,7 +294,7 @@ fn token_matches(keyword: &str, token: &str) -> bool {
 /// over the strips themselves (BM25's formula), so rare keywords count for more than common ones.
 fn lexical_scores(keywords: &[String], strips: &[&str]) -> Vec<f32> {
     let strip_tokens: Vec<BTreeSet<String>> =
-        strips.iter().map(|s| tokens(s).filter(|t| t.chars().count() > 2).collect()).collect();
+        strips.iter().map(|s| words(s).filter(|t| t.chars().count() >= text::MIN_CONTENT_CHARS).collect()).collect();
     let present: Vec<Vec<bool>> = strip_tokens
         .iter()
         .map(|set| keywords.iter().map(|k| set.iter().any(|t| token_matches(k, t))).collect())
@@ -388,16 +317,6 @@ fn lexical_scores(keywords: &[String], strips: &[&str]) -> Vec<f32> {
             (hit / total).clamp(0.0, 1.0)
         })
         .collect()
-}
-
-fn cosine(a: &[f32], b: &[f32]) -> f32 {
-    let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
-    let na = a.iter().map(|x| x * x).sum::<f32>().sqrt();
-    let nb = b.iter().map(|x| x * x).sum::<f32>().sqrt();
-    if na <= f32::EPSILON || nb <= f32::EPSILON || !dot.is_finite() {
-        return 0.0;
-    }
-    (dot / (na * nb)).clamp(-1.0, 1.0)
 }
 
 /// Decomposes retrieved chunks into strips, keeps the strips relevant to the query and recomposes them.
@@ -473,7 +392,7 @@ impl Refiner {
             // A query of stopwords only ("what is it?") still says something; use all of its words rather than
             // scoring every strip zero.
             let mut seen = BTreeSet::new();
-            keys = tokens(query).filter(|t| seen.insert(t.clone())).collect();
+            keys = words(query).filter(|t| seen.insert(t.clone())).collect();
             notes.push("the query has no keywords beyond stopwords; scored with all of its words".to_owned());
         }
         let mut scores = lexical_scores(&keys, &texts);
@@ -736,14 +655,6 @@ mod tests {
         assert_eq!(decompose(&blob, 25).len(), 1);
         let words = "word ".repeat(250_000);
         assert_eq!(decompose(&words, 25).len(), 1);
-    }
-
-    #[test]
-    fn tokens_are_estimated_from_words() {
-        assert_eq!(estimate_tokens(""), 0);
-        assert_eq!(estimate_tokens("one"), 2);
-        assert_eq!(estimate_tokens("one two three"), 4);
-        assert_eq!(estimate_tokens("  one\ntwo\tthree four "), 6);
     }
 
     #[test]

@@ -16,8 +16,9 @@ use std::time::Duration;
 use ragtune_core::{Candidate, Cost, Query, RelevanceJudgement, Result, TraceEvent, Verdict};
 use ragtune_evaluators::extract::Extraction;
 use ragtune_evaluators::faithfulness::Faithfulness;
-use ragtune_evaluators::refine::estimate_tokens;
+use ragtune_evaluators::refine::decompose;
 use ragtune_evaluators::retry::RetryDecision;
+use ragtune_evaluators::text::{self, estimate_tokens};
 use serde::{Deserialize, Serialize};
 
 pub use note::{Note, NoteKind};
@@ -360,13 +361,14 @@ fn render_context(context: &[ContextPassage]) -> String {
         .join("\n\n")
 }
 
-/// The LLM-free answer: the two sentences of the context that share most words with the question, each with
-/// its citation, in context order.
+/// The LLM-free answer: the two sentences of the context that share most of the question's keywords, each with
+/// its citation, in context order. Keywords and words are the judges' ones (`ragtune_evaluators::text`), and the
+/// sentences are refinement's strips without clause cuts.
 fn extractive_answer(question: &str, context: &[ContextPassage]) -> String {
-    let q: BTreeSet<String> = words(question).filter(|w| w.len() > 2).collect();
+    let q: BTreeSet<String> = text::keywords(question).into_iter().collect();
     let mut scored: Vec<(usize, usize, usize, String)> = Vec::new(); // (overlap, passage, position, sentence)
     for p in context {
-        for (i, s) in ragtune_evaluators::refine::decompose(&p.text, usize::MAX).into_iter().enumerate() {
+        for (i, s) in decompose(&p.text, usize::MAX).into_iter().enumerate() {
             let overlap = words(&s).filter(|w| q.contains(w)).collect::<BTreeSet<_>>().len();
             scored.push((overlap, p.n, i, s));
         }
@@ -388,7 +390,7 @@ fn extractive_answer(question: &str, context: &[ContextPassage]) -> String {
 }
 
 fn words(text: &str) -> impl Iterator<Item = String> + '_ {
-    text.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).map(str::to_lowercase)
+    text::words(text)
 }
 
 #[cfg(test)]

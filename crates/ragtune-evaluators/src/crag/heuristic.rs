@@ -7,19 +7,13 @@ use async_trait::async_trait;
 use ragtune_core::{Candidate, Cost, Ctx, Error, RelevanceEvaluator, RelevanceJudgement, Result, Verdict};
 use serde::{Deserialize, Serialize};
 
+use crate::text::{estimate_tokens, keywords, words};
+
 /// The criteria keys of [`RelevanceJudgement::criteria`] written by [`HeuristicEvaluator`].
 const KEYWORD_OVERLAP: &str = "keyword_overlap";
 const SEMANTIC_COHERENCE: &str = "semantic_coherence";
 const LENGTH_ADEQUACY: &str = "length_adequacy";
 const DIVERSITY: &str = "diversity";
-
-/// Words that carry no topic: the seed's list plus common question and function words.
-const STOPWORDS: &[&str] = &[
-    "a", "an", "and", "are", "as", "at", "be", "by", "for", "from", "has", "he", "in", "is", "it", "its", "of", "on",
-    "that", "the", "to", "was", "will", "with", "what", "how", "which", "who", "when", "where", "why", "does", "did",
-    "do", "can", "this", "these", "those", "there", "their", "were", "been", "have", "had", "not", "or", "but", "into",
-    "about",
-];
 
 /// Keywords at least this long (in characters) also match words that start with them, so plurals and simple
 /// inflections count ("vitamin" matches "vitamins"); shorter keywords must match whole words.
@@ -129,8 +123,8 @@ impl HeuristicConfig {
 /// The seed's LLM-free CRAG evaluator: keyword overlap, semantic coherence, length adequacy and source diversity,
 /// weighted into one score in `[0, 1]` and read against two thresholds.
 ///
-/// - **Keyword overlap**: the query is lower-cased and split at every non-alphanumeric character; stopwords and
-///   words of at most two characters are dropped, repeats removed. The criterion is the share of these keywords
+/// - **Keyword overlap**: the query's keywords ([`text::keywords`](crate::text::keywords): lower-cased words
+///   without stop words, request words and words of at most two characters, repeats removed). The criterion is the share of these keywords
 ///   found as words of the candidates' titles and texts (a keyword of five or more characters also matches words
 ///   it begins, so "vitamin" finds "vitamins").
 /// - **Semantic coherence**: each candidate's similarity is its `sources[similarity_source]` score, else its own
@@ -138,8 +132,9 @@ impl HeuristicConfig {
 ///   negative or NaN one counts as 0. Coherence is `mean * (1 - min(variance, 0.3))` (population variance), so
 ///   uniformly similar candidates score higher than a mix of good and bad ones.
 /// - **Length adequacy**: estimated tokens over all candidate texts divided by `min_tokens_per_chunk` times the
-///   number of candidates, at most 1. Tokens are estimated as whitespace-separated words times 4/3, rounded
-///   (about how subword tokenisers split English), per candidate.
+///   number of candidates, at most 1. Tokens are estimated per candidate as whitespace-separated words times 4/3,
+///   rounded up ([`text::estimate_tokens`](crate::text::estimate_tokens), about how subword tokenisers split
+///   English).
 /// - **Diversity**: distinct document ids divided by the number of candidates.
 ///
 /// The verdict is RELEVANT ([`Verdict::Correct`]) when the weighted score is strictly above
@@ -281,24 +276,10 @@ fn verdict_reason(verdict: Verdict, score: f32, c: &HeuristicConfig) -> String {
     }
 }
 
-/// Lower-cased words of `text`, split at every character that is not alphanumeric.
-fn tokens(text: &str) -> impl Iterator<Item = String> + '_ {
-    text.split(|ch: char| !ch.is_alphanumeric()).filter(|t| !t.is_empty()).map(str::to_lowercase)
-}
-
-/// The query's keywords: words that are not stopwords and longer than two characters, first occurrences only.
-fn keywords(query: &str) -> Vec<String> {
-    let mut seen = BTreeSet::new();
-    tokens(query)
-        .filter(|t| t.chars().count() > 2 && !STOPWORDS.contains(&t.as_str()))
-        .filter(|t| seen.insert(t.clone()))
-        .collect()
-}
-
 /// The distinct words of a candidate's title and text.
 fn candidate_tokens(candidate: &Candidate) -> BTreeSet<String> {
     let title = candidate.chunk.title.as_deref().unwrap_or_default();
-    tokens(title).chain(tokens(&candidate.chunk.text)).collect()
+    words(title).chain(words(&candidate.chunk.text)).collect()
 }
 
 /// Whether `keyword` is one of `words`, or begins one of them when it is long enough for prefix matching.
@@ -367,15 +348,8 @@ fn semantic_coherence(candidates: &[Candidate], similarities: &[f64], source: &s
     (coherence, reason)
 }
 
-/// The estimated tokens of a text: whitespace-separated words times 4/3, rounded to the nearest integer.
-fn estimated_tokens(text: &str) -> u64 {
-    let words = text.split_whitespace().count() as u64;
-    // round(4w / 3) without floating point: 4w mod 3 is 0, 1 or 2, so adding 1 before dividing rounds halves up.
-    words.saturating_mul(4).saturating_add(1) / 3
-}
-
 fn length_adequacy(candidates: &[Candidate], min_tokens_per_chunk: usize) -> (f64, String) {
-    let total = candidates.iter().fold(0_u64, |acc, c| acc.saturating_add(estimated_tokens(&c.chunk.text)));
+    let total = candidates.iter().fold(0_u64, |acc, c| acc.saturating_add(estimate_tokens(&c.chunk.text) as u64));
     let expected = (min_tokens_per_chunk as u64).saturating_mul(candidates.len() as u64);
     let adequacy = if expected == 0 { 1.0 } else { (total as f64 / expected as f64).min(1.0) };
     let reason = format!(
@@ -439,7 +413,7 @@ mod tests {
 
     fn scurvy() -> Vec<Candidate> {
         vec![
-            // 9 words: round(9 * 4 / 3) = 12 tokens.
+            // 9 words: ceil(9 * 4 / 3) = 12 tokens.
             cand("a#0", "a", "Scurvy is caused by a lack of vitamin C.", 0.02, &[("dense", 0.9)]),
             // 6 words: 8 tokens.
             cand("b#0", "b", "Vitamin C deficiency leads to scurvy.", 0.01, &[("dense", 0.7)]),
@@ -526,7 +500,7 @@ mod tests {
 
     #[test]
     fn length_adequacy_estimates_four_tokens_per_three_words() {
-        assert_eq!([0, 1, 2, 3, 4, 5, 6, 9].map(|w| estimated_tokens(&"w ".repeat(w))), [0, 1, 3, 4, 5, 7, 8, 12]);
+        assert_eq!([0, 1, 2, 3, 4, 5, 6, 9].map(|w| estimate_tokens(&"w ".repeat(w))), [0, 2, 3, 4, 6, 7, 8, 12]);
         // 12 + 8 = 20 tokens against 100 * 2 expected.
         let j = check(
             &HeuristicConfig::default(),

@@ -6,6 +6,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use ragtune_core::{Candidate, CostModel, Ctx, Embedder, Error, Reranker, Result, TextRole};
 
+use crate::text::cosine;
+
 /// A free scorer: the similarity a retriever already computed, read from `candidate.sources[source].score`
 /// (for example the dense cosine of a hybrid retrieval).
 ///
@@ -131,19 +133,6 @@ impl Reranker for DenseSimilarityScorer {
             })
             .collect()
     }
-}
-
-/// The cosine of two vectors of equal length; 0 when either is zero or the result is not finite.
-fn cosine(a: &[f32], b: &[f32]) -> f32 {
-    let (mut dot, mut na, mut nb) = (0.0_f64, 0.0_f64, 0.0_f64);
-    for (x, y) in a.iter().zip(b) {
-        let (x, y) = (f64::from(*x), f64::from(*y));
-        dot += x * y;
-        na += x * x;
-        nb += y * y;
-    }
-    let c = dot / (na.sqrt() * nb.sqrt());
-    if c.is_finite() { c.clamp(-1.0, 1.0) as f32 } else { 0.0 }
 }
 
 #[cfg(test)]
