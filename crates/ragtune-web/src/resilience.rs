@@ -571,10 +571,10 @@ impl<P: WebSearch> CircuitBreaker<P> {
             _ => None,
         };
         drop(state);
-        if let Err(e) = outcome {
-            if counts(e) {
-                bump(&self.stats.failures);
-            }
+        if let Err(e) = outcome
+            && counts(e)
+        {
+            bump(&self.stats.failures);
         }
         if let Some((from, to, reason)) = change {
             self.transition(ctx, from, to, &reason);

@@ -123,10 +123,11 @@ fn parse_feed(xml: &str) -> Result<Vec<WebResult>> {
                 }
             }
             Event::Empty(e) => {
-                if let Some(current) = entry.as_mut() {
-                    if depth == 0 && e.local_name().as_ref() == "link" {
-                        current.take_link(&e);
-                    }
+                if let Some(current) = entry.as_mut()
+                    && depth == 0
+                    && e.local_name().as_ref() == "link"
+                {
+                    current.take_link(&e);
                 }
             }
             Event::Text(t) => {
@@ -209,10 +210,10 @@ impl Entry {
                 .flatten()
                 .and_then(|a| a.normalized_value(quick_xml::XmlVersion::Implicit1_0).ok().map(|v| v.into_owned()))
         };
-        if attr("rel").as_deref().unwrap_or("alternate") == "alternate" {
-            if let Some(href) = attr("href") {
-                self.link = Some(href);
-            }
+        if attr("rel").as_deref().unwrap_or("alternate") == "alternate"
+            && let Some(href) = attr("href")
+        {
+            self.link = Some(href);
         }
     }
 

@@ -118,10 +118,10 @@ fn split_sentences(text: &str) -> Vec<&str> {
             let mut end = i + 1;
             let rest = &text[end..];
             let trimmed = rest.trim_start();
-            if trimmed.starts_with('[') {
-                if let Some(close) = trimmed.find(']') {
-                    end += rest.len() - trimmed.len() + close + 1;
-                }
+            if trimmed.starts_with('[')
+                && let Some(close) = trimmed.find(']')
+            {
+                end += rest.len() - trimmed.len() + close + 1;
             }
             if end > start {
                 out.push(text[start..end].trim());
