@@ -10,6 +10,8 @@
 //! - [`MultiSearch`]: the providers of a query's route ([`Complexity`]) searched in parallel with bounded
 //!   concurrency, results merged with their metadata, canonicalised ([`canonical_url`]), de-duplicated and weighted
 //!   by [`Credibility`] tier; a provider that fails is skipped and reported.
+//! - [`fetch`]: [`PageFetcher`] reads a result's page when its snippet is too short (off by default), with hard
+//!   limits and no request to loopback, private, link-local or metadata addresses unless explicitly allowed.
 //! - [`triangulation`]: VERIFIED / LIKELY / UNVERIFIED per claim by independent registered domains.
 //!
 //! This crate reads no configuration file and no environment variable: the facade does, and hands it endpoints.
@@ -38,6 +40,7 @@
 
 mod canon;
 mod credibility;
+pub mod fetch;
 mod http;
 mod multi;
 pub mod providers;
@@ -46,6 +49,7 @@ pub mod triangulation;
 
 pub use canon::{canonical_url, domain_of, registered_domain};
 pub use credibility::Credibility;
+pub use fetch::{FetchPolicy, Page, PageFetcher};
 pub use http::{Endpoint, RetryAfter, retry_after};
 pub use multi::{Complexity, MultiSearch, RoutePlan, Routing, Skipped, WebOutcome, merge};
 pub use providers::arxiv::{self, Arxiv};
