@@ -56,7 +56,7 @@ async fn loopback_private_and_metadata_addresses_are_refused_without_a_request()
         let err = strict.fetch(&ctx, &url).await.unwrap_err();
         assert_eq!(err.kind(), ErrorKind::InvalidInput, "{url}: {err}");
         assert!(err.message().starts_with("refused to fetch"), "{err}");
-        assert!(start.elapsed() < Duration::from_millis(500), "{url} was refused before any connection");
+        assert!(start.elapsed() < Duration::from_secs(3), "{url} was refused before any connection");
     }
     assert!(server.requests().is_empty());
     let refused = sink.take().into_iter().filter(|e| e.action == "fetch_refused").count();
@@ -97,7 +97,7 @@ async fn a_fifty_megabyte_page_is_cut_at_the_limit() {
     let page = fetcher.fetch(&Ctx::new(), &format!("{}/big", server.url)).await.unwrap();
     assert!(page.truncated);
     assert_eq!(page.text.len(), 100);
-    assert!(start.elapsed() < Duration::from_secs(2), "{:?}", start.elapsed());
+    assert!(start.elapsed() < Duration::from_secs(10), "the 50 MB were not read: {:?}", start.elapsed());
 }
 
 #[tokio::test]
@@ -116,7 +116,7 @@ async fn other_content_types_and_slow_pages_are_refused() {
     let start = Instant::now();
     let err = fetcher.fetch(&ctx, &format!("{}/slow", server.url)).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Transient);
-    assert!(start.elapsed() < Duration::from_secs(1));
+    assert!(start.elapsed() < Duration::from_secs(4), "the 5 s page was not awaited");
     assert_eq!(fetcher.fetch(&ctx, &format!("{}/gone", server.url)).await.unwrap_err().kind(), ErrorKind::Permanent);
     assert_eq!(fetcher.fetch(&ctx, &format!("{}/t", server.url)).await.unwrap().text, "just text");
 }
