@@ -504,6 +504,19 @@ mod tests {
     fn assert_send_sync<T: Send + Sync + ?Sized>() {}
 
     #[test]
+    fn web_results_without_metadata_still_parse_and_metadata_is_omitted_when_absent() {
+        let old = r#"{"url":"https://a.org","title":"A","content":"c","provider":"p"}"#;
+        let r: WebResult = serde_json::from_str(old).unwrap();
+        assert_eq!((r.domain.as_deref(), r.date.as_deref(), r.tier), (None, None, None));
+        assert_eq!(serde_json::to_string(&r).unwrap(), old);
+        let tiered = WebResult { domain: Some("a.org".into()), tier: Some(1), ..r };
+        assert_eq!(
+            serde_json::to_string(&tiered).unwrap(),
+            r#"{"url":"https://a.org","title":"A","content":"c","provider":"p","domain":"a.org","tier":1}"#
+        );
+    }
+
+    #[test]
     fn every_seam_is_object_safe_send_and_sync() {
         assert_send_sync::<Arc<dyn Embedder>>();
         assert_send_sync::<Arc<dyn SparseEncoder>>();

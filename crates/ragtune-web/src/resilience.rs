@@ -852,7 +852,11 @@ mod tests {
                 Retrying::new(Flaky::new(true, ErrorKind::Transient), Backoff { jitter: 0.0, ..Backoff::default() });
             let start = std::time::Instant::now();
             let err = retrying.search(&ctx, &q()).await.unwrap_err();
-            assert!(start.elapsed() < Duration::from_millis(450), "the 1 s backoff was not slept: {:?}", start.elapsed());
+            assert!(
+                start.elapsed() < Duration::from_millis(450),
+                "the 1 s backoff was not slept: {:?}",
+                start.elapsed()
+            );
             assert_eq!(err.kind(), ErrorKind::Transient, "the provider's own failure is reported: {err}");
             assert_eq!(retrying.inner.calls.load(Ordering::SeqCst), 1);
             assert_eq!(retrying.stats().deadline_refusals, 1);
