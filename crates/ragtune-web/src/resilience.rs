@@ -10,7 +10,6 @@
 //! Every state change and every wait is traced (stage `web`) and counted in [`ResilienceStats`]; no wait goes past
 //! the [`Ctx`] deadline: a wait that would is refused with [`ErrorKind::DeadlineExceeded`] instead.
 
-use std::future::Future;
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -23,6 +22,7 @@ use ragtune_core::{CostModel, Ctx, Error, ErrorKind, Result, TraceEvent, WebQuer
 use serde::{Deserialize, Serialize};
 
 use crate::http::retry_after;
+use crate::providers::per_query;
 
 /// Counters shared by a provider's decorators: what the breaker, the retries and the rate limit did.
 #[derive(Debug, Default)]
@@ -105,19 +105,6 @@ async fn wait_within(ctx: &Ctx, provider: &str, what: &str, wait: Duration, stat
 
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
-/// Calls `inner` once per query and gathers the lists.
-async fn per_query<'a, F, Fut>(queries: &'a [WebQuery], mut one: F) -> Result<Vec<Vec<WebResult>>>
-where
-    F: FnMut(&'a WebQuery) -> Fut,
-    Fut: Future<Output = Result<Vec<WebResult>>>,
-{
-    let mut out = Vec::with_capacity(queries.len());
-    for q in queries {
-        out.push(one(q).await?);
-    }
-    Ok(out)
 }
 
 /// One query through `inner`, as one list.

@@ -18,7 +18,7 @@ use quick_xml::Reader;
 use quick_xml::events::Event;
 use ragtune_core::{CostModel, Ctx, Error, Result, WebQuery, WebResult, WebSearch};
 
-use super::{per_call, result, squash, trace_call};
+use super::{finish, per_call, per_query, result, squash};
 use crate::http::{self, Endpoint};
 
 /// The name this provider reports.
@@ -52,10 +52,7 @@ impl Arxiv {
         let params = [("search_query", search.as_str()), ("start", "0"), ("max_results", max.as_str())];
         let request = self.http.get(self.endpoint.url("/api/query")).query(&params);
         let text = http::send(ctx, NAME, &self.endpoint, request).await?;
-        let mut results = parse_feed(&text)?;
-        results.truncate(query.max_results);
-        trace_call(ctx, NAME, results.len(), 0, start.elapsed());
-        Ok(results)
+        Ok(finish(ctx, NAME, start, 0, query.max_results, parse_feed(&text)?))
     }
 }
 
@@ -241,11 +238,7 @@ impl WebSearch for Arxiv {
     }
 
     async fn search(&self, ctx: &Ctx, queries: &[WebQuery]) -> Result<Vec<Vec<WebResult>>> {
-        let mut out = Vec::with_capacity(queries.len());
-        for q in queries {
-            out.push(self.one(ctx, q).await?);
-        }
-        Ok(out)
+        per_query(queries, |q| self.one(ctx, q)).await
     }
 }
 

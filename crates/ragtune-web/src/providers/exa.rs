@@ -15,7 +15,7 @@ use ragtune_core::{CostModel, Ctx, Result, WebQuery, WebResult, WebSearch};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{per_call, result, squash, trace_call};
+use super::{finish, per_call, per_query, result, squash};
 use crate::http::{self, Endpoint};
 
 /// The name this provider reports.
@@ -56,21 +56,14 @@ impl Exa {
         let request = self.http.post(self.endpoint.url("/search")).header("x-api-key", key.expose()).json(&body);
         let text = http::send(ctx, NAME, &self.endpoint, request).await?;
         let answer: Answer = http::parse_json(NAME, &text)?;
-        let results: Vec<WebResult> = answer
-            .results
-            .into_iter()
-            .filter(|r| !r.url.is_empty())
-            .take(query.max_results)
-            .map(|r| {
-                let content = r.text.filter(|t| !t.trim().is_empty()).unwrap_or_else(|| r.highlights.join(" … "));
-                let mut out = result(NAME, r.url, squash(&r.title.unwrap_or_default()), squash(&content));
-                out.score = r.score.map(|s| s as f32);
-                out.date = r.published_date;
-                out
-            })
-            .collect();
-        trace_call(ctx, NAME, results.len(), 0, start.elapsed());
-        Ok(results)
+        let results = answer.results.into_iter().map(|r| {
+            let content = r.text.filter(|t| !t.trim().is_empty()).unwrap_or_else(|| r.highlights.join(" … "));
+            let mut out = result(NAME, r.url, squash(&r.title.unwrap_or_default()), squash(&content));
+            out.score = r.score.map(|s| s as f32);
+            out.date = r.published_date;
+            out
+        });
+        Ok(finish(ctx, NAME, start, 0, query.max_results, results))
     }
 }
 
@@ -109,10 +102,6 @@ impl WebSearch for Exa {
     }
 
     async fn search(&self, ctx: &Ctx, queries: &[WebQuery]) -> Result<Vec<Vec<WebResult>>> {
-        let mut out = Vec::with_capacity(queries.len());
-        for q in queries {
-            out.push(self.one(ctx, q).await?);
-        }
-        Ok(out)
+        per_query(queries, |q| self.one(ctx, q)).await
     }
 }

@@ -12,7 +12,10 @@ pub mod searxng;
 pub mod semantic_scholar;
 pub mod tavily;
 
-use ragtune_core::{Cost, CostModel, Ctx, TraceEvent, WebResult};
+use std::future::Future;
+use std::time::Instant;
+
+use ragtune_core::{Cost, CostModel, Ctx, Result, TraceEvent, WebQuery, WebResult};
 
 /// A result with what every provider gives; the metadata (domain, tier) is filled in later.
 pub(crate) fn result(provider: &str, url: String, title: String, content: String) -> WebResult {
@@ -24,18 +27,41 @@ pub(crate) fn per_call(ms: f64) -> CostModel {
     CostModel { per_call: Cost::new(0, 0, 1), per_doc: Cost::ZERO, ms_per_doc: ms }
 }
 
-/// Records one provider call in the trace.
-pub(crate) fn trace_call(ctx: &Ctx, provider: &str, results: usize, tokens: u64, elapsed: std::time::Duration) {
+/// The first `max_results` results with a URL, and the call recorded in the trace with its cost.
+pub(crate) fn finish(
+    ctx: &Ctx,
+    provider: &str,
+    start: Instant,
+    tokens: u64,
+    max_results: usize,
+    results: impl IntoIterator<Item = WebResult>,
+) -> Vec<WebResult> {
+    let results: Vec<WebResult> = results.into_iter().filter(|r| !r.url.trim().is_empty()).take(max_results).collect();
     ctx.trace(
         TraceEvent::new("web", "search")
             .detail("provider", provider)
-            .detail("results", results)
-            .cost(Cost::new(tokens, results as u64, 1))
-            .elapsed(elapsed),
+            .detail("results", results.len())
+            .cost(Cost::new(tokens, results.len() as u64, 1))
+            .elapsed(start.elapsed()),
     );
+    results
 }
 
 /// Text with whitespace runs collapsed, so snippets spread over lines (Atom, HTML-ish APIs) read as one paragraph.
 pub(crate) fn squash(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Answers a batch one query at a time, in order: what every provider and decorator does with a batch, so that
+/// each HTTP request is paced, retried and counted on its own.
+pub(crate) async fn per_query<'a, F, Fut>(queries: &'a [WebQuery], mut one: F) -> Result<Vec<Vec<WebResult>>>
+where
+    F: FnMut(&'a WebQuery) -> Fut,
+    Fut: Future<Output = Result<Vec<WebResult>>>,
+{
+    let mut out = Vec::with_capacity(queries.len());
+    for q in queries {
+        out.push(one(q).await?);
+    }
+    Ok(out)
 }

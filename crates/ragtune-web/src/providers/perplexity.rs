@@ -20,7 +20,7 @@ use ragtune_core::{Cost, CostModel, Ctx, Result, WebQuery, WebResult, WebSearch}
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{result, squash, trace_call};
+use super::{finish, per_query, result, squash};
 use crate::http::{self, Endpoint};
 
 /// The name this provider reports.
@@ -70,9 +70,7 @@ impl Perplexity {
         let text = http::send(ctx, NAME, &self.endpoint, request).await?;
         let answer: Answer = http::parse_json(NAME, &text)?;
         let tokens = answer.usage.as_ref().map_or(0, |u| u.total_tokens);
-        let results = citations_to_results(answer, query.max_results);
-        trace_call(ctx, NAME, results.len(), tokens, start.elapsed());
-        Ok(results)
+        Ok(finish(ctx, NAME, start, tokens, query.max_results, citations_to_results(answer, query.max_results)))
     }
 }
 
@@ -190,11 +188,7 @@ impl WebSearch for Perplexity {
     }
 
     async fn search(&self, ctx: &Ctx, queries: &[WebQuery]) -> Result<Vec<Vec<WebResult>>> {
-        let mut out = Vec::with_capacity(queries.len());
-        for q in queries {
-            out.push(self.one(ctx, q).await?);
-        }
-        Ok(out)
+        per_query(queries, |q| self.one(ctx, q)).await
     }
 }
 

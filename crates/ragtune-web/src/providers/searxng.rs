@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use ragtune_core::{CostModel, Ctx, Result, WebQuery, WebResult, WebSearch};
 use serde::Deserialize;
 
-use super::{per_call, result, squash, trace_call};
+use super::{finish, per_call, per_query, result, squash};
 use crate::http::{self, Endpoint};
 
 /// The name this provider reports.
@@ -63,20 +63,13 @@ impl SearxNg {
         let request = self.http.get(self.endpoint.url("/search")).query(&params);
         let text = http::send(ctx, NAME, &self.endpoint, request).await?;
         let answer: Answer = http::parse_json(NAME, &text)?;
-        let results: Vec<WebResult> = answer
-            .results
-            .into_iter()
-            .filter(|r| !r.url.is_empty())
-            .take(query.max_results)
-            .map(|r| {
-                let mut out = result(NAME, r.url, squash(&r.title), squash(&r.content.unwrap_or_default()));
-                out.score = r.score.map(|s| s as f32);
-                out.date = r.published_date;
-                out
-            })
-            .collect();
-        trace_call(ctx, NAME, results.len(), 0, start.elapsed());
-        Ok(results)
+        let results = answer.results.into_iter().map(|r| {
+            let mut out = result(NAME, r.url, squash(&r.title), squash(&r.content.unwrap_or_default()));
+            out.score = r.score.map(|s| s as f32);
+            out.date = r.published_date;
+            out
+        });
+        Ok(finish(ctx, NAME, start, 0, query.max_results, results))
     }
 }
 
@@ -112,10 +105,6 @@ impl WebSearch for SearxNg {
     }
 
     async fn search(&self, ctx: &Ctx, queries: &[WebQuery]) -> Result<Vec<Vec<WebResult>>> {
-        let mut out = Vec::with_capacity(queries.len());
-        for q in queries {
-            out.push(self.one(ctx, q).await?);
-        }
-        Ok(out)
+        per_query(queries, |q| self.one(ctx, q)).await
     }
 }

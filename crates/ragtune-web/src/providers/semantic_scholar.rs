@@ -16,7 +16,7 @@ use async_trait::async_trait;
 use ragtune_core::{CostModel, Ctx, Result, WebQuery, WebResult, WebSearch};
 use serde::Deserialize;
 
-use super::{per_call, result, squash, trace_call};
+use super::{finish, per_call, per_query, result, squash};
 use crate::http::{self, Endpoint};
 
 /// The name this provider reports.
@@ -52,30 +52,23 @@ impl SemanticScholar {
         }
         let text = http::send(ctx, NAME, &self.endpoint, request).await?;
         let answer: Answer = http::parse_json(NAME, &text)?;
-        let results: Vec<WebResult> = answer
-            .data
-            .into_iter()
-            .filter(|p| !p.paper_id.is_empty())
-            .take(query.max_results)
-            .map(|p| {
-                let url = p
-                    .url
-                    .filter(|u| !u.is_empty())
-                    .unwrap_or_else(|| format!("https://www.semanticscholar.org/paper/{}", p.paper_id));
-                let title = p.title.unwrap_or_default();
-                // A paper without an abstract still says something through its title and venue.
-                let content = match (p.r#abstract, &p.venue) {
-                    (Some(a), _) if !a.trim().is_empty() => a,
-                    (_, Some(v)) if !v.is_empty() => format!("{title} ({v})"),
-                    _ => title.clone(),
-                };
-                let mut out = result(NAME, url, squash(&title), squash(&content));
-                out.date = p.publication_date.or_else(|| p.year.map(|y| y.to_string()));
-                out
-            })
-            .collect();
-        trace_call(ctx, NAME, results.len(), 0, start.elapsed());
-        Ok(results)
+        let results = answer.data.into_iter().filter(|p| !p.paper_id.is_empty()).map(|p| {
+            let url = p
+                .url
+                .filter(|u| !u.is_empty())
+                .unwrap_or_else(|| format!("https://www.semanticscholar.org/paper/{}", p.paper_id));
+            let title = p.title.unwrap_or_default();
+            // A paper without an abstract still says something through its title and venue.
+            let content = match (p.r#abstract, &p.venue) {
+                (Some(a), _) if !a.trim().is_empty() => a,
+                (_, Some(v)) if !v.is_empty() => format!("{title} ({v})"),
+                _ => title.clone(),
+            };
+            let mut out = result(NAME, url, squash(&title), squash(&content));
+            out.date = p.publication_date.or_else(|| p.year.map(|y| y.to_string()));
+            out
+        });
+        Ok(finish(ctx, NAME, start, 0, query.max_results, results))
     }
 }
 
@@ -116,10 +109,6 @@ impl WebSearch for SemanticScholar {
     }
 
     async fn search(&self, ctx: &Ctx, queries: &[WebQuery]) -> Result<Vec<Vec<WebResult>>> {
-        let mut out = Vec::with_capacity(queries.len());
-        for q in queries {
-            out.push(self.one(ctx, q).await?);
-        }
-        Ok(out)
+        per_query(queries, |q| self.one(ctx, q)).await
     }
 }

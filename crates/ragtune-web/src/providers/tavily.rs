@@ -15,7 +15,7 @@ use ragtune_core::{CostModel, Ctx, Result, WebQuery, WebResult, WebSearch};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{per_call, result, squash, trace_call};
+use super::{finish, per_call, per_query, result, squash};
 use crate::http::{self, Endpoint};
 
 /// The name this provider reports.
@@ -62,20 +62,13 @@ impl Tavily {
         let request = self.http.post(self.endpoint.url("/search")).bearer_auth(key.expose()).json(&body);
         let text = http::send(ctx, NAME, &self.endpoint, request).await?;
         let answer: Answer = http::parse_json(NAME, &text)?;
-        let results: Vec<WebResult> = answer
-            .results
-            .into_iter()
-            .filter(|r| !r.url.is_empty())
-            .take(query.max_results)
-            .map(|r| {
-                let mut out = result(NAME, r.url, squash(&r.title), squash(&r.content));
-                out.score = r.score.map(|s| s as f32);
-                out.date = r.published_date;
-                out
-            })
-            .collect();
-        trace_call(ctx, NAME, results.len(), 0, start.elapsed());
-        Ok(results)
+        let results = answer.results.into_iter().map(|r| {
+            let mut out = result(NAME, r.url, squash(&r.title), squash(&r.content));
+            out.score = r.score.map(|s| s as f32);
+            out.date = r.published_date;
+            out
+        });
+        Ok(finish(ctx, NAME, start, 0, query.max_results, results))
     }
 }
 
@@ -111,10 +104,6 @@ impl WebSearch for Tavily {
     }
 
     async fn search(&self, ctx: &Ctx, queries: &[WebQuery]) -> Result<Vec<Vec<WebResult>>> {
-        let mut out = Vec::with_capacity(queries.len());
-        for q in queries {
-            out.push(self.one(ctx, q).await?);
-        }
-        Ok(out)
+        per_query(queries, |q| self.one(ctx, q)).await
     }
 }
