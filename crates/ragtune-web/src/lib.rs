@@ -14,7 +14,11 @@
 //!   limits and no request to loopback, private, link-local or metadata addresses unless explicitly allowed.
 //! - [`triangulation`]: VERIFIED / LIKELY / UNVERIFIED per claim by independent registered domains.
 //!
-//! This crate reads no configuration file and no environment variable: the facade does, and hands it endpoints.
+//! - [`WebSettings`]: the whole layer's settings (a `[web]` configuration section), built into a [`WebStack`] with
+//!   one call.
+//!
+//! This crate reads no configuration file and no environment variable: the facade does, and hands it settings
+//! with keys already resolved.
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -45,6 +49,7 @@ mod http;
 mod multi;
 pub mod providers;
 pub mod resilience;
+mod settings;
 pub mod triangulation;
 
 pub use canon::{canonical_url, domain_of, registered_domain};
@@ -62,3 +67,4 @@ pub use resilience::{
     Backoff, BreakerConfig, BreakerState, CircuitBreaker, RateLimit, RateLimited, Resilience, ResilienceStats,
     Resilient, Retrying, StatsSnapshot,
 };
+pub use settings::{ProviderSettings, WebSettings, WebStack};
