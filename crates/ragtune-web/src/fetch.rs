@@ -29,8 +29,8 @@ pub struct FetchPolicy {
     pub max_bytes: usize,
     /// The most characters of extracted text kept as the result's content.
     pub max_text_chars: usize,
-    /// The longest one page may take, redirects included.
-    #[serde(with = "millis")]
+    /// The longest one page may take, redirects included (seconds in configuration files).
+    #[serde(with = "crate::resilience::secs")]
     pub timeout: Duration,
     /// The most redirects followed.
     pub max_redirects: usize,
@@ -55,20 +55,6 @@ impl Default for FetchPolicy {
             allow_loopback: false,
             allow_private: false,
         }
-    }
-}
-
-mod millis {
-    use std::time::Duration;
-
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_u64(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        Ok(Duration::from_millis(u64::deserialize(d)?))
     }
 }
 

@@ -254,7 +254,8 @@ impl Backoff {
     }
 }
 
-mod secs {
+/// Durations as seconds (`0.25`) in configuration files.
+pub(crate) mod secs {
     use std::time::Duration;
 
     use serde::{Deserialize, Deserializer, Serializer};
