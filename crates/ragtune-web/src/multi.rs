@@ -9,14 +9,17 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 use futures_util::stream::{self, StreamExt};
-use ragtune_core::{Cost, CostModel, Ctx, Error, Result, TraceEvent, WebQuery, WebResult, WebSearch};
+use ragtune_core::{Cost, CostModel, Ctx, Error, Result, TraceEvent, TraceSink, WebQuery, WebResult, WebSearch};
 use serde::{Deserialize, Serialize};
 
 use crate::canon::{canonical_url, domain_of};
 use crate::credibility::Credibility;
 
-/// One provider's search, named.
-type Call<'a> = Pin<Box<dyn Future<Output = (String, Result<Vec<Vec<WebResult>>>)> + Send + 'a>>;
+/// One provider's answer: its name, its result lists, and the trace it recorded.
+type Answer = (String, Result<Vec<Vec<WebResult>>>, Option<TraceSink>);
+
+/// One provider's search.
+type Call<'a> = Pin<Box<dyn Future<Output = Answer> + Send + 'a>>;
 
 /// How hard a query is, as the router judged it; it decides how many providers are asked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -211,21 +214,31 @@ impl MultiSearch {
             return Ok(WebOutcome::default());
         }
         let request = [WebQuery { text: query.to_owned(), max_results: plan.max_results }];
-        // Boxed one by one so that the stream's item type names no closure lifetime.
+        // Each provider traces into its own sink, replayed below in route order, so that the trace does not
+        // depend on which provider answered first. Boxed one by one so that the stream's item type names no
+        // closure lifetime.
         let request = &request;
         let calls: Vec<Call<'_>> = chosen
             .iter()
             .map(|p| -> Call<'_> {
                 let p = Arc::clone(p);
-                Box::pin(async move { (p.name().to_owned(), p.search(ctx, request).await) })
+                let mut own = ctx.clone();
+                let sink = ctx.trace.as_ref().map(|_| TraceSink::new());
+                own.trace.clone_from(&sink);
+                Box::pin(async move {
+                    let answer = p.search(&own, request).await;
+                    (p.name().to_owned(), answer, sink)
+                })
             })
             .collect();
-        let answers: Vec<(String, Result<Vec<Vec<WebResult>>>)> =
-            stream::iter(calls).buffered(self.concurrency).collect().await;
+        let answers: Vec<Answer> = stream::iter(calls).buffered(self.concurrency).collect().await;
 
         let mut outcome = WebOutcome::default();
         let mut lists = Vec::new();
-        for (name, answer) in answers {
+        for (name, answer, sink) in answers {
+            for event in sink.map(|s| s.take()).unwrap_or_default() {
+                ctx.trace(event);
+            }
             match answer {
                 Ok(mut l) => {
                     outcome.answered.push(name);

@@ -195,3 +195,24 @@ async fn an_outage_mid_run_trips_the_breaker_and_costs_no_query_its_answer() {
     // While open, the flaky server saw no requests: 2 good + 3 failures × 2 attempts + 1 probe + 2 after.
     assert_eq!(flaky.requests().len(), 2 + 3 * 2 + 1 + 2);
 }
+
+#[tokio::test]
+async fn the_trace_follows_the_route_order_whoever_answers_first() {
+    let slow = serve(|_, _| searx_reply(&["https://slow.example/a"]).delayed(Duration::from_millis(300))).await;
+    let fast =
+        serve(|_, _| Reply::json(&json!({"data": [{"paperId": "p", "title": "F", "url": "https://fast.example/p"}]})))
+            .await;
+    let (a, _) = quick().wrap(SearxNg::new(Endpoint::new(&slow.url)).unwrap()).unwrap();
+    let (b, _) = quick().wrap(SemanticScholar::new(Endpoint::new(&fast.url)).unwrap()).unwrap();
+    let web =
+        MultiSearch::new(vec![Arc::new(a), Arc::new(b)]).with_routing(routing(&["searxng", "semantic_scholar"], 5));
+    let sink = TraceSink::new();
+    let ctx = Ctx::new().with_trace(sink.clone());
+    web.search_route(&ctx, Complexity::Moderate, "q").await.unwrap();
+    let order: Vec<String> = sink
+        .take()
+        .iter()
+        .map(|e| format!("{}:{}", e.action, e.detail.get("provider").and_then(|p| p.as_str()).unwrap_or("-")))
+        .collect();
+    assert_eq!(order, ["search:searxng", "search:semantic_scholar", "merged:-"]);
+}
