@@ -13,12 +13,11 @@
 
 use std::time::Instant;
 
-use async_trait::async_trait;
 use quick_xml::Reader;
 use quick_xml::events::Event;
-use ragtune_core::{CostModel, Ctx, Error, Result, WebQuery, WebResult, WebSearch};
+use ragtune_core::{Ctx, Error, Result, WebQuery, WebResult};
 
-use super::{finish, per_call, per_query, result, squash};
+use super::{finish, per_call, result, squash};
 use crate::http::{self, Endpoint};
 
 /// The name this provider reports.
@@ -226,21 +225,11 @@ impl Entry {
     }
 }
 
-#[async_trait]
-impl WebSearch for Arxiv {
-    fn name(&self) -> &str {
-        NAME
-    }
-
+web_search!(
+    Arxiv,
+    per_call(1000.0),
     /// One free call per query; about a second.
-    fn cost_model(&self) -> CostModel {
-        per_call(1000.0)
-    }
-
-    async fn search(&self, ctx: &Ctx, queries: &[WebQuery]) -> Result<Vec<Vec<WebResult>>> {
-        per_query(queries, |q| self.one(ctx, q)).await
-    }
-}
+);
 
 #[cfg(test)]
 mod tests {

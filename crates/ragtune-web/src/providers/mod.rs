@@ -5,6 +5,33 @@
 //! [`Error`](ragtune_core::Error): none retries, waits or keeps state; the decorators in
 //! [`resilience`](crate::resilience) do.
 
+/// Implements [`WebSearch`](ragtune_core::WebSearch) for a provider type whose module has a `NAME` and whose type
+/// has `async fn one(&self, ctx, query) -> Result<Vec<WebResult>>`: every provider answers a batch one query at a
+/// time, so the impls differ only in their declared cost.
+macro_rules! web_search {
+    ($ty:ty, $cost:expr, $(#[doc = $doc:literal])*) => {
+        #[async_trait::async_trait]
+        impl ragtune_core::WebSearch for $ty {
+            fn name(&self) -> &str {
+                NAME
+            }
+
+            $(#[doc = $doc])*
+            fn cost_model(&self) -> ragtune_core::CostModel {
+                $cost
+            }
+
+            async fn search(
+                &self,
+                ctx: &ragtune_core::Ctx,
+                queries: &[ragtune_core::WebQuery],
+            ) -> ragtune_core::Result<Vec<Vec<ragtune_core::WebResult>>> {
+                $crate::providers::per_query(queries, |q| self.one(ctx, q)).await
+            }
+        }
+    };
+}
+
 pub mod arxiv;
 pub mod exa;
 pub mod perplexity;

@@ -15,12 +15,11 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
-use async_trait::async_trait;
-use ragtune_core::{Cost, CostModel, Ctx, Result, WebQuery, WebResult, WebSearch};
+use ragtune_core::{Cost, CostModel, Ctx, Result, WebQuery, WebResult};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{finish, per_query, result, squash};
+use super::{finish, result, squash};
 use crate::http::{self, Endpoint};
 
 /// The name this provider reports.
@@ -175,22 +174,12 @@ struct Usage {
     total_tokens: u64,
 }
 
-#[async_trait]
-impl WebSearch for Perplexity {
-    fn name(&self) -> &str {
-        NAME
-    }
-
+web_search!(
+    Perplexity,
+    CostModel { per_call: Cost::new(600, 0, 1), per_doc: Cost::ZERO, ms_per_doc: 1500.0 },
     /// One paid call per query ([`USD_PER_1000_REQUESTS`]) plus about 600 tokens of prompt, search context and
     /// answer; under 400 ms at the median per the protocol, more for long answers.
-    fn cost_model(&self) -> CostModel {
-        CostModel { per_call: Cost::new(600, 0, 1), per_doc: Cost::ZERO, ms_per_doc: 1500.0 }
-    }
-
-    async fn search(&self, ctx: &Ctx, queries: &[WebQuery]) -> Result<Vec<Vec<WebResult>>> {
-        per_query(queries, |q| self.one(ctx, q)).await
-    }
-}
+);
 
 #[cfg(test)]
 mod tests {

@@ -9,11 +9,10 @@
 
 use std::time::Instant;
 
-use async_trait::async_trait;
-use ragtune_core::{CostModel, Ctx, Result, WebQuery, WebResult, WebSearch};
+use ragtune_core::{Ctx, Result, WebQuery, WebResult};
 use serde::Deserialize;
 
-use super::{finish, per_call, per_query, result, squash};
+use super::{finish, per_call, result, squash};
 use crate::http::{self, Endpoint};
 
 /// The name this provider reports.
@@ -93,18 +92,8 @@ struct Hit {
     published_date: Option<String>,
 }
 
-#[async_trait]
-impl WebSearch for SearxNg {
-    fn name(&self) -> &str {
-        NAME
-    }
-
+web_search!(
+    SearxNg,
+    per_call(1000.0),
     /// One call per query; self-hosted, so no money, and a metasearch answer in about a second.
-    fn cost_model(&self) -> CostModel {
-        per_call(1000.0)
-    }
-
-    async fn search(&self, ctx: &Ctx, queries: &[WebQuery]) -> Result<Vec<Vec<WebResult>>> {
-        per_query(queries, |q| self.one(ctx, q)).await
-    }
-}
+);

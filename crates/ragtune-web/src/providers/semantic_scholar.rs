@@ -12,11 +12,10 @@
 
 use std::time::Instant;
 
-use async_trait::async_trait;
-use ragtune_core::{CostModel, Ctx, Result, WebQuery, WebResult, WebSearch};
+use ragtune_core::{Ctx, Result, WebQuery, WebResult};
 use serde::Deserialize;
 
-use super::{finish, per_call, per_query, result, squash};
+use super::{finish, per_call, result, squash};
 use crate::http::{self, Endpoint};
 
 /// The name this provider reports.
@@ -97,18 +96,8 @@ struct Paper {
     venue: Option<String>,
 }
 
-#[async_trait]
-impl WebSearch for SemanticScholar {
-    fn name(&self) -> &str {
-        NAME
-    }
-
+web_search!(
+    SemanticScholar,
+    per_call(800.0),
     /// One free call per query; about 800 ms.
-    fn cost_model(&self) -> CostModel {
-        per_call(800.0)
-    }
-
-    async fn search(&self, ctx: &Ctx, queries: &[WebQuery]) -> Result<Vec<Vec<WebResult>>> {
-        per_query(queries, |q| self.one(ctx, q)).await
-    }
-}
+);

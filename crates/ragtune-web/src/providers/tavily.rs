@@ -10,12 +10,11 @@
 
 use std::time::Instant;
 
-use async_trait::async_trait;
-use ragtune_core::{CostModel, Ctx, Result, WebQuery, WebResult, WebSearch};
+use ragtune_core::{Ctx, Result, WebQuery, WebResult};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{finish, per_call, per_query, result, squash};
+use super::{finish, per_call, result, squash};
 use crate::http::{self, Endpoint};
 
 /// The name this provider reports.
@@ -92,18 +91,8 @@ struct Hit {
     published_date: Option<String>,
 }
 
-#[async_trait]
-impl WebSearch for Tavily {
-    fn name(&self) -> &str {
-        NAME
-    }
-
+web_search!(
+    Tavily,
+    per_call(1500.0),
     /// One paid call per query ([`USD_PER_1000_REQUESTS`]); about 1.5 s for a basic search.
-    fn cost_model(&self) -> CostModel {
-        per_call(1500.0)
-    }
-
-    async fn search(&self, ctx: &Ctx, queries: &[WebQuery]) -> Result<Vec<Vec<WebResult>>> {
-        per_query(queries, |q| self.one(ctx, q)).await
-    }
-}
+);
