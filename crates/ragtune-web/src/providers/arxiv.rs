@@ -218,10 +218,9 @@ impl Entry {
         if url.is_empty() {
             return None;
         }
-        let mut out = result(NAME, url, squash(&self.title), squash(&self.summary));
         let published = self.published.trim();
-        out.date = (!published.is_empty()).then(|| published.to_owned());
-        Some(out)
+        let date = (!published.is_empty()).then(|| published.to_owned());
+        Some(result(NAME, url, &self.title, &self.summary, None, date))
     }
 }
 

@@ -14,7 +14,7 @@ use ragtune_core::{Ctx, Result, WebQuery, WebResult};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{finish, per_call, result, squash};
+use super::{finish, per_call, result};
 use crate::http::{self, Endpoint};
 
 /// The name this provider reports.
@@ -57,10 +57,7 @@ impl Exa {
         let answer: Answer = http::parse_json(NAME, &text)?;
         let results = answer.results.into_iter().map(|r| {
             let content = r.text.filter(|t| !t.trim().is_empty()).unwrap_or_else(|| r.highlights.join(" … "));
-            let mut out = result(NAME, r.url, squash(&r.title.unwrap_or_default()), squash(&content));
-            out.score = r.score.map(|s| s as f32);
-            out.date = r.published_date;
-            out
+            result(NAME, r.url, r.title.as_deref().unwrap_or_default(), &content, r.score, r.published_date)
         });
         Ok(finish(ctx, NAME, start, 0, query.max_results, results))
     }

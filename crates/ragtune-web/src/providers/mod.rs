@@ -44,9 +44,26 @@ use std::time::Instant;
 
 use ragtune_core::{Cost, CostModel, Ctx, Result, TraceEvent, WebQuery, WebResult};
 
-/// A result with what every provider gives; the metadata (domain, tier) is filled in later.
-pub(crate) fn result(provider: &str, url: String, title: String, content: String) -> WebResult {
-    WebResult { url, title, content, provider: provider.to_owned(), ..WebResult::default() }
+/// A result with what providers give, title and content on one line; the domain and tier are filled in later.
+pub(crate) fn result(
+    provider: &str,
+    url: String,
+    title: &str,
+    content: &str,
+    score: Option<f64>,
+    date: Option<String>,
+) -> WebResult {
+    #[allow(clippy::cast_possible_truncation)]
+    let score = score.map(|s| s as f32);
+    WebResult {
+        url,
+        title: squash(title),
+        content: squash(content),
+        provider: provider.to_owned(),
+        score,
+        date,
+        ..WebResult::default()
+    }
 }
 
 /// The declared price of one search call: one call, `max_results` documents, `ms` of expected latency.

@@ -19,7 +19,7 @@ use ragtune_core::{Cost, CostModel, Ctx, Result, WebQuery, WebResult};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{finish, result, squash};
+use super::{finish, result};
 use crate::http::{self, Endpoint};
 
 /// The name this provider reports.
@@ -97,9 +97,7 @@ fn citations_to_results(answer: Answer, max_results: usize) -> Vec<WebResult> {
                 .filter(|s| !s.trim().is_empty())
                 .map_or_else(|| cited.join(" "), str::to_owned);
             let title = source.map(|s| s.title.clone()).filter(|t| !t.is_empty()).unwrap_or_else(|| (*url).to_owned());
-            let mut out = result(NAME, (*url).to_owned(), squash(&title), squash(&content));
-            out.date = source.and_then(|s| s.date.clone());
-            out
+            result(NAME, (*url).to_owned(), &title, &content, None, source.and_then(|s| s.date.clone()))
         })
         .collect()
 }

@@ -12,7 +12,7 @@ use std::time::Instant;
 use ragtune_core::{Ctx, Result, WebQuery, WebResult};
 use serde::Deserialize;
 
-use super::{finish, per_call, result, squash};
+use super::{finish, per_call, result};
 use crate::http::{self, Endpoint};
 
 /// The name this provider reports.
@@ -63,10 +63,7 @@ impl SearxNg {
         let text = http::send(ctx, NAME, &self.endpoint, request).await?;
         let answer: Answer = http::parse_json(NAME, &text)?;
         let results = answer.results.into_iter().map(|r| {
-            let mut out = result(NAME, r.url, squash(&r.title), squash(&r.content.unwrap_or_default()));
-            out.score = r.score.map(|s| s as f32);
-            out.date = r.published_date;
-            out
+            result(NAME, r.url, &r.title, r.content.as_deref().unwrap_or_default(), r.score, r.published_date)
         });
         Ok(finish(ctx, NAME, start, 0, query.max_results, results))
     }

@@ -15,7 +15,7 @@ use std::time::Instant;
 use ragtune_core::{Ctx, Result, WebQuery, WebResult};
 use serde::Deserialize;
 
-use super::{finish, per_call, result, squash};
+use super::{finish, per_call, result};
 use crate::http::{self, Endpoint};
 
 /// The name this provider reports.
@@ -63,9 +63,8 @@ impl SemanticScholar {
                 (_, Some(v)) if !v.is_empty() => format!("{title} ({v})"),
                 _ => title.clone(),
             };
-            let mut out = result(NAME, url, squash(&title), squash(&content));
-            out.date = p.publication_date.or_else(|| p.year.map(|y| y.to_string()));
-            out
+            let date = p.publication_date.or_else(|| p.year.map(|y| y.to_string()));
+            result(NAME, url, &title, &content, None, date)
         });
         Ok(finish(ctx, NAME, start, 0, query.max_results, results))
     }

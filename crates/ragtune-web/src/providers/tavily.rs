@@ -14,7 +14,7 @@ use ragtune_core::{Ctx, Result, WebQuery, WebResult};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{finish, per_call, result, squash};
+use super::{finish, per_call, result};
 use crate::http::{self, Endpoint};
 
 /// The name this provider reports.
@@ -61,12 +61,8 @@ impl Tavily {
         let request = self.http.post(self.endpoint.url("/search")).bearer_auth(key.expose()).json(&body);
         let text = http::send(ctx, NAME, &self.endpoint, request).await?;
         let answer: Answer = http::parse_json(NAME, &text)?;
-        let results = answer.results.into_iter().map(|r| {
-            let mut out = result(NAME, r.url, squash(&r.title), squash(&r.content));
-            out.score = r.score.map(|s| s as f32);
-            out.date = r.published_date;
-            out
-        });
+        let results =
+            answer.results.into_iter().map(|r| result(NAME, r.url, &r.title, &r.content, r.score, r.published_date));
         Ok(finish(ctx, NAME, start, 0, query.max_results, results))
     }
 }
