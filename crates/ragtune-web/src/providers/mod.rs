@@ -44,6 +44,38 @@ use std::time::Instant;
 
 use ragtune_core::{Cost, CostModel, Ctx, Result, TraceEvent, WebQuery, WebResult};
 
+/// A `results` array of objects with `url`, `title`, `content`, `score` and a publication date, the shape SearXNG
+/// and Tavily share (the date is `publishedDate` in SearXNG, `published_date` in Tavily; SearXNG's content may be
+/// null).
+#[derive(serde::Deserialize)]
+pub(crate) struct Hits {
+    #[serde(default)]
+    results: Vec<Hit>,
+}
+
+#[derive(serde::Deserialize)]
+struct Hit {
+    #[serde(default)]
+    url: String,
+    #[serde(default)]
+    title: String,
+    #[serde(default)]
+    content: Option<String>,
+    #[serde(default)]
+    score: Option<f64>,
+    #[serde(default, alias = "publishedDate")]
+    published_date: Option<String>,
+}
+
+impl Hits {
+    /// The hits as results of `provider`.
+    pub(crate) fn into_results(self, provider: &str) -> impl Iterator<Item = WebResult> + '_ {
+        self.results.into_iter().map(move |h| {
+            result(provider, h.url, &h.title, h.content.as_deref().unwrap_or_default(), h.score, h.published_date)
+        })
+    }
+}
+
 /// A result with what providers give, title and content on one line; the domain and tier are filled in later.
 pub(crate) fn result(
     provider: &str,

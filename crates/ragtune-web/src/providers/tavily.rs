@@ -11,10 +11,9 @@
 use std::time::Instant;
 
 use ragtune_core::{Ctx, Result, WebQuery, WebResult};
-use serde::Deserialize;
 use serde_json::json;
 
-use super::{finish, per_call, result};
+use super::{Hits, finish, per_call};
 use crate::http::{self, Endpoint};
 
 /// The name this provider reports.
@@ -60,31 +59,9 @@ impl Tavily {
         });
         let request = self.http.post(self.endpoint.url("/search")).bearer_auth(key.expose()).json(&body);
         let text = http::send(ctx, NAME, &self.endpoint, request).await?;
-        let answer: Answer = http::parse_json(NAME, &text)?;
-        let results =
-            answer.results.into_iter().map(|r| result(NAME, r.url, &r.title, &r.content, r.score, r.published_date));
-        Ok(finish(ctx, NAME, start, 0, query.max_results, results))
+        let hits: Hits = http::parse_json(NAME, &text)?;
+        Ok(finish(ctx, NAME, start, 0, query.max_results, hits.into_results(NAME)))
     }
-}
-
-#[derive(Deserialize)]
-struct Answer {
-    #[serde(default)]
-    results: Vec<Hit>,
-}
-
-#[derive(Deserialize)]
-struct Hit {
-    #[serde(default)]
-    url: String,
-    #[serde(default)]
-    title: String,
-    #[serde(default)]
-    content: String,
-    #[serde(default)]
-    score: Option<f64>,
-    #[serde(default)]
-    published_date: Option<String>,
 }
 
 web_search!(
