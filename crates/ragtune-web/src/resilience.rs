@@ -178,6 +178,11 @@ impl<P: WebSearch> RateLimited<P> {
         self.stats.snapshot()
     }
 
+    async fn one(&self, ctx: &Ctx, query: &WebQuery) -> Result<Vec<WebResult>> {
+        self.permit(ctx).await?;
+        single(&self.inner, ctx, query).await
+    }
+
     async fn permit(&self, ctx: &Ctx) -> Result<()> {
         loop {
             match self.limiter.check() {
@@ -194,23 +199,6 @@ impl<P: WebSearch> RateLimited<P> {
                 }
             }
         }
-    }
-}
-
-#[async_trait]
-impl<P: WebSearch> WebSearch for RateLimited<P> {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-    fn cost_model(&self) -> CostModel {
-        self.inner.cost_model()
-    }
-    async fn search(&self, ctx: &Ctx, queries: &[WebQuery]) -> Result<Vec<Vec<WebResult>>> {
-        per_query(queries, |q| async move {
-            self.permit(ctx).await?;
-            single(&self.inner, ctx, q).await
-        })
-        .await
     }
 }
 
@@ -329,19 +317,6 @@ impl<P: WebSearch> Retrying<P> {
             }
             attempt += 1;
         }
-    }
-}
-
-#[async_trait]
-impl<P: WebSearch> WebSearch for Retrying<P> {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-    fn cost_model(&self) -> CostModel {
-        self.inner.cost_model()
-    }
-    async fn search(&self, ctx: &Ctx, queries: &[WebQuery]) -> Result<Vec<Vec<WebResult>>> {
-        per_query(queries, |q| self.one(ctx, q)).await
     }
 }
 
@@ -580,18 +555,26 @@ impl<P: WebSearch> CircuitBreaker<P> {
     }
 }
 
-#[async_trait]
-impl<P: WebSearch> WebSearch for CircuitBreaker<P> {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-    fn cost_model(&self) -> CostModel {
-        self.inner.cost_model()
-    }
-    async fn search(&self, ctx: &Ctx, queries: &[WebQuery]) -> Result<Vec<Vec<WebResult>>> {
-        per_query(queries, |q| self.one(ctx, q)).await
-    }
+/// The seam for each decorator: the inner provider's name and price, and a batch answered one query at a time
+/// through the decorator's `one`, so that every request is paced, retried and counted on its own.
+macro_rules! decorated {
+    ($($decorator:ident),*) => {$(
+        #[async_trait]
+        impl<P: WebSearch> WebSearch for $decorator<P> {
+            fn name(&self) -> &str {
+                self.inner.name()
+            }
+            fn cost_model(&self) -> CostModel {
+                self.inner.cost_model()
+            }
+            async fn search(&self, ctx: &Ctx, queries: &[WebQuery]) -> Result<Vec<Vec<WebResult>>> {
+                per_query(queries, |q| self.one(ctx, q)).await
+            }
+        }
+    )*};
 }
+
+decorated!(RateLimited, Retrying, CircuitBreaker);
 
 // ---------------------------------------------------------------------------------------------------------------
 // The stack
