@@ -223,6 +223,7 @@ impl WebSearch for FakeWeb {
                     content: format!("Osteomalacia softens the bones of adults. ({})", q.text),
                     provider: "fake".into(),
                     score: Some(0.9),
+                    ..WebResult::default()
                 }]
             })
             .collect())

@@ -361,7 +361,10 @@ pub struct WebQuery {
 }
 
 /// One web search result.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+///
+/// The metadata fields (`domain`, `date`, `tier`) are optional: a provider fills what its API gives, and
+/// `ragtune-web`'s multi-provider search fills `domain` and `tier` for every result it returns.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct WebResult {
     /// The page address.
     pub url: String,
@@ -374,6 +377,15 @@ pub struct WebResult {
     /// The provider's relevance score, if it gives one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub score: Option<f32>,
+    /// The page's host without a leading `www.`, lower-case.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub domain: Option<String>,
+    /// The publication date as the provider gives it (usually ISO 8601), if it gives one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub date: Option<String>,
+    /// The source's credibility tier: 1 (authoritative), 2 (secondary) or 3 (independent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tier: Option<u8>,
 }
 
 /// A web search provider (Tavily, Exa, SearXNG, arXiv...), usually wrapped in rate limiting and a circuit breaker.
@@ -490,6 +502,19 @@ mod tests {
     use super::*;
 
     fn assert_send_sync<T: Send + Sync + ?Sized>() {}
+
+    #[test]
+    fn web_results_without_metadata_still_parse_and_metadata_is_omitted_when_absent() {
+        let old = r#"{"url":"https://a.org","title":"A","content":"c","provider":"p"}"#;
+        let r: WebResult = serde_json::from_str(old).unwrap();
+        assert_eq!((r.domain.as_deref(), r.date.as_deref(), r.tier), (None, None, None));
+        assert_eq!(serde_json::to_string(&r).unwrap(), old);
+        let tiered = WebResult { domain: Some("a.org".into()), tier: Some(1), ..r };
+        assert_eq!(
+            serde_json::to_string(&tiered).unwrap(),
+            r#"{"url":"https://a.org","title":"A","content":"c","provider":"p","domain":"a.org","tier":1}"#
+        );
+    }
 
     #[test]
     fn every_seam_is_object_safe_send_and_sync() {

@@ -1,0 +1,234 @@
+//! What every provider shares: where it is, its key, its time limits, and how an HTTP exchange becomes a result or
+//! a classified [`Error`].
+
+use std::fmt;
+use std::time::Duration;
+
+use ragtune_core::{Ctx, Error, ErrorKind, Result, Secret};
+
+/// Where a provider is and how long a call to it may take.
+///
+/// Base URLs are configurable so that tests and self-hosted instances (SearXNG above all) can point anywhere,
+/// including `http://127.0.0.1:PORT`.
+#[derive(Debug, Clone)]
+pub struct Endpoint {
+    /// The provider's base URL, without a trailing slash (one is tolerated).
+    pub base_url: String,
+    /// The API key, if the provider takes one; never logged (its `Debug` is `<redacted>`).
+    pub api_key: Option<Secret>,
+    /// The longest one request may take, connection included; the context's deadline shortens it.
+    pub timeout: Duration,
+    /// The longest the TCP and TLS connection may take.
+    pub connect_timeout: Duration,
+    /// The largest response body read; a longer one is an error rather than a memory spike.
+    pub max_body_bytes: usize,
+}
+
+impl Endpoint {
+    /// An endpoint at `base_url` with no key, a 15 s request timeout, a 5 s connect timeout and a 4 MiB body limit.
+    #[must_use]
+    pub fn new(base_url: impl Into<String>) -> Self {
+        Self {
+            base_url: base_url.into(),
+            api_key: None,
+            timeout: Duration::from_secs(15),
+            connect_timeout: Duration::from_secs(5),
+            max_body_bytes: 4 << 20,
+        }
+    }
+
+    /// Sets the API key.
+    #[must_use]
+    pub fn with_key(mut self, key: impl Into<Secret>) -> Self {
+        self.api_key = Some(key.into());
+        self
+    }
+
+    /// Sets the request timeout.
+    #[must_use]
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// `base_url` joined with `path` (which starts with `/`).
+    pub(crate) fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base_url.trim_end_matches('/'))
+    }
+
+    /// The key, or an error naming the provider when it needs one and has none.
+    pub(crate) fn require_key(&self, provider: &str) -> Result<&Secret> {
+        self.api_key.as_ref().ok_or_else(|| {
+            Error::invalid_input(format!(
+                "the {provider} web search provider needs an API key (`web.{provider}.api_key`)"
+            ))
+        })
+    }
+}
+
+/// The wait a server asked for with `Retry-After`, carried as the source of a transient [`Error`] so that the
+/// retry decorator can honour it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryAfter(pub Duration);
+
+impl fmt::Display for RetryAfter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "the server asked to retry after {:.1} s", self.0.as_secs_f64())
+    }
+}
+
+impl std::error::Error for RetryAfter {}
+
+/// The `Retry-After` wait an error carries, if any.
+#[must_use]
+pub fn retry_after(error: &Error) -> Option<Duration> {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(error);
+    while let Some(e) = cur {
+        if let Some(r) = e.downcast_ref::<RetryAfter>() {
+            return Some(r.0);
+        }
+        cur = e.source();
+    }
+    None
+}
+
+/// Parses a `Retry-After` value in seconds. The HTTP-date form is not honoured (it needs a date parser and
+/// providers send seconds); it falls back to the backoff schedule.
+fn parse_retry_after(value: &str) -> Option<Duration> {
+    value.trim().parse::<f64>().ok().filter(|s| s.is_finite() && *s >= 0.0).map(Duration::from_secs_f64)
+}
+
+/// A plain HTTP client with the endpoint's connect timeout and no automatic redirects to other hosts' APIs.
+pub(crate) fn client(endpoint: &Endpoint) -> Result<reqwest::Client> {
+    reqwest::Client::builder()
+        .connect_timeout(endpoint.connect_timeout)
+        .redirect(reqwest::redirect::Policy::limited(3))
+        .user_agent(concat!("ragtune/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .map_err(|e| Error::permanent("cannot start the HTTP client").with_source(e))
+}
+
+/// Sends `request` within the endpoint's timeout and the context's deadline, and returns the body of a 2xx answer
+/// as text (invalid UTF-8 replaced, so one bad snippet does not lose a whole answer).
+///
+/// # Errors
+/// Transport failures, non-2xx statuses (classified; 429 and 503 carry their `Retry-After`), a body over the limit,
+/// or a deadline that has already passed.
+pub(crate) async fn send(
+    ctx: &Ctx,
+    provider: &str,
+    endpoint: &Endpoint,
+    request: reqwest::RequestBuilder,
+) -> Result<String> {
+    ctx.check()?;
+    let timeout = ctx.remaining().map_or(endpoint.timeout, |r| r.min(endpoint.timeout));
+    if timeout.is_zero() {
+        return Err(Error::new(ErrorKind::DeadlineExceeded, format!("no time left to ask {provider}")));
+    }
+    let work = async {
+        let mut response = request.send().await.map_err(|e| transport_error(provider, &e, timeout))?;
+        let status = response.status();
+        let wait = response
+            .headers()
+            .get(reqwest::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(parse_retry_after);
+        let mut body = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(|e| transport_error(provider, &e, timeout))? {
+            if body.len() + chunk.len() > endpoint.max_body_bytes {
+                return Err(Error::permanent(format!(
+                    "{provider} sent a response larger than {} bytes",
+                    endpoint.max_body_bytes
+                )));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        let text = String::from_utf8_lossy(&body).into_owned();
+        if status.is_success() { Ok(text) } else { Err(status_error(provider, status.as_u16(), wait, &text)) }
+    };
+    // The whole exchange, body included, is bounded: reqwest's own timeout covers it too, this makes it explicit
+    // for slow bodies.
+    match tokio::time::timeout(timeout, work).await {
+        Ok(result) => result,
+        Err(_) => Err(Error::transient(format!("{provider} did not answer within {:.1} s", timeout.as_secs_f64()))),
+    }
+}
+
+fn transport_error(provider: &str, e: &reqwest::Error, timeout: Duration) -> Error {
+    if e.is_timeout() {
+        Error::transient(format!("{provider} did not answer within {:.1} s", timeout.as_secs_f64()))
+    } else if e.is_connect() {
+        Error::unavailable(format!("cannot reach {provider}: {}", describe(e)))
+    } else {
+        Error::transient(format!("the connection to {provider} failed: {}", describe(e)))
+    }
+}
+
+/// A transport error's causes without the URL (which for some providers holds the query, and which reqwest
+/// already names); keys travel in headers, never in URLs.
+fn describe(e: &reqwest::Error) -> String {
+    let mut parts = Vec::new();
+    let mut cur = std::error::Error::source(e);
+    while let Some(c) = cur {
+        parts.push(c.to_string());
+        cur = c.source();
+    }
+    if parts.is_empty() { e.to_string() } else { parts.join(": ") }
+}
+
+fn status_error(provider: &str, status: u16, wait: Option<Duration>, body: &str) -> Error {
+    let what = format!("{provider} answered HTTP {status}: {}", snippet(body));
+    let error = match status {
+        408 | 425 | 429 | 500 | 502 | 503 | 504 => Error::transient(what),
+        401 | 403 => Error::permanent(format!("{what} (check the API key)")),
+        404 => Error::not_found(format!("{what} (check the base URL)")),
+        400 | 413 | 422 => Error::invalid_input(what),
+        _ => Error::permanent(what),
+    };
+    match wait {
+        Some(w) if error.is_retryable() => error.with_source(RetryAfter(w)),
+        _ => error,
+    }
+}
+
+/// The start of a body for an error message, on one line.
+pub(crate) fn snippet(text: &str) -> String {
+    let one_line: String = text.chars().take(200).map(|c| if c.is_control() { ' ' } else { c }).collect();
+    if text.chars().count() > 200 { format!("{one_line}…") } else { one_line }
+}
+
+/// Parses a JSON body, or says which provider sent something else.
+///
+/// # Errors
+/// [`ErrorKind::MalformedOutput`] for a body that is not the expected JSON (truncated, HTML, an error page).
+pub(crate) fn parse_json<T: serde::de::DeserializeOwned>(provider: &str, text: &str) -> Result<T> {
+    serde_json::from_str(text).map_err(|e| {
+        Error::malformed_output(format!(
+            "{provider} sent a response that is not the expected JSON ({e}): {}",
+            snippet(text)
+        ))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_travels_with_transient_errors_only() {
+        let e = status_error("p", 429, Some(Duration::from_secs(7)), "slow down");
+        assert_eq!(e.kind(), ErrorKind::Transient);
+        assert_eq!(retry_after(&e), Some(Duration::from_secs(7)));
+        let e = status_error("p", 401, Some(Duration::from_secs(7)), "no");
+        assert_eq!(retry_after(&e), None);
+        assert_eq!(parse_retry_after(" 2 "), Some(Duration::from_secs(2)));
+        assert_eq!(parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT"), None);
+        assert_eq!(parse_retry_after("-1"), None);
+    }
+
+    #[test]
+    fn snippets_are_one_bounded_line() {
+        assert_eq!(snippet("a\nb"), "a b");
+        assert_eq!(snippet(&"x".repeat(300)).chars().count(), 201);
+    }
+}

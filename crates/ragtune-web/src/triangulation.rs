@@ -1,0 +1,203 @@
+//! Triangulation: how many independent sources support each claim.
+//!
+//! A source is a registered domain (`en.wikipedia.org` and `de.wikipedia.org` are one source); the local corpus
+//! counts as one source however many passages support a claim. A claim is **VERIFIED** with at least 3 independent
+//! supporting sources, **LIKELY** with 2, **UNVERIFIED** with at most 1 (the web search protocol's ProofGuard
+//! statuses). Whether a piece of evidence supports a claim is decided by a support function: an LLM judge when one is
+//! configured, [`lexical_support`] otherwise (the table says which).
+
+use std::collections::BTreeSet;
+
+use serde::{Deserialize, Serialize};
+
+use crate::canon::{domain_of, registered_domain};
+
+/// How well a claim is corroborated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Consensus {
+    /// At least three independent sources agree.
+    Verified,
+    /// Two independent sources agree.
+    Likely,
+    /// One source or none.
+    Unverified,
+}
+
+impl Consensus {
+    /// The status for a number of independent supporting sources.
+    #[must_use]
+    pub fn from_sources(n: usize) -> Self {
+        match n {
+            0 | 1 => Self::Unverified,
+            2 => Self::Likely,
+            _ => Self::Verified,
+        }
+    }
+}
+
+/// One piece of evidence: a web result or a corpus passage.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Evidence {
+    /// The page URL, or `None` for a corpus passage.
+    pub url: Option<String>,
+    /// The text to check claims against.
+    pub text: String,
+    /// The credibility tier (corpus passages: whatever the caller trusts its corpus as, usually 1).
+    pub tier: u8,
+}
+
+impl Evidence {
+    /// The independent source this evidence belongs to: its registered domain, or `corpus`.
+    #[must_use]
+    pub fn source(&self) -> String {
+        self.url.as_deref().and_then(domain_of).map_or_else(|| "corpus".to_owned(), |d| registered_domain(&d))
+    }
+}
+
+/// One row of the table.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClaimRow {
+    /// The claim.
+    pub claim: String,
+    /// The independent sources that support it, sorted.
+    pub sources: Vec<String>,
+    /// Its status.
+    pub status: Consensus,
+}
+
+/// The triangulation table and the protocol's two measures.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Triangulation {
+    /// One row per claim, in the claims' order.
+    pub rows: Vec<ClaimRow>,
+    /// Claims with at least three sources, in percent of all claims (0 when there are none).
+    pub coverage_pct: f64,
+    /// Tier-1 sources over all distinct supporting sources (0 when there are none).
+    pub tier1_ratio: f64,
+    /// Which support check decided (`llm` or `lexical`).
+    pub support_check: String,
+}
+
+/// Checks every claim against every piece of evidence with `supports` and counts independent sources.
+pub fn triangulate(
+    claims: &[String],
+    evidence: &[Evidence],
+    support_check: &str,
+    mut supports: impl FnMut(&str, &str) -> bool,
+) -> Triangulation {
+    let mut rows = Vec::with_capacity(claims.len());
+    // Each distinct supporting source with its best (lowest) tier.
+    let mut all_sources: std::collections::BTreeMap<String, u8> = std::collections::BTreeMap::new();
+    for claim in claims {
+        let mut sources = BTreeSet::new();
+        for e in evidence {
+            if supports(claim, &e.text) {
+                let s = e.source();
+                let tier = all_sources.entry(s.clone()).or_insert(e.tier);
+                *tier = (*tier).min(e.tier);
+                sources.insert(s);
+            }
+        }
+        let status = Consensus::from_sources(sources.len());
+        rows.push(ClaimRow { claim: claim.clone(), sources: sources.into_iter().collect(), status });
+    }
+    #[allow(clippy::cast_precision_loss)]
+    let ratio = |num: usize, den: usize| if den == 0 { 0.0 } else { num as f64 / den as f64 };
+    let verified = rows.iter().filter(|r| r.status == Consensus::Verified).count();
+    let tier1 = all_sources.values().filter(|t| **t == 1).count();
+    Triangulation {
+        coverage_pct: 100.0 * ratio(verified, rows.len()),
+        tier1_ratio: ratio(tier1, all_sources.len()),
+        rows,
+        support_check: support_check.to_owned(),
+    }
+}
+
+/// Words too common to show support.
+const STOP: &[&str] = &[
+    "a", "an", "and", "are", "as", "at", "be", "by", "for", "from", "has", "have", "in", "is", "it", "its", "of", "on",
+    "or", "that", "the", "their", "this", "to", "was", "were", "which", "with",
+];
+
+fn content_words(text: &str) -> BTreeSet<String> {
+    text.split(|c: char| !c.is_alphanumeric())
+        .map(str::to_lowercase)
+        .filter(|w| !w.is_empty() && !STOP.contains(&w.as_str()))
+        .collect()
+}
+
+/// The LLM-free support score: the share of the claim's content words that the evidence contains, in [0, 1].
+#[must_use]
+pub fn lexical_support(claim: &str, evidence: &str) -> f64 {
+    let claim = content_words(claim);
+    if claim.is_empty() {
+        return 0.0;
+    }
+    let evidence = content_words(evidence);
+    #[allow(clippy::cast_precision_loss)]
+    let share = claim.iter().filter(|w| evidence.contains(*w)).count() as f64 / claim.len() as f64;
+    share
+}
+
+/// The lexical support check: at least 70 % of the claim's content words in the evidence.
+#[must_use]
+pub fn lexically_supports(claim: &str, evidence: &str) -> bool {
+    lexical_support(claim, evidence) >= 0.7
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn web(url: &str, text: &str, tier: u8) -> Evidence {
+        Evidence { url: Some(url.into()), text: text.into(), tier }
+    }
+
+    #[test]
+    fn statuses_count_independent_registered_domains() {
+        let claims = vec![
+            "Osteomalacia softens the bones of adults".to_owned(),
+            "Vitamin D deficiency causes osteomalacia".to_owned(),
+            "The moon is made of cheese".to_owned(),
+        ];
+        let evidence = vec![
+            web(
+                "https://en.wikipedia.org/wiki/Osteomalacia",
+                "Osteomalacia is the softening of the bones in adults.",
+                3,
+            ),
+            web("https://de.wikipedia.org/wiki/Osteomalazie", "Osteomalacia softens bones of adults", 3),
+            web(
+                "https://www.nature.com/x",
+                "In adults, osteomalacia softens the bones; vitamin D deficiency causes osteomalacia.",
+                1,
+            ),
+            web(
+                "https://www.nhs.uk/conditions/osteomalacia",
+                "Osteomalacia softens the bones of adults. Vitamin D deficiency causes it: deficiency osteomalacia.",
+                3,
+            ),
+            Evidence { url: None, text: "vitamin D deficiency causes osteomalacia".into(), tier: 1 },
+            Evidence { url: None, text: "vitamin D deficiency causes osteomalacia in adults".into(), tier: 1 },
+        ];
+        let table = triangulate(&claims, &evidence, "lexical", lexically_supports);
+        let rows: Vec<String> = table.rows.iter().map(|r| format!("{:?} {}", r.status, r.sources.join(","))).collect();
+        assert_eq!(
+            rows,
+            ["Verified nature.com,nhs.uk,wikipedia.org", "Verified corpus,nature.com,nhs.uk", "Unverified ",]
+        );
+        assert!((table.coverage_pct - 200.0 / 3.0).abs() < 1e-9);
+        // Sources: wikipedia.org (3), nature.com (1), nhs.uk (3), corpus (1).
+        assert!((table.tier1_ratio - 0.5).abs() < 1e-9);
+        assert_eq!(Consensus::from_sources(2), Consensus::Likely);
+        assert_eq!(serde_json::to_string(&Consensus::Verified).unwrap(), "\"VERIFIED\"");
+    }
+
+    #[test]
+    fn empty_inputs() {
+        let table = triangulate(&[], &[], "lexical", lexically_supports);
+        assert_eq!((table.coverage_pct, table.tier1_ratio), (0.0, 0.0));
+        assert_eq!(lexical_support("the of", "anything"), 0.0);
+    }
+}
