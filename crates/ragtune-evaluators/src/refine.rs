@@ -6,7 +6,7 @@
 //! [`Refiner::refine`] scores every strip lexically (IDF-weighted keyword coverage), optionally mixed with an
 //! embedding cosine, keeps the strips that pass [`RefineConfig`]'s thresholds and joins them back per chunk in
 //! document order, reporting how many tokens this saved ([`estimate_tokens`]).
-//! Words, keywords, sentences, the cosine and the token estimate come from [`text`](crate::text), shared with the
+//! Words, keywords, sentences, the cosine and the token estimate come from [`text`], shared with the
 //! other judges.
 //! Scoring is deterministic: the same query and candidates always keep the same strips.
 //!

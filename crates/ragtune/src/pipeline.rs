@@ -361,11 +361,13 @@ fn render_context(context: &[ContextPassage]) -> String {
         .join("\n\n")
 }
 
-/// The LLM-free answer: the two sentences of the context that share most of the question's keywords, each with
-/// its citation, in context order. Keywords and words are the judges' ones (`ragtune_evaluators::text`), and the
-/// sentences are refinement's strips without clause cuts.
+/// The LLM-free answer: the two sentences of the context that share most words of three characters or more with
+/// the question, each with its citation, in context order. Words are the judges' ones (`ragtune_evaluators::text`)
+/// and the sentences are refinement's strips without clause cuts. Stop words are kept on purpose: matching the
+/// question's keywords only (`text::keywords`) lowered extractive accuracy on 200 CMU QA questions from 0.285 to
+/// 0.270, since words like "after" or "first" often tell the answering sentence apart.
 fn extractive_answer(question: &str, context: &[ContextPassage]) -> String {
-    let q: BTreeSet<String> = text::keywords(question).into_iter().collect();
+    let q: BTreeSet<String> = words(question).filter(|w| w.chars().count() >= text::MIN_CONTENT_CHARS).collect();
     let mut scored: Vec<(usize, usize, usize, String)> = Vec::new(); // (overlap, passage, position, sentence)
     for p in context {
         for (i, s) in decompose(&p.text, usize::MAX).into_iter().enumerate() {

@@ -124,9 +124,9 @@ impl HeuristicConfig {
 /// weighted into one score in `[0, 1]` and read against two thresholds.
 ///
 /// - **Keyword overlap**: the query's keywords ([`text::keywords`](crate::text::keywords): lower-cased words
-///   without stop words, request words and words of at most two characters, repeats removed). The criterion is the share of these keywords
-///   found as words of the candidates' titles and texts (a keyword of five or more characters also matches words
-///   it begins, so "vitamin" finds "vitamins").
+///   without stop words, request words and words of at most two characters, repeats removed). The criterion is
+///   the share of these keywords found as words of the candidates' titles and texts (a keyword of five or more
+///   characters also matches words it begins, so "vitamin" finds "vitamins").
 /// - **Semantic coherence**: each candidate's similarity is its `sources[similarity_source]` score, else its own
 ///   score; a value in `[0, 1]` is used as it is, a larger one (a BM25 score) is squashed to `s / (1 + s)`, a
 ///   negative or NaN one counts as 0. Coherence is `mean * (1 - min(variance, 0.3))` (population variance), so
