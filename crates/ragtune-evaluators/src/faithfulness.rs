@@ -1,13 +1,13 @@
 //! The faithfulness judge: is each statement of a generated answer supported by the passages it was generated from?
 //!
 //! An answer is split into statements ([`split_statements`]), and each statement gets a [`Support`] verdict.
-//! With an LLM configured, one call judges every statement at once with the judge prompt (`ragtune_llm::prompts::JUDGE`,
-//! passed in by whoever wires the judge), following the seed's rules: only the context counts, no outside
-//! knowledge, and when unsure the verdict is `UNSUPPORTED`.
-//! Without an LLM, or when the LLM fails or answers nonsense even after one JSON repair, an LLM-free judge scores
-//! lexical overlap between each statement and its best passage, optionally blended with embedding similarity.
-//! Every result says which judge produced it ([`Faithfulness::label`]) and why the LLM was not used, so an LLM-free
-//! verdict is never mistaken for an LLM one.
+//! With an LLM configured, one call judges every statement at once with the judge prompt
+//! (`ragtune_llm::prompts::JUDGE`, passed in by whoever wires the judge), following the rules of docs/pipeline.md
+//! ("Judge"): only the context counts, no outside knowledge, and when unsure the verdict is `UNSUPPORTED`. Without an
+//! LLM, or when the LLM fails or answers nonsense even after one JSON repair, an LLM-free judge scores lexical overlap
+//! between each statement and its best passage, optionally blended with embedding similarity. Every result says which
+//! judge produced it ([`Faithfulness::label`]) and why the LLM was not used, so an LLM-free verdict is never mistaken
+//! for an LLM one.
 //!
 //! Honest admissions such as "the documents don't contain this information" ([`is_no_info`]) are supported by
 //! definition and never sent to the LLM: saying that the context lacks something is faithful to it.

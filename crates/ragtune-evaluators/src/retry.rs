@@ -1,11 +1,12 @@
 //! The retry policy of self-correction: after an attempt (retrieve, extract, answer, judge), decide whether to
 //! accept the answer, retry with a larger `k` or a rewritten query, or give up.
 //!
-//! This is the seed's "smart retry" (v4). It retries only on real failures: retrieval returned nothing, extraction
-//! ran and came back (nearly) empty, the answer reports a retrieval error, or more than a set share of the answer's
-//! statements are unsupported (70% by default, stricter than v3's 50%). It does not retry an honest "the documents
-//! don't contain this" when documents were retrieved: for a question the corpus cannot answer, that is the right
-//! answer, and retrying only wastes calls (v3 did, and its answer quality dropped from 94% to 81%).
+//! This is "smart retry" (docs/pipeline.md, "Smart retry"). It retries only on real failures: retrieval returned
+//! nothing, extraction ran and came back (nearly) empty, the answer reports a retrieval error, or more than a set share
+//! of the answer's statements are unsupported (70% by default; a 50% rule retried too eagerly). It does not retry an
+//! honest "the documents don't contain this" when documents were retrieved: for a question the corpus cannot answer,
+//! that is the right answer, and retrying only wastes calls (a policy that did so dropped answer quality from 94% to
+//! 81%).
 //!
 //! [`decide`] is a pure function of the configuration, the attempt number and what the attempt produced, so a
 //! pipeline's retry behaviour can be tested without running one.

@@ -19,10 +19,10 @@ const DIVERSITY: &str = "diversity";
 /// inflections count ("vitamin" matches "vitamins"); shorter keywords must match whole words.
 const PREFIX_MATCH_MIN_CHARS: usize = 5;
 
-/// The most a similarity's variance lowers semantic coherence (the seed's cap).
+/// The most a similarity's variance lowers semantic coherence (`min(variance, 0.3)` in docs/pipeline.md, "Evaluate").
 const MAX_VARIANCE_PENALTY: f64 = 0.3;
 
-/// Weights of the four heuristic criteria; the defaults are the seed's (30 / 40 / 15 / 15 per cent).
+/// Weights of the four heuristic criteria; the defaults are 30 / 40 / 15 / 15 per cent (docs/pipeline.md, "Evaluate").
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct CriteriaWeights {
@@ -42,7 +42,7 @@ impl Default for CriteriaWeights {
     }
 }
 
-/// Configuration of [`HeuristicEvaluator`]; the defaults are the seed's.
+/// Configuration of [`HeuristicEvaluator`]; the defaults are those of docs/pipeline.md ("Evaluate").
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct HeuristicConfig {
@@ -120,8 +120,8 @@ impl HeuristicConfig {
     }
 }
 
-/// The seed's LLM-free CRAG evaluator: keyword overlap, semantic coherence, length adequacy and source diversity,
-/// weighted into one score in `[0, 1]` and read against two thresholds.
+/// The LLM-free CRAG evaluator (docs/pipeline.md, "Evaluate"): keyword overlap, semantic coherence, length adequacy and
+/// source diversity, weighted into one score in `[0, 1]` and read against two thresholds.
 ///
 /// - **Keyword overlap**: the query's keywords ([`text::keywords`](crate::text::keywords): lower-cased words
 ///   without stop words, request words and words of at most two characters, repeats removed). The criterion is
@@ -244,7 +244,7 @@ impl RelevanceEvaluator for HeuristicEvaluator {
     }
 }
 
-/// The seed's category name for a verdict: `"RELEVANT"`, `"PARTIAL"` or `"IRRELEVANT"`.
+/// The heuristic evaluator's category name for a verdict: `"RELEVANT"`, `"PARTIAL"` or `"IRRELEVANT"`.
 #[must_use]
 pub fn heuristic_category(verdict: Verdict) -> &'static str {
     match verdict {
@@ -254,7 +254,7 @@ pub fn heuristic_category(verdict: Verdict) -> &'static str {
     }
 }
 
-/// The verdict band of `score`: strictly above a threshold to enter its band, as in the seed.
+/// The verdict band of `score`: strictly above a threshold to enter its band (docs/pipeline.md, "Evaluate").
 fn band(score: f32, relevant: f32, partial: f32) -> Verdict {
     if score > relevant {
         Verdict::Correct
