@@ -1362,7 +1362,8 @@ impl Inner {
         };
         let what = format!("counting the documents of the collection `{}`", self.collection());
         let response = self.call(ctx, &what, || self.client.facet(request.clone())).await?;
-        Ok(response.hits.len() as u64)
+        // An exact facet also lists values whose points were all deleted, with a count of 0 (Qdrant 1.19).
+        Ok(response.hits.iter().filter(|hit| hit.count > 0).count() as u64)
     }
 }
 
