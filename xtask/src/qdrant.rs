@@ -559,6 +559,18 @@ fn status(layout: &Layout) {
     }
 }
 
+/// Gives `cmd` the URL and API key of the server `cargo xtask qdrant start` recorded, as `RAGTUNE_QDRANT_URL` and
+/// `QDRANT_API_KEY`, unless the environment sets either already (then the user's choice stands).
+pub fn export_recorded(cmd: &mut Command) {
+    let set = |name: &str| std::env::var_os(name).is_some_and(|v| !v.is_empty());
+    if set("RAGTUNE_QDRANT_URL") || set("QDRANT_API_KEY") {
+        return;
+    }
+    if let Ok(Some(record)) = read_record(&Layout::from_env()) {
+        cmd.env("RAGTUNE_QDRANT_URL", &record.url).env("QDRANT_API_KEY", &record.api_key);
+    }
+}
+
 /// The recorded server, or `None` when there is no record. An unreadable record is an error naming the file.
 pub fn read_record(layout: &Layout) -> Result<Option<Record>> {
     let path = layout.server_json();

@@ -368,6 +368,57 @@ async fn server_side_fusion_ranks_like_client_side_rrf() {
     let ids = |hits: &[ScoredHit]| hits.iter().map(|h| h.chunk.id.clone()).collect::<Vec<_>>();
     assert_eq!(ids(&dense_only), ids(&dense_list));
 
+    // Weighted fusion is Qdrant's formula, `1 / (rank / weight + k)` per list, not ragtune's `weight / (k + rank)`:
+    // the documented difference, pinned here.
+    let lists = store
+        .search(
+            &ctx,
+            &[
+                dense(query_dense.clone(), prefetch, None),
+                SearchRequest { vector: VectorQuery::Sparse(query_sparse.clone()), top_k: prefetch, filter: None },
+            ],
+        )
+        .await
+        .unwrap();
+    let (wd, ws) = (2.0_f64, 0.5_f64);
+    let mut qdrant_formula: BTreeMap<String, f64> = BTreeMap::new();
+    for (weight, list) in [(wd, &lists[0]), (ws, &lists[1])] {
+        for (pos, hit) in list.iter().enumerate() {
+            *qdrant_formula.entry(hit.chunk.id.clone()).or_default() +=
+                1.0 / ((pos as f64 + 1.0) / weight + f64::from(rrf_k));
+        }
+    }
+    let mut expected: Vec<(String, f64)> = qdrant_formula.into_iter().collect();
+    expected.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    expected.truncate(top_k);
+    let weighted = store
+        .hybrid_search(
+            &ctx,
+            query_dense.clone(),
+            query_sparse.clone(),
+            top_k,
+            prefetch,
+            rrf_k,
+            Some((wd as f32, ws as f32)),
+            None,
+        )
+        .await
+        .unwrap();
+    let actual: Vec<(String, f64)> = weighted.iter().map(|h| (h.chunk.id.clone(), f64::from(h.score))).collect();
+    for ((ai, a), (ei, e)) in actual.iter().zip(&expected) {
+        assert!(
+            ai == ei && (a - e).abs() < 1e-6,
+            "weighted fusion: expected Qdrant's formula\n{}actual\n{}",
+            render(expected.clone()),
+            render(actual.clone())
+        );
+    }
+    let ragtune_formula = reference_rrf(&[(wd, &lists[0]), (ws, &lists[1])], f64::from(rrf_k), top_k);
+    assert!(
+        actual.iter().zip(&ragtune_formula).any(|((_, a), (_, r))| (a - r).abs() > 1e-6),
+        "weighted scores equal ragtune's formula: update the docs"
+    );
+
     // A filter nothing matches answers empty, without asking the server.
     let none = store
         .hybrid_search(&ctx, query_dense, query_sparse, 5, prefetch, rrf_k, None, Some(&Filter::Or(Vec::new())))
