@@ -6,6 +6,9 @@
 //!
 //! The local LLM server (SmolLM2, provisioned with the rest) is started just before the tests, which get its URL in
 //! `RAGTUNE_LLM_URL` and `RAGTUNE_REQUIRE_LLM=1`; a guard stops it after the tests, and also when a step fails.
+//! A single-node Qdrant server (`cargo xtask qdrant`) is started the same way, with `QDRANT_URL` and
+//! `QDRANT_API_KEY` for the tests, and the `#[ignore]`d Qdrant tests run against it in their own step; without the
+//! server binary the step says why and those tests stay listed as skipped.
 
 use std::time::{Duration, Instant};
 
@@ -43,13 +46,32 @@ pub fn run(args: &[String]) -> Result<()> {
         shell::run(&mut cmd)
     })?;
     let llm = steps.run("llm", || crate::llm::start_guarded(&shell, crate::llm::model(crate::llm::CI_MODEL)?))?;
+    let qdrant = steps.run("qdrant", || crate::qdrant::start_guarded(&shell))?;
     // Models and the LLM were provisioned above: a test that cannot find them must fail, not skip.
-    let test_env = [("RAGTUNE_REQUIRE_MODELS", "1"), ("RAGTUNE_LLM_URL", llm.url()), ("RAGTUNE_REQUIRE_LLM", "1")];
+    let mut test_env =
+        vec![("RAGTUNE_REQUIRE_MODELS", "1"), ("RAGTUNE_LLM_URL", llm.url()), ("RAGTUNE_REQUIRE_LLM", "1")];
+    if let Some(qdrant) = &qdrant {
+        test_env.extend([("QDRANT_URL", qdrant.url()), ("QDRANT_API_KEY", qdrant.api_key())]);
+    }
     steps.run("nextest", || {
         let mut cmd = shell.cargo(&["nextest", "run", "--workspace", "--profile", "ci", "--build-jobs", "2"]);
-        shell::run(cmd.envs(test_env))
+        shell::run(cmd.envs(test_env.iter().copied()))
     })?;
-    steps.run("doctests", || shell::run(shell.cargo(&["test", "--workspace", "--doc", "-j2"]).envs(test_env)))?;
+    if qdrant.is_some() {
+        // The tests that need a Qdrant server are `#[ignore]`d so that a plain run lists them as skipped, never as
+        // passed; here they run against the server started above. `--workspace` keeps the features of the run above.
+        steps.run("qdrant-tests", || {
+            let mut cmd = shell.cargo(&["nextest", "run", "--workspace", "--profile", "ci", "--build-jobs", "2"]);
+            cmd.args(["--run-ignored", "only", "-E", crate::qdrant::TESTS]);
+            shell::run(cmd.envs(test_env.iter().copied()))
+        })?;
+    }
+    steps.run("doctests", || {
+        shell::run(shell.cargo(&["test", "--workspace", "--doc", "-j2"]).envs(test_env.iter().copied()))
+    })?;
+    if let Some(qdrant) = qdrant {
+        qdrant.stop()?;
+    }
     llm.stop()?;
 
     steps.summary();

@@ -49,6 +49,7 @@ pub fn run(args: &[String]) -> Result<()> {
     cmd.args(&forwarded).arg("--out").arg(&out);
     // Relative paths in the arguments are meant relative to where the user stands, not the workspace root.
     cmd.current_dir(std::env::current_dir().context("no working directory")?);
+    crate::qdrant::export_recorded(&mut cmd);
     shell::run(&mut cmd)?;
 
     let report: serde_json::Value = read_json(&out)?;

@@ -448,7 +448,7 @@ fn stderr_tail(output: &Output, lines: usize) -> String {
     tail(&String::from_utf8_lossy(&output.stderr), lines)
 }
 
-fn tail(text: &str, lines: usize) -> String {
+pub(crate) fn tail(text: &str, lines: usize) -> String {
     let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].iter().map(|line| format!("  | {line}")).collect::<Vec<_>>().join("\n")
 }
@@ -720,7 +720,7 @@ fn remove_record_of(layout: &Layout, pid: u32) {
     }
 }
 
-fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let tmp = path.with_extension("partial");
     std::fs::write(&tmp, bytes)
         .and_then(|()| std::fs::rename(&tmp, path))
@@ -728,7 +728,7 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
 }
 
 /// A port that was free a moment ago: the OS picks it for a listener bound to port 0, which is then closed.
-fn free_port() -> Result<u16> {
+pub(crate) fn free_port() -> Result<u16> {
     let listener = TcpListener::bind(("127.0.0.1", 0)).context("cannot bind a free port on 127.0.0.1")?;
     Ok(listener.local_addr().context("cannot read the port the OS chose")?.port())
 }
@@ -750,7 +750,7 @@ fn terminate(pid: u32, exited: &mut dyn FnMut() -> bool) -> Result<()> {
     bail!("pid {pid} survived SIGKILL")
 }
 
-fn wait_until(done: &mut dyn FnMut() -> bool, timeout: Duration) -> bool {
+pub(crate) fn wait_until(done: &mut dyn FnMut() -> bool, timeout: Duration) -> bool {
     let deadline = Instant::now() + timeout;
     loop {
         if done() {
@@ -763,7 +763,7 @@ fn wait_until(done: &mut dyn FnMut() -> bool, timeout: Duration) -> bool {
     }
 }
 
-fn send_signal(pid: u32, signal: &str) -> Result<()> {
+pub(crate) fn send_signal(pid: u32, signal: &str) -> Result<()> {
     let mut kill = std::process::Command::new("kill");
     kill.arg(format!("-{signal}")).arg(pid.to_string()).stdin(std::process::Stdio::null());
     let output = output_of(&mut kill)?;
@@ -775,7 +775,7 @@ fn send_signal(pid: u32, signal: &str) -> Result<()> {
 }
 
 /// Whether `pid` is a running process. A zombie (exited, not yet reaped by its parent) counts as gone.
-fn is_alive(pid: u32) -> bool {
+pub(crate) fn is_alive(pid: u32) -> bool {
     let proc_dir = Path::new("/proc");
     if proc_dir.join("self").exists() {
         return std::fs::read_to_string(proc_dir.join(pid.to_string()).join("stat"))
@@ -878,7 +878,7 @@ fn parse_status_line(response: &str) -> Option<u16> {
 }
 
 /// Host and port of `http://HOST:PORT` (a trailing `/` allowed; no path, no https).
-fn parse_http_url(url: &str) -> Option<(String, u16)> {
+pub(crate) fn parse_http_url(url: &str) -> Option<(String, u16)> {
     let authority = url.strip_prefix("http://")?.trim_end_matches('/');
     let (host, port) = authority.rsplit_once(':')?;
     if host.is_empty() || authority.contains('/') {

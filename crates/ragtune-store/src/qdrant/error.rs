@@ -99,7 +99,8 @@ fn from_status(status: &tonic::Status, site: Site<'_>, what: &str) -> (ErrorKind
         (
             ErrorKind::Unavailable,
             format!(
-                "cannot reach Qdrant at {url}: {reason} — is the server running, and is this its gRPC port?{port_hint}"
+                "cannot reach Qdrant at {url}: {reason} — is the server running, and is this its gRPC \
+                 port?{port_hint} (while {what})"
             ),
             None,
         )

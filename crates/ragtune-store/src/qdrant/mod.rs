@@ -46,6 +46,12 @@ const FORMAT_KEY: &str = "ragtune_format";
 const FORMAT: &str = "ragtune-qdrant/1";
 const DENSE_SPEC_KEY: &str = "ragtune_dense_spec";
 const SPARSE_SPEC_KEY: &str = "ragtune_sparse_spec";
+/// Collection metadata key saying who computes the sparse IDF; `"client"`: this adapter, from exact counts.
+/// Collections without it (made before) keep Qdrant's IDF modifier.
+const IDF_KEY: &str = "ragtune_idf";
+const CLIENT_IDF: &str = "client";
+/// Payload field listing a chunk's sparse term ids (integer index), so that `n(t)` can be counted exactly.
+const SPARSE_TERMS: &str = "sparse_terms";
 /// Payload fields with a keyword index: deletes and filters by document, chunk, parent and kind use them, and
 /// counting documents (a facet) needs the one on `doc_id`.
 const INDEXED: [&str; 4] = [DOC_ID, CHUNK_ID, PARENT_ID, KIND];
@@ -133,8 +139,11 @@ impl fmt::Debug for QdrantConfig {
 /// A [`VectorStore`] on a [Qdrant](https://qdrant.tech) server (1.17 or newer), over gRPC.
 ///
 /// Layout: one collection per store, with a named dense vector `dense` (size and distance from the
-/// [`EmbeddingSpec`]) and a named sparse vector `sparse` (with Qdrant's IDF modifier when [`SparseSpec::idf`], so
-/// the server computes BM25's `ln(1 + (N - n + 0.5) / (n + 0.5))` at query time, as the embedded store does).
+/// [`EmbeddingSpec`]) and a named sparse vector `sparse` without modifier: when [`SparseSpec::idf`], the adapter
+/// weights each sparse query by BM25's `ln(1 + (N - n + 0.5) / (n + 0.5))` from exact counts of the live points
+/// (each chunk's term ids are also the payload field `sparse_terms`, with an integer index), as the embedded store
+/// does; Qdrant's own IDF modifier counts deleted points until it optimizes, and per shard. Collections made
+/// before this (without `ragtune_idf = "client"` in their metadata) keep the modifier.
 /// The specs themselves are recorded in the collection's metadata (`ragtune_dense_spec`, `ragtune_sparse_spec`,
 /// stamped `ragtune_format`); a collection without that stamp is refused rather than written into. Each chunk is
 /// one point whose id is a UUID derived from the chunk id (Qdrant ids are integers or UUIDs) and whose payload
@@ -204,10 +213,13 @@ struct Schema {
     sparse: Option<SparseSpec>,
     /// The configured `dense` vector (size, distance), recorded or not.
     dense_vector: Option<(u64, i32)>,
-    /// The configured `sparse` vector (whether it has the IDF modifier), recorded or not.
+    /// The configured `sparse` vector (whether its scores carry the IDF), recorded or not.
     sparse_vector: Option<bool>,
     /// Payload fields with an index.
     indexed: BTreeSet<String>,
+    /// Whether this adapter computes the sparse IDF from exact counts (the `ragtune_idf` metadata), rather than
+    /// Qdrant's IDF modifier.
+    client_idf: bool,
 }
 
 /// What a read needs from the cached schema before it can be answered from it.
@@ -369,8 +381,13 @@ impl QdrantStore {
         let mut prefetches = vec![prefetch(Query::new_nearest(VectorInput::new_dense(dense)), DENSE)];
         let mut rrf_weights = weights.map(|(d, _)| vec![d]);
         if !sparse.is_empty() {
-            prefetches
-                .push(prefetch(Query::new_nearest(VectorInput::new_sparse(sparse.indices, sparse.values)), SPARSE));
+            let idf = if schema.client_idf && schema.sparse.as_ref().is_some_and(|s| s.idf) {
+                inner.idf_weights(ctx, &sparse.indices.iter().copied().collect()).await?
+            } else {
+                HashMap::new()
+            };
+            let (indices, values) = Inner::weigh(&sparse, &idf);
+            prefetches.push(prefetch(Query::new_nearest(VectorInput::new_sparse(indices, values)), SPARSE));
             if let (Some(w), Some((_, s))) = (rrf_weights.as_mut(), weights) {
                 w.push(s);
             }
@@ -464,7 +481,10 @@ fn query_dim_mismatch(got: usize, spec: &EmbeddingSpec) -> Error {
 
 fn payload_selector(full: bool) -> WithPayloadSelector {
     let options = if full {
-        SelectorOptions::Enable(true)
+        // Everything but the term list, which only counting needs.
+        SelectorOptions::Exclude(qdrant_client::qdrant::PayloadExcludeSelector {
+            fields: vec![SPARSE_TERMS.to_owned()],
+        })
     } else {
         SelectorOptions::Include(PayloadIncludeSelector { fields: vec![CHUNK_ID.to_owned()] })
     };
@@ -532,8 +552,23 @@ fn parse_schema(info: CollectionInfo, collection: &str) -> Result<Schema> {
             )));
         }
     };
-    let sparse_vector =
-        params.sparse_vectors_config.and_then(|c| c.map.get(SPARSE).map(|p| p.modifier == Some(Modifier::Idf as i32)));
+    let client_idf = metadata_string(metadata.get(IDF_KEY)).as_deref() == Some(CLIENT_IDF);
+    let modifier = params.sparse_vectors_config.and_then(|c| c.map.get(SPARSE).map(|p| p.modifier));
+    // `sparse_vector` says whether the collection's sparse scores carry the IDF. With client-side IDF the vector
+    // has no modifier and the IDF follows the recorded spec (a vector without one takes any).
+    let sparse_vector = match modifier {
+        None => None,
+        Some(m) if client_idf => {
+            if m.is_some_and(|m| m == Modifier::Idf as i32) {
+                return Err(Error::mismatch(format!(
+                    "collection schema mismatch: the collection `{collection}` computes the IDF in ragtune but its \
+                     `{SPARSE}` vector has Qdrant's IDF modifier too"
+                )));
+            }
+            Some(sparse.as_ref().is_none_or(|s| s.idf))
+        }
+        Some(m) => Some(m == Some(Modifier::Idf as i32)),
+    };
     if let Some(spec) = &dense {
         let want = (spec.dim as u64, qdrant_distance(spec.distance));
         match dense_vector {
@@ -579,7 +614,14 @@ fn parse_schema(info: CollectionInfo, collection: &str) -> Result<Schema> {
             Some(_) => {}
         }
     }
-    Ok(Schema { dense, sparse, dense_vector, sparse_vector, indexed: info.payload_schema.into_keys().collect() })
+    Ok(Schema {
+        dense,
+        sparse,
+        dense_vector,
+        sparse_vector,
+        indexed: info.payload_schema.into_keys().collect(),
+        client_idf,
+    })
 }
 
 /// A scored point as a hit.
@@ -773,6 +815,7 @@ impl Inner {
             )));
         }
         if let (Some(want), Some(idf)) = (add_sparse, schema.sparse_vector)
+            && !schema.client_idf
             && idf != want.idf
         {
             return Err(Error::mismatch(format!(
@@ -798,7 +841,7 @@ impl Inner {
         }
         if let Some(want) = add_sparse.filter(|_| schema.sparse_vector.is_none()) {
             let config = create_vector_name_request::VectorConfig::SparseConfig(SparseVectorCreationConfig {
-                modifier: want.idf.then_some(Modifier::Idf as i32),
+                modifier: (want.idf && !schema.client_idf).then_some(Modifier::Idf as i32),
                 datatype: None,
             });
             self.add_vector(ctx, SPARSE, config).await?;
@@ -864,14 +907,16 @@ impl Inner {
                 VectorParams { size: d.dim as u64, distance: qdrant_distance(d.distance), ..VectorParams::default() },
             );
         }
-        let sparse_vectors_config = sparse.map(|s| SparseVectorConfig {
+        let sparse_vectors_config = sparse.map(|_| SparseVectorConfig {
             map: HashMap::from([(
                 SPARSE.to_owned(),
-                SparseVectorParams { index: None, modifier: s.idf.then_some(Modifier::Idf as i32) },
+                // The IDF is computed by this adapter from exact counts (see `idf_weights`), not by the server.
+                SparseVectorParams { index: None, modifier: None },
             )]),
         });
         let mut metadata = spec_metadata(dense, sparse)?;
         metadata.insert(FORMAT_KEY.to_owned(), payload::string(FORMAT));
+        metadata.insert(IDF_KEY.to_owned(), payload::string(CLIENT_IDF));
         // `on_disk_payload` is deprecated in favour of `payload.memory`, which servers before 1.20 do not know;
         // every server this adapter supports understands the old flag.
         #[allow(deprecated)]
@@ -903,6 +948,7 @@ impl Inner {
             dense_vector: dense.map(|d| (d.dim as u64, qdrant_distance(d.distance))),
             sparse_vector: sparse.map(|s| s.idf),
             indexed: BTreeSet::new(),
+            client_idf: true,
         };
         self.ensure_indexes(ctx, &mut schema).await?;
         Ok(schema)
@@ -927,7 +973,47 @@ impl Inner {
             self.call(ctx, &what, || self.client.create_field_index(request.clone())).await?;
             schema.indexed.insert(field.to_owned());
         }
+        if schema.client_idf && !schema.indexed.contains(SPARSE_TERMS) {
+            let request = CreateFieldIndexCollection {
+                collection_name: self.config.collection.clone(),
+                wait: Some(true),
+                field_name: SPARSE_TERMS.to_owned(),
+                field_type: Some(FieldType::Integer as i32),
+                field_index_params: None,
+                ordering: strong(),
+                timeout: None,
+            };
+            let what = format!("indexing the payload field `{SPARSE_TERMS}` of the collection `{}`", self.collection());
+            self.call(ctx, &what, || self.client.create_field_index(request.clone())).await?;
+            schema.indexed.insert(SPARSE_TERMS.to_owned());
+        }
         Ok(())
+    }
+
+    /// The IDF of each term, `ln(1 + (N - n + 0.5) / (n + 0.5))` with `N` the chunks that have a sparse vector and
+    /// `n` those holding the term, from exact counts of the live points. Qdrant's own IDF modifier counts deleted
+    /// points until its optimizer rewrites their segment, and each shard counts only its own points; exact
+    /// counts give the embedded store's scores in both cases.
+    async fn idf_weights(&self, ctx: &Ctx, terms: &BTreeSet<u32>) -> Result<HashMap<u32, f32>> {
+        if terms.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let total =
+            self.count(ctx, Some(QFilter::must([qdrant_client::qdrant::Condition::has_vector(SPARSE)]))).await?;
+        let mut weights = HashMap::with_capacity(terms.len());
+        for &term in terms {
+            let filter = QFilter::must([qdrant_client::qdrant::Condition::matches(SPARSE_TERMS, i64::from(term))]);
+            let with_term = self.count(ctx, Some(filter)).await? as f64;
+            let idf = (1.0 + (total as f64 - with_term + 0.5) / (with_term + 0.5)).ln();
+            weights.insert(term, idf as f32);
+        }
+        Ok(weights)
+    }
+
+    /// The sparse query as sent: weighted by the IDF when this adapter computes it.
+    fn weigh(q: &SparseVector, weights: &HashMap<u32, f32>) -> (Vec<u32>, Vec<f32>) {
+        let values = q.indices.iter().zip(&q.values).map(|(t, v)| v * weights.get(t).copied().unwrap_or(1.0)).collect();
+        (q.indices.clone(), values)
     }
 
     /// Validates the records against the schema and builds their points. Nothing is sent.
@@ -970,9 +1056,14 @@ impl Inner {
                 }
                 vectors.insert(DENSE.to_owned(), Vector::new_dense(v.clone()));
             }
+            let mut payload = chunk_payload(&r.chunk)?;
+            if let Some(v) = r.sparse.as_ref().filter(|_| schema.is_some_and(|s| s.client_idf)) {
+                let terms: Vec<Value> = v.indices.iter().map(|&t| Value::from(i64::from(t))).collect();
+                payload.insert(SPARSE_TERMS.to_owned(), Value::from(terms));
+            }
             points.push(PointStruct {
                 id: Some(point_id(id)),
-                payload: chunk_payload(&r.chunk)?,
+                payload,
                 // A point without vectors still needs an (empty) map of named vectors: the server refuses `None`.
                 vectors: Some(Vectors {
                     vectors_options: Some(VectorsOptions::Vectors(qdrant_client::qdrant::NamedVectors { vectors })),
@@ -1224,6 +1315,20 @@ impl Inner {
         };
         let gate = self.schema_for_read(ctx, needs).await?;
         let Some(schema) = gate.as_ref() else { return Ok(out) };
+        let idf_terms: BTreeSet<u32> = if schema.client_idf && schema.sparse.as_ref().is_some_and(|s| s.idf) {
+            requests
+                .iter()
+                .filter(|r| r.top_k > 0)
+                .filter_map(|r| match &r.vector {
+                    VectorQuery::Sparse(q) => Some(q.indices.iter().copied()),
+                    VectorQuery::Dense(_) => None,
+                })
+                .flatten()
+                .collect()
+        } else {
+            BTreeSet::new()
+        };
+        let weights = self.idf_weights(ctx, &idf_terms).await?;
         let mut plans = Vec::new();
         for (index, (req, filter)) in requests.iter().zip(filters).enumerate() {
             let (query, using) = match &req.vector {
@@ -1238,7 +1343,8 @@ impl Inner {
                     if schema.sparse.is_none() || q.is_empty() {
                         continue;
                     }
-                    (Query::new_nearest(VectorInput::new_sparse(q.indices.clone(), q.values.clone())), SPARSE)
+                    let (indices, values) = Self::weigh(q, &weights);
+                    (Query::new_nearest(VectorInput::new_sparse(indices, values)), SPARSE)
                 }
             };
             if req.top_k == 0 || matches!(filter, Translated::Nothing) {
@@ -1362,7 +1468,8 @@ impl Inner {
         };
         let what = format!("counting the documents of the collection `{}`", self.collection());
         let response = self.call(ctx, &what, || self.client.facet(request.clone())).await?;
-        Ok(response.hits.len() as u64)
+        // An exact facet also lists values whose points were all deleted, with a count of 0 (Qdrant 1.19).
+        Ok(response.hits.iter().filter(|hit| hit.count > 0).count() as u64)
     }
 }
 

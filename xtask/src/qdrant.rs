@@ -1,0 +1,758 @@
+//! `cargo xtask qdrant start|stop|status [--nodes N] [--port N]`: a Qdrant server (or a loopback cluster) for
+//! tests, evaluation and benchmarks.
+//!
+//! The binary is `$RAGTUNE_QDRANT_BIN`, else `../shared/qdrant/qdrant` next to the repository. Every node binds
+//! 127.0.0.1 only, has telemetry off, runs from its own directory (Qdrant writes `.qdrant-initialized` into its
+//! working directory) and keeps its storage there. `start` begins from empty storage: the server is scratch space
+//! for tests and evaluations, which create their own collections. Every start protects the server with a fresh API
+//! key, so that other users of the machine cannot write into it and so that every test run exercises the
+//! authenticated path; `start` prints the `export` lines for `QDRANT_URL` and `QDRANT_API_KEY`.
+//!
+//! ```text
+//! $RAGTUNE_HOME/qdrant/server.json          {"url", "api_key", "bin", "started_at", "nodes": [{"http", "grpc", "p2p", "pid", "dir"}]}
+//! $RAGTUNE_HOME/qdrant/node-<i>/            node i's working directory: storage/, snapshots/, qdrant.log
+//! ```
+//!
+//! Node `i` listens on HTTP `port + 10·i`, gRPC one above it and (in a cluster) peer-to-peer two above it; the
+//! default `port` is Qdrant's own 6333, so a single node answers gRPC on 6334, where ragtune looks by default.
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, Result, bail};
+use serde_json::json;
+
+use crate::llm::{free_port, is_alive, parse_http_url, send_signal, tail, wait_until, write_atomic};
+use crate::shell::Shell;
+
+/// The server version the adapter is tested against (qdrant-client 1.20 accepts servers 1.19–1.21).
+pub const VERSION: &str = "v1.19.0";
+
+/// What users without the binary run instead (the REST and gRPC ports of the official image).
+pub const DOCKER: &str = "docker run -p 6333:6333 -p 6334:6334 qdrant/qdrant:v1.19.0";
+
+/// The nextest filter of the tests that need a Qdrant server (all `#[ignore]`d, run by `cargo xtask ci` with one).
+pub const TESTS: &str = "binary_id(ragtune-store::qdrant)";
+
+/// How long `start` waits for every node to answer `/readyz` (a node starts in about a second when idle).
+const READY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How long `stop` waits after SIGTERM before it sends SIGKILL.
+const STOP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The most nodes `--nodes` accepts: each is a full server, and the machine is small.
+const MAX_NODES: usize = 5;
+
+const USAGE: &str = "\
+usage: cargo xtask qdrant start [--nodes N] [--port N]   (N nodes form a cluster; --port is node 0's HTTP port)
+       cargo xtask qdrant stop
+       cargo xtask qdrant status";
+
+#[derive(Debug, PartialEq, Eq)]
+enum Action {
+    Start { nodes: usize, port: u16 },
+    Stop,
+    Status,
+    Help,
+}
+
+fn parse_args(args: &[String]) -> Result<Action> {
+    let Some((command, flags)) = args.split_first() else { bail!("{USAGE}") };
+    let (mut nodes, mut port) = (None, None);
+    let mut rest = flags.iter();
+    while let Some(flag) = rest.next() {
+        let (name, inline) = match flag.split_once('=') {
+            Some((name, value)) => (name, Some(value.to_owned())),
+            None => (flag.as_str(), None),
+        };
+        if name != "--nodes" && name != "--port" {
+            bail!("unknown argument `{flag}`\n{USAGE}");
+        }
+        let Some(value) = inline.or_else(|| rest.next().cloned()) else { bail!("{name} needs a value\n{USAGE}") };
+        if name == "--nodes" {
+            let parsed = value.parse::<usize>().ok().filter(|n| (1..=MAX_NODES).contains(n));
+            nodes = Some(parsed.with_context(|| format!("--nodes takes 1 to {MAX_NODES}, got `{value}`"))?);
+        } else {
+            // Node i uses up to three ports from `port + 10·i`.
+            let parsed = value.parse::<u16>().ok().filter(|p| *p != 0 && *p <= 65535 - 10 * MAX_NODES as u16);
+            port = Some(parsed.with_context(|| format!("--port takes a port number from 1 to 65485, got `{value}`"))?);
+        }
+    }
+    match command.as_str() {
+        "start" => Ok(Action::Start { nodes: nodes.unwrap_or(1), port: port.unwrap_or(6333) }),
+        "stop" | "status" if nodes.is_some() || port.is_some() => {
+            bail!("--nodes and --port apply to `start` only\n{USAGE}")
+        }
+        "stop" => Ok(Action::Stop),
+        "status" => Ok(Action::Status),
+        "help" | "-h" | "--help" => Ok(Action::Help),
+        other => bail!("unknown qdrant command `{other}`\n{USAGE}"),
+    }
+}
+
+pub fn run(args: &[String]) -> Result<()> {
+    let shell = Shell::new();
+    let layout = Layout::from_env();
+    match parse_args(args)? {
+        Action::Start { nodes, port } => {
+            let bin = binary(&shell)?;
+            let running = start(&layout, &bin, nodes, port)?;
+            println!("export QDRANT_URL={}", running.record.url);
+            println!("export QDRANT_API_KEY={}", running.record.api_key);
+            // The servers outlive this command; `cargo xtask qdrant stop` ends them.
+            drop(running.children);
+            Ok(())
+        }
+        Action::Stop => stop(&layout),
+        Action::Status => {
+            status(&layout);
+            Ok(())
+        }
+        Action::Help => {
+            println!("{USAGE}");
+            Ok(())
+        }
+    }
+}
+
+/// The files under `$RAGTUNE_HOME/qdrant`.
+#[derive(Debug, Clone)]
+pub struct Layout {
+    dir: PathBuf,
+}
+
+impl Layout {
+    pub fn from_env() -> Self {
+        Self { dir: ragtune::ragtune_home().join("qdrant") }
+    }
+
+    fn server_json(&self) -> PathBuf {
+        self.dir.join("server.json")
+    }
+
+    fn node_dir(&self, node: usize) -> PathBuf {
+        self.dir.join(format!("node-{node}"))
+    }
+}
+
+/// The server binary: `$RAGTUNE_QDRANT_BIN`, else `../shared/qdrant/qdrant` relative to the repository root.
+///
+/// # Errors
+///
+/// When neither exists, naming both places and the Docker alternative.
+pub fn binary(shell: &Shell) -> Result<PathBuf> {
+    find_binary(std::env::var_os("RAGTUNE_QDRANT_BIN").filter(|b| !b.is_empty()).map(PathBuf::from), shell.root())
+}
+
+fn find_binary(from_env: Option<PathBuf>, root: &Path) -> Result<PathBuf> {
+    if let Some(bin) = from_env {
+        if !bin.is_file() {
+            bail!("$RAGTUNE_QDRANT_BIN is {}, which is not a file", bin.display());
+        }
+        return Ok(bin);
+    }
+    let shared = root.join("..").join("shared").join("qdrant").join("qdrant");
+    if shared.is_file() {
+        return Ok(shared.canonicalize().unwrap_or(shared));
+    }
+    bail!(
+        "no Qdrant server binary: $RAGTUNE_QDRANT_BIN is not set and {} does not exist. Point $RAGTUNE_QDRANT_BIN at \
+         a Qdrant {VERSION} server binary, or run one with Docker (`{DOCKER}`, add `-e QDRANT__SERVICE__API_KEY=KEY` \
+         for the API-key tests) and set QDRANT_URL=http://127.0.0.1:6334 (and QDRANT_API_KEY=KEY) yourself",
+        shared.display()
+    )
+}
+
+/// One node of the recorded server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Node {
+    /// `http://127.0.0.1:PORT`: the REST API (and `/readyz`).
+    pub http: String,
+    /// `http://127.0.0.1:PORT`: the gRPC API, what ragtune talks to.
+    pub grpc: String,
+    /// The peer-to-peer port, in a cluster.
+    pub p2p: Option<u16>,
+    pub pid: u32,
+    /// The node's working directory (storage, snapshots, log).
+    pub dir: PathBuf,
+}
+
+/// What `server.json` records.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    /// The gRPC URL of node 0, for `QDRANT_URL`.
+    pub url: String,
+    pub api_key: String,
+    pub bin: PathBuf,
+    /// Unix seconds.
+    pub started_at: u64,
+    pub nodes: Vec<Node>,
+}
+
+impl Record {
+    fn to_json(&self) -> String {
+        let nodes: Vec<serde_json::Value> = self
+            .nodes
+            .iter()
+            .map(|n| {
+                json!({"http": n.http, "grpc": n.grpc, "p2p": n.p2p, "pid": n.pid, "dir": n.dir.display().to_string()})
+            })
+            .collect();
+        let value = json!({
+            "url": self.url,
+            "api_key": self.api_key,
+            "bin": self.bin.display().to_string(),
+            "started_at": self.started_at,
+            "nodes": nodes,
+        });
+        format!("{value:#}\n")
+    }
+
+    fn parse(text: &str) -> Result<Self> {
+        let value: serde_json::Value = serde_json::from_str(text).context("not JSON")?;
+        let string = |v: &serde_json::Value, key: &str| {
+            v.get(key).and_then(|v| v.as_str()).map(str::to_owned).with_context(|| format!("no string `{key}`"))
+        };
+        let nodes = value
+            .get("nodes")
+            .and_then(|n| n.as_array())
+            .context("no array `nodes`")?
+            .iter()
+            .map(|n| {
+                let pid = n.get("pid").and_then(serde_json::Value::as_u64).context("no number `pid`")?;
+                let p2p = match n.get("p2p") {
+                    None | Some(serde_json::Value::Null) => None,
+                    Some(p) => Some(p.as_u64().and_then(|p| u16::try_from(p).ok()).context("`p2p` is not a port")?),
+                };
+                Ok(Node {
+                    http: string(n, "http")?,
+                    grpc: string(n, "grpc")?,
+                    p2p,
+                    pid: u32::try_from(pid).context("`pid` is out of range")?,
+                    dir: PathBuf::from(string(n, "dir")?),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        if nodes.is_empty() {
+            bail!("`nodes` is empty");
+        }
+        Ok(Self {
+            url: string(&value, "url")?,
+            api_key: string(&value, "api_key")?,
+            bin: PathBuf::from(string(&value, "bin")?),
+            started_at: value.get("started_at").and_then(serde_json::Value::as_u64).context("no `started_at`")?,
+            nodes,
+        })
+    }
+}
+
+/// A server started by [`start`]; `children` are the node processes this process spawned.
+#[derive(Debug)]
+pub struct Running {
+    pub record: Record,
+    children: Vec<Child>,
+}
+
+/// Keeps the server of `cargo xtask ci` running while the tests run and stops it when dropped, so that a failing
+/// step does not leave it behind.
+#[derive(Debug)]
+pub struct ServerGuard {
+    running: Option<Running>,
+    layout: Layout,
+}
+
+impl ServerGuard {
+    /// The gRPC URL of node 0, for `QDRANT_URL`.
+    pub fn url(&self) -> &str {
+        self.running.as_ref().map_or("", |r| r.record.url.as_str())
+    }
+
+    /// The server's API key, for `QDRANT_API_KEY`.
+    pub fn api_key(&self) -> &str {
+        self.running.as_ref().map_or("", |r| r.record.api_key.as_str())
+    }
+
+    /// Stops every node and removes the record.
+    pub fn stop(mut self) -> Result<()> {
+        self.stop_inner()
+    }
+
+    fn stop_inner(&mut self) -> Result<()> {
+        let Some(mut running) = self.running.take() else { return Ok(()) };
+        for child in running.children.iter_mut().rev() {
+            let pid = child.id();
+            terminate(pid, &mut || child.try_wait().is_ok_and(|status| status.is_some()))?;
+        }
+        remove_record_of(&self.layout, &running.record);
+        println!("qdrant: stopped {} node(s) at {}", running.record.nodes.len(), running.record.url);
+        Ok(())
+    }
+}
+
+impl Drop for ServerGuard {
+    fn drop(&mut self) {
+        if let Err(error) = self.stop_inner() {
+            eprintln!("warning: cannot stop the Qdrant server: {error:#}");
+        }
+    }
+}
+
+/// Starts a single node on free ports for `cargo xtask ci`, or says why there is none (`Ok(None)`: no binary).
+///
+/// A server recorded by an earlier `cargo xtask qdrant start` is stopped first: its storage is reused.
+pub fn start_guarded(shell: &Shell) -> Result<Option<ServerGuard>> {
+    let bin = match binary(shell) {
+        Ok(bin) => bin,
+        Err(why) => {
+            println!("note: no Qdrant server for the tests, so the Qdrant tests stay ignored: {why:#}");
+            return Ok(None);
+        }
+    };
+    let layout = Layout::from_env();
+    let running = start(&layout, &bin, 1, free_base_port(1)?)?;
+    Ok(Some(ServerGuard { running: Some(running), layout }))
+}
+
+/// A base port whose node ports are all free a moment ago.
+fn free_base_port(nodes: usize) -> Result<u16> {
+    for _ in 0..50 {
+        let base = free_port()?;
+        if base > 65535 - 10 * MAX_NODES as u16 {
+            continue;
+        }
+        if node_ports(base, nodes).iter().all(|&p| TcpListener::bind(("127.0.0.1", p)).is_ok()) {
+            return Ok(base);
+        }
+    }
+    bail!("cannot find free ports on 127.0.0.1 for {nodes} Qdrant node(s)")
+}
+
+/// Every port `nodes` nodes from `base` listen on: HTTP, gRPC and (in a cluster) peer-to-peer.
+fn node_ports(base: u16, nodes: usize) -> Vec<u16> {
+    let per_node = if nodes > 1 { 3 } else { 2 };
+    (0..nodes).flat_map(|i| (0..per_node).map(move |k| base + 10 * i as u16 + k)).collect()
+}
+
+/// Starts `nodes` nodes from empty storage and waits until each answers `/readyz`, replacing a recorded server.
+pub fn start(layout: &Layout, bin: &Path, nodes: usize, base: u16) -> Result<Running> {
+    if read_record(layout)?.is_some() {
+        println!("qdrant: replacing the recorded server");
+        stop(layout)?;
+    }
+    for port in node_ports(base, nodes) {
+        // Something else answering on these ports would be taken for our server.
+        TcpListener::bind(("127.0.0.1", port)).with_context(|| {
+            format!("port {port} on 127.0.0.1 is in use: choose another --port (node i uses port + 10·i .. +2)")
+        })?;
+    }
+    let api_key = fresh_api_key();
+    let started = Instant::now();
+    let mut running = Running {
+        record: Record {
+            url: String::new(),
+            api_key,
+            bin: bin.to_owned(),
+            started_at: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()),
+            nodes: Vec::new(),
+        },
+        children: Vec::new(),
+    };
+    let cluster = nodes > 1;
+    for i in 0..nodes {
+        let http_port = base + 10 * i as u16;
+        let (grpc_port, p2p_port) = (http_port + 1, http_port + 2);
+        let dir = layout.node_dir(i);
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir).with_context(|| format!("cannot clear {}", dir.display()))?;
+        }
+        std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        let mut cmd = node_command(bin, &dir, http_port, grpc_port, &running.record.api_key);
+        if cluster {
+            cmd.env("QDRANT__CLUSTER__ENABLED", "true").env("QDRANT__CLUSTER__P2P__PORT", p2p_port.to_string());
+            if i > 0 {
+                cmd.arg("--bootstrap").arg(format!("http://127.0.0.1:{}", base + 2));
+            }
+            cmd.arg("--uri").arg(format!("http://127.0.0.1:{p2p_port}"));
+        }
+        let log_path = dir.join("qdrant.log");
+        let log = File::create(&log_path).with_context(|| format!("cannot create {}", log_path.display()))?;
+        let log_err = log.try_clone().with_context(|| format!("cannot reopen {}", log_path.display()))?;
+        let child = cmd
+            .stdout(log)
+            .stderr(log_err)
+            .spawn()
+            .with_context(|| format!("cannot start the Qdrant binary {}", bin.display()))?;
+        let node = Node {
+            http: format!("http://127.0.0.1:{http_port}"),
+            grpc: format!("http://127.0.0.1:{grpc_port}"),
+            p2p: cluster.then_some(p2p_port),
+            pid: child.id(),
+            dir: dir.clone(),
+        };
+        println!(
+            "qdrant: node {i} starting: REST {}, gRPC {} (pid {}), log {}",
+            node.http,
+            node.grpc,
+            node.pid,
+            log_path.display()
+        );
+        running.children.push(child);
+        running.record.nodes.push(node);
+        // A peer joins through node 0, which must be up first; the others start one after another for the same
+        // reason (each registers with the consensus before the next).
+        let ready = wait_ready(running.children.last_mut().expect("invariant: just pushed"), &running.record.nodes[i]);
+        if let Err(error) = ready {
+            let log_text = std::fs::read_to_string(&log_path).unwrap_or_default();
+            for child in &mut running.children {
+                let pid = child.id();
+                let _ = terminate(pid, &mut || child.try_wait().is_ok_and(|status| status.is_some()));
+            }
+            return Err(error.context(format!(
+                "Qdrant node {i} did not become ready; the last lines of {}:\n{}",
+                log_path.display(),
+                tail(&log_text, 20)
+            )));
+        }
+    }
+    if cluster {
+        wait_peers(&running.record, nodes)?;
+    }
+    running.record.url = running.record.nodes[0].grpc.clone();
+    write_atomic(&layout.server_json(), running.record.to_json().as_bytes())?;
+    println!(
+        "qdrant: {} node(s) ready at {} after {:.1}s (record: {})",
+        nodes,
+        running.record.url,
+        started.elapsed().as_secs_f64(),
+        layout.server_json().display()
+    );
+    Ok(running)
+}
+
+/// The command that runs one node: loopback only, telemetry off, storage in `dir`, protected by `api_key`.
+fn node_command(bin: &Path, dir: &Path, http_port: u16, grpc_port: u16, api_key: &str) -> Command {
+    let mut cmd = Command::new(bin);
+    cmd.current_dir(dir)
+        .env("QDRANT__SERVICE__HOST", "127.0.0.1")
+        .env("QDRANT__SERVICE__HTTP_PORT", http_port.to_string())
+        .env("QDRANT__SERVICE__GRPC_PORT", grpc_port.to_string())
+        .env("QDRANT__SERVICE__API_KEY", api_key)
+        .env("QDRANT__STORAGE__STORAGE_PATH", dir.join("storage"))
+        .env("QDRANT__STORAGE__SNAPSHOTS_PATH", dir.join("snapshots"))
+        .env("QDRANT__TELEMETRY_DISABLED", "true")
+        .stdin(Stdio::null())
+        // Its own process group, so that a Ctrl-C in the terminal that started it does not reach a server meant to
+        // outlive `cargo xtask qdrant start`.
+        .process_group(0);
+    cmd
+}
+
+/// A key no one can guess from outside this machine's user: the clock and the process id, hashed.
+fn fresh_api_key() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
+    hasher.write_u32(std::process::id());
+    let mut second = std::collections::hash_map::RandomState::new().build_hasher();
+    second.write_u64(hasher.finish());
+    format!("ragtune-{:016x}{:016x}", hasher.finish(), second.finish())
+}
+
+fn wait_ready(child: &mut Child, node: &Node) -> Result<()> {
+    let started = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().context("cannot check on the Qdrant process")? {
+            bail!("Qdrant exited during start-up ({status})");
+        }
+        let last = match http_get(&node.http, "/readyz", None) {
+            Ok((200, _)) => return Ok(()),
+            Ok((code, body)) => format!("/readyz: {code} {}", body.trim()),
+            Err(error) => format!("{error:#}"),
+        };
+        if started.elapsed() >= READY_TIMEOUT {
+            bail!("no ready answer from {}/readyz within {}s (last: {last})", node.http, READY_TIMEOUT.as_secs());
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Waits until node 0 sees every peer in the cluster's consensus.
+fn wait_peers(record: &Record, nodes: usize) -> Result<()> {
+    let started = Instant::now();
+    loop {
+        let (code, body) = http_get(&record.nodes[0].http, "/cluster", Some(&record.api_key))?;
+        let peers = serde_json::from_str::<serde_json::Value>(&body)
+            .ok()
+            .and_then(|v| v["result"]["peers"].as_object().map(serde_json::Map::len));
+        if code == 200 && peers == Some(nodes) {
+            return Ok(());
+        }
+        if started.elapsed() >= READY_TIMEOUT {
+            bail!(
+                "the cluster did not reach {nodes} peers within {}s (last /cluster: {code} {body})",
+                READY_TIMEOUT.as_secs()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// Stops every recorded node, if any, and removes `server.json`. Storage stays until the next `start`.
+pub fn stop(layout: &Layout) -> Result<()> {
+    let Some(record) = read_record(layout)? else {
+        println!("qdrant: no server is recorded in {}; nothing to stop", layout.server_json().display());
+        return Ok(());
+    };
+    for (i, node) in record.nodes.iter().enumerate().rev() {
+        if is_qdrant(node.pid, &record.bin) {
+            terminate(node.pid, &mut || !is_alive(node.pid))?;
+            println!("qdrant: stopped node {i} at {} (pid {})", node.grpc, node.pid);
+        } else {
+            println!("qdrant: node {i} (pid {}) was no longer running", node.pid);
+        }
+    }
+    remove_record_of(layout, &record);
+    Ok(())
+}
+
+fn status(layout: &Layout) {
+    let record = match read_record(layout) {
+        Ok(Some(record)) => record,
+        Ok(None) => {
+            println!("qdrant: not running");
+            return;
+        }
+        Err(error) => {
+            println!("qdrant: not running ({error:#})");
+            return;
+        }
+    };
+    let uptime =
+        SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |now| now.as_secs().saturating_sub(record.started_at));
+    println!("qdrant: url      {} (QDRANT_URL)", record.url);
+    println!("qdrant: api key  {} (QDRANT_API_KEY)", record.api_key);
+    println!("qdrant: binary   {}", record.bin.display());
+    println!("qdrant: up       {uptime}s");
+    for (i, node) in record.nodes.iter().enumerate() {
+        let state = if !is_qdrant(node.pid, &record.bin) {
+            "exited".to_owned()
+        } else {
+            match http_get(&node.http, "/readyz", None) {
+                Ok((200, _)) => "ready".to_owned(),
+                Ok((code, body)) => format!("not ready (/readyz: {code} {})", body.trim()),
+                Err(error) => format!("unreachable ({error:#})"),
+            }
+        };
+        let p2p = node.p2p.map(|p| format!(", p2p {p}")).unwrap_or_default();
+        println!(
+            "qdrant: node {i}   {state}: gRPC {}, REST {}{p2p}, pid {}, dir {}",
+            node.grpc,
+            node.http,
+            node.pid,
+            node.dir.display()
+        );
+    }
+}
+
+/// Gives `cmd` the URL and API key of the server `cargo xtask qdrant start` recorded, as `RAGTUNE_QDRANT_URL` and
+/// `QDRANT_API_KEY`, unless the environment sets either already (then the user's choice stands).
+pub fn export_recorded(cmd: &mut Command) {
+    let set = |name: &str| std::env::var_os(name).is_some_and(|v| !v.is_empty());
+    if set("RAGTUNE_QDRANT_URL") || set("QDRANT_API_KEY") {
+        return;
+    }
+    if let Ok(Some(record)) = read_record(&Layout::from_env()) {
+        cmd.env("RAGTUNE_QDRANT_URL", &record.url).env("QDRANT_API_KEY", &record.api_key);
+    }
+}
+
+/// The recorded server, or `None` when there is no record. An unreadable record is an error naming the file.
+pub fn read_record(layout: &Layout) -> Result<Option<Record>> {
+    let path = layout.server_json();
+    match std::fs::read_to_string(&path) {
+        Ok(text) => Record::parse(&text)
+            .map(Some)
+            .with_context(|| format!("{} is not a server record: delete it", path.display())),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(error) => Err(error).with_context(|| format!("cannot read {}", path.display())),
+    }
+}
+
+/// Removes `server.json` if it still records this server (another `start` may have replaced it meanwhile).
+fn remove_record_of(layout: &Layout, record: &Record) {
+    let same = |r: &Record| r.nodes.first().map(|n| n.pid) == record.nodes.first().map(|n| n.pid);
+    if read_record(layout).ok().flatten().is_some_and(|r| same(&r)) {
+        let _ = std::fs::remove_file(layout.server_json());
+    }
+}
+
+/// Whether `pid` is running and is the recorded binary, so a recycled pid is never signalled.
+fn is_qdrant(pid: u32, bin: &Path) -> bool {
+    if !is_alive(pid) {
+        return false;
+    }
+    match std::fs::read(format!("/proc/{pid}/cmdline")) {
+        Ok(cmdline) => {
+            let program = cmdline.split(|&b| b == 0).next().unwrap_or_default();
+            let name = bin.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            String::from_utf8_lossy(program).ends_with(&name)
+        }
+        // Without /proc there is no telling; trust the record.
+        Err(_) => !Path::new("/proc/self").exists(),
+    }
+}
+
+/// SIGTERM (Qdrant flushes and shuts down cleanly), then SIGKILL if `exited` does not turn true in time.
+fn terminate(pid: u32, exited: &mut dyn FnMut() -> bool) -> Result<()> {
+    send_signal(pid, "TERM")?;
+    if wait_until(exited, STOP_TIMEOUT) {
+        return Ok(());
+    }
+    println!("qdrant: pid {pid} is still running {}s after SIGTERM; sending SIGKILL", STOP_TIMEOUT.as_secs());
+    send_signal(pid, "KILL")?;
+    if wait_until(exited, Duration::from_secs(5)) {
+        return Ok(());
+    }
+    bail!("pid {pid} survived SIGKILL")
+}
+
+/// `GET path` on `url` over plain HTTP/1.0 (so the body is neither chunked nor kept alive): status and body.
+fn http_get(url: &str, path: &str, api_key: Option<&str>) -> Result<(u16, String)> {
+    let (host, port) = parse_http_url(url).with_context(|| format!("not an http://HOST:PORT URL: {url}"))?;
+    let address = std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), port))
+        .with_context(|| format!("cannot resolve {host}"))?
+        .next()
+        .with_context(|| format!("{host} resolves to no address"))?;
+    let mut stream = TcpStream::connect_timeout(&address, Duration::from_secs(2)).context("cannot connect")?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).context("cannot set a read timeout")?;
+    let key = api_key.map(|k| format!("api-key: {k}\r\n")).unwrap_or_default();
+    let request = format!("GET {path} HTTP/1.0\r\nHost: {host}:{port}\r\n{key}\r\n");
+    stream.write_all(request.as_bytes()).context("cannot send the request")?;
+    let mut response = Vec::new();
+    stream.take(1 << 20).read_to_end(&mut response).context("cannot read the response")?;
+    parse_response(&String::from_utf8_lossy(&response))
+        .with_context(|| format!("not an HTTP response from {url}{path}: {:?}", String::from_utf8_lossy(&response)))
+}
+
+/// Status code and body of an HTTP/1.x response.
+fn parse_response(response: &str) -> Option<(u16, String)> {
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((response, ""));
+    let mut fields = head.lines().next()?.split_whitespace();
+    if !fields.next()?.starts_with("HTTP/1.") {
+        return None;
+    }
+    let code = fields.next().filter(|c| c.len() == 3)?.parse().ok()?;
+    Some((code, body.to_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(line: &str) -> Vec<String> {
+        line.split_whitespace().map(str::to_owned).collect()
+    }
+
+    #[track_caller]
+    fn check_args(line: &str, expect: &str) {
+        let actual = match parse_args(&args(line)) {
+            Ok(action) => format!("{action:?}"),
+            Err(error) => format!("error: {}", format!("{error:#}").lines().next().unwrap_or_default()),
+        };
+        assert_eq!(actual, expect, "{line}");
+    }
+
+    #[test]
+    fn args_parse() {
+        check_args("start", "Start { nodes: 1, port: 6333 }");
+        check_args("start --nodes 3", "Start { nodes: 3, port: 6333 }");
+        check_args("start --nodes=3 --port 7000", "Start { nodes: 3, port: 7000 }");
+        check_args("start --nodes 0", "error: --nodes takes 1 to 5, got `0`");
+        check_args("start --nodes 9", "error: --nodes takes 1 to 5, got `9`");
+        check_args("start --port 0", "error: --port takes a port number from 1 to 65485, got `0`");
+        check_args("start --nodes", "error: --nodes needs a value");
+        check_args("start --api-key x", "error: unknown argument `--api-key`");
+        check_args("stop", "Stop");
+        check_args("status", "Status");
+        check_args("stop --nodes 3", "error: --nodes and --port apply to `start` only");
+        check_args("restart", "error: unknown qdrant command `restart`");
+    }
+
+    #[test]
+    fn node_ports_leave_room_per_node() {
+        assert_eq!(node_ports(6333, 1), [6333, 6334]);
+        assert_eq!(node_ports(6333, 3), [6333, 6334, 6335, 6343, 6344, 6345, 6353, 6354, 6355]);
+    }
+
+    #[test]
+    fn records_round_trip() {
+        let record = Record {
+            url: "http://127.0.0.1:6334".into(),
+            api_key: "k".into(),
+            bin: "/bin/qdrant".into(),
+            started_at: 5,
+            nodes: vec![
+                Node {
+                    http: "http://127.0.0.1:6333".into(),
+                    grpc: "http://127.0.0.1:6334".into(),
+                    p2p: Some(6335),
+                    pid: 42,
+                    dir: "/tmp/n0".into(),
+                },
+                Node {
+                    http: "http://127.0.0.1:6343".into(),
+                    grpc: "http://127.0.0.1:6344".into(),
+                    p2p: None,
+                    pid: 43,
+                    dir: "/tmp/n1".into(),
+                },
+            ],
+        };
+        assert_eq!(Record::parse(&record.to_json()).unwrap(), record);
+        let error = Record::parse(r#"{"url": "u", "api_key": "k", "bin": "b", "started_at": 1, "nodes": []}"#)
+            .expect_err("no nodes");
+        assert_eq!(format!("{error:#}"), "`nodes` is empty");
+        let error = Record::parse(r#"{"nodes": [{"http": "h"}]}"#).expect_err("a node without a pid");
+        assert_eq!(format!("{error:#}"), "no number `pid`");
+    }
+
+    #[test]
+    fn responses_parse() {
+        assert_eq!(
+            parse_response("HTTP/1.0 200 OK\r\nA: b\r\n\r\nall shards are ready"),
+            Some((200, "all shards are ready".into()))
+        );
+        assert_eq!(parse_response("HTTP/1.1 503 Service Unavailable\r\n\r\n"), Some((503, String::new())));
+        assert_eq!(parse_response("SSH-2.0-OpenSSH"), None);
+    }
+
+    #[test]
+    fn api_keys_differ() {
+        let (a, b) = (fresh_api_key(), fresh_api_key());
+        assert_ne!(a, b);
+        assert!(a.starts_with("ragtune-") && a.len() == 40, "{a}");
+    }
+
+    #[test]
+    fn a_missing_binary_names_both_places_and_docker() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("repo");
+        std::fs::create_dir_all(&root).unwrap();
+        let error = find_binary(None, &root).expect_err("no binary there");
+        let message = format!("{error:#}");
+        assert!(message.contains("$RAGTUNE_QDRANT_BIN") && message.contains("shared/qdrant/qdrant"), "{message}");
+        assert!(message.contains(DOCKER), "{message}");
+        let error = find_binary(Some(root.join("nope")), &root).expect_err("not a file");
+        assert!(format!("{error:#}").contains("which is not a file"), "{error:#}");
+        // The shared place, relative to the repository root.
+        std::fs::create_dir_all(dir.path().join("shared/qdrant")).unwrap();
+        std::fs::write(dir.path().join("shared/qdrant/qdrant"), b"").unwrap();
+        let found = find_binary(None, &root).unwrap();
+        assert!(found.ends_with("shared/qdrant/qdrant"), "{}", found.display());
+    }
+}
