@@ -128,7 +128,7 @@ pub struct Layout {
 
 impl Layout {
     pub fn from_env() -> Self {
-        Self { dir: ragtune::ragtune_home().join("qdrant") }
+        Self { dir: ragtune_provision::ragtune_home().join("qdrant") }
     }
 
     fn server_json(&self) -> PathBuf {
