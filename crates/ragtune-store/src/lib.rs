@@ -54,8 +54,10 @@ mod embedded;
 mod index;
 #[cfg(feature = "qdrant")]
 mod qdrant;
+mod qdrant_config;
 
 pub use ann::AnnConfig;
 pub use embedded::{EmbeddedStore, OptimizeReport, StoreOptions};
 #[cfg(feature = "qdrant")]
-pub use qdrant::{QdrantConfig, QdrantStore};
+pub use qdrant::QdrantStore;
+pub use qdrant_config::QdrantConfig;

@@ -40,7 +40,7 @@ fn unique_collection(purpose: &str) -> String {
 fn config(url: &str, collection: &str) -> QdrantConfig {
     QdrantConfig {
         url: url.to_owned(),
-        api_key: std::env::var("QDRANT_API_KEY").ok(),
+        api_key: std::env::var("QDRANT_API_KEY").ok().map(Into::into),
         collection: collection.to_owned(),
         ..QdrantConfig::default()
     }

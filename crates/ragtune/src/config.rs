@@ -303,55 +303,10 @@ pub enum StoreBackend {
     Qdrant,
 }
 
-/// Connection and collection settings for a Qdrant server or cluster.
-///
-/// The API key is read from `$QDRANT_API_KEY` when the file does not set one, is never written back out, and is
-/// never shown in `Debug` output.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct QdrantSettings {
-    /// The gRPC URL (port 6334 by default; `https://` for TLS).
-    pub url: String,
-    /// The collection holding the index.
-    pub collection: String,
-    /// The API key (prefer `$QDRANT_API_KEY`).
-    #[serde(skip_serializing)]
-    pub api_key: Option<ragtune_core::Secret>,
-    /// Per-request timeout in seconds.
-    pub timeout_secs: f64,
-    /// Connection timeout in seconds.
-    pub connect_timeout_secs: f64,
-    /// Retries of transient failures (with exponential backoff).
-    pub max_retries: u32,
-    /// Shards of a new collection (cluster deployments).
-    pub shard_number: Option<u32>,
-    /// Replicas of each shard of a new collection (cluster deployments).
-    pub replication_factor: Option<u32>,
-    /// Replicas that must acknowledge a write (cluster deployments).
-    pub write_consistency_factor: Option<u32>,
-    /// Keep payloads (chunk texts) on disk rather than in RAM.
-    pub on_disk_payload: bool,
-    /// Points per upsert request.
-    pub upsert_batch_size: usize,
-}
-
-impl Default for QdrantSettings {
-    fn default() -> Self {
-        Self {
-            url: "http://127.0.0.1:6334".into(),
-            collection: "ragtune".into(),
-            api_key: None,
-            timeout_secs: 30.0,
-            connect_timeout_secs: 5.0,
-            max_retries: 3,
-            shard_number: None,
-            replication_factor: None,
-            write_consistency_factor: None,
-            on_disk_payload: true,
-            upsert_batch_size: 256,
-        }
-    }
-}
+/// Connection and collection settings for a Qdrant server or cluster (`[store.qdrant]`): the store layer's own
+/// settings type, so its fields, names and defaults live in one place. The API key is read from `$QDRANT_API_KEY`
+/// when the file does not set one, is never written back out, and is never shown in `Debug` output.
+pub use ragtune_store::QdrantConfig as QdrantSettings;
 
 /// BM25 settings.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]

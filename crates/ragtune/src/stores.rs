@@ -36,7 +36,7 @@ pub async fn open_store(config: &StoreConfig) -> Result<OpenStore> {
 
 #[cfg(feature = "qdrant")]
 async fn open_qdrant(config: &StoreConfig) -> Result<OpenStore> {
-    let store = ragtune_store::QdrantStore::connect(qdrant_config(&config.qdrant)).await?;
+    let store = ragtune_store::QdrantStore::connect(config.qdrant.clone()).await?;
     Ok(OpenStore { store: Arc::new(store), embedded: None })
 }
 
@@ -63,32 +63,12 @@ pub async fn drop_collection(config: &StoreConfig) -> Result<()> {
 
 #[cfg(feature = "qdrant")]
 async fn drop_qdrant(config: &StoreConfig) -> Result<()> {
-    ragtune_store::QdrantStore::connect(qdrant_config(&config.qdrant)).await?.drop_collection().await
+    ragtune_store::QdrantStore::connect(config.qdrant.clone()).await?.drop_collection().await
 }
 
 #[cfg(not(feature = "qdrant"))]
 async fn drop_qdrant(config: &StoreConfig) -> Result<()> {
     open_qdrant(config).await.map(drop)
-}
-
-/// The store layer's Qdrant settings for the facade's.
-#[cfg(feature = "qdrant")]
-#[must_use]
-pub fn qdrant_config(s: &crate::config::QdrantSettings) -> ragtune_store::QdrantConfig {
-    let secs = |x: f64| std::time::Duration::from_secs_f64(if x.is_finite() && x > 0.0 { x } else { 1.0 });
-    ragtune_store::QdrantConfig {
-        url: s.url.clone(),
-        api_key: s.api_key.as_ref().map(|k| k.expose().to_owned()),
-        collection: s.collection.clone(),
-        timeout: secs(s.timeout_secs),
-        connect_timeout: secs(s.connect_timeout_secs),
-        max_retries: s.max_retries,
-        shard_number: s.shard_number,
-        replication_factor: s.replication_factor,
-        write_consistency_factor: s.write_consistency_factor,
-        on_disk_payload: s.on_disk_payload,
-        upsert_batch_size: s.upsert_batch_size.max(1),
-    }
 }
 
 /// What a migration copied.

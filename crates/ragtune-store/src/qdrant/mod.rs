@@ -30,6 +30,8 @@ use ragtune_core::{
 };
 use tokio::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
+pub use crate::qdrant_config::QdrantConfig;
+
 use self::error::{Site, classify};
 use self::filter::{Translated, keyword, translate};
 use self::payload::{
@@ -67,74 +69,6 @@ const CANCEL_POLL: Duration = Duration::from_millis(20);
 /// The first retry waits this long; each further retry twice as long, up to [`MAX_BACKOFF`].
 const BASE_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
-
-/// Settings of a [`QdrantStore`].
-///
-/// The `Debug` output never shows the API key.
-#[derive(Clone, PartialEq, Eq)]
-pub struct QdrantConfig {
-    /// The server's gRPC URL, e.g. `http://127.0.0.1:6334`; `https://` uses TLS with the system's root
-    /// certificates.
-    pub url: String,
-    /// The API key, when the server requires one. Never logged, never in errors, never in `Debug` output.
-    pub api_key: Option<String>,
-    /// The collection holding the chunks.
-    pub collection: String,
-    /// The limit of one request.
-    pub timeout: Duration,
-    /// The limit of establishing a connection.
-    pub connect_timeout: Duration,
-    /// Retries of a request that failed transiently (timeouts, overload, dropped connections), with exponential
-    /// backoff from 100 ms. Writes are idempotent, so retrying them is safe.
-    pub max_retries: u32,
-    /// Shards of a new collection (Qdrant's default when `None`); only used when the store creates the collection.
-    pub shard_number: Option<u32>,
-    /// Replicas of each shard of a new collection, for clusters. With more than one, reads ask a majority of
-    /// replicas, so that a read after a write sees it.
-    pub replication_factor: Option<u32>,
-    /// How many replicas must confirm a write, for a new collection.
-    pub write_consistency_factor: Option<u32>,
-    /// Whether a new collection keeps payloads (chunk texts) on disk rather than in memory.
-    pub on_disk_payload: bool,
-    /// Points per upsert request.
-    pub upsert_batch_size: usize,
-}
-
-impl Default for QdrantConfig {
-    fn default() -> Self {
-        Self {
-            url: "http://127.0.0.1:6334".to_owned(),
-            api_key: None,
-            collection: "ragtune".to_owned(),
-            timeout: Duration::from_secs(30),
-            connect_timeout: Duration::from_secs(5),
-            max_retries: 3,
-            shard_number: None,
-            replication_factor: None,
-            write_consistency_factor: None,
-            on_disk_payload: true,
-            upsert_batch_size: 256,
-        }
-    }
-}
-
-impl fmt::Debug for QdrantConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("QdrantConfig")
-            .field("url", &self.url)
-            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
-            .field("collection", &self.collection)
-            .field("timeout", &self.timeout)
-            .field("connect_timeout", &self.connect_timeout)
-            .field("max_retries", &self.max_retries)
-            .field("shard_number", &self.shard_number)
-            .field("replication_factor", &self.replication_factor)
-            .field("write_consistency_factor", &self.write_consistency_factor)
-            .field("on_disk_payload", &self.on_disk_payload)
-            .field("upsert_batch_size", &self.upsert_batch_size)
-            .finish()
-    }
-}
 
 /// A [`VectorStore`] on a [Qdrant](https://qdrant.tech) server (1.17 or newer), over gRPC.
 ///
@@ -245,7 +179,7 @@ impl QdrantStore {
     /// [`ErrorKind::Mismatch`] for a server older than 1.17; [`ErrorKind::Permanent`] for a rejected API key.
     pub async fn connect(config: QdrantConfig) -> Result<Self> {
         let mut config = config;
-        if config.api_key.as_deref().is_some_and(str::is_empty) {
+        if config.api_key.as_ref().is_some_and(|k| k.expose().is_empty()) {
             config.api_key = None;
         }
         if !(config.url.starts_with("http://") || config.url.starts_with("https://")) {
@@ -266,7 +200,7 @@ impl QdrantStore {
         // Neither the compatibility check (it prints to stdout) nor the connection check (it blocks a thread) of
         // the client: the health check below does both, asynchronously.
         let client = qdrant_client::config::QdrantConfig::from_url(&config.url)
-            .api_key(config.api_key.clone())
+            .api_key(config.api_key.as_ref().map(|k| k.expose().to_owned()))
             .timeout(config.timeout)
             .connect_timeout(config.connect_timeout)
             .skip_compatibility_check()
