@@ -470,7 +470,8 @@ async fn a_refused_api_key_is_a_clear_error_and_writes_nothing() {
     let collection = unique_collection("key");
     let ctx = Ctx::new();
     for wrong in [Some("not-the-key".to_owned()), None] {
-        let config = QdrantConfig { api_key: wrong.clone(), max_retries: 0, ..config(&url, &collection) };
+        let config =
+            QdrantConfig { api_key: wrong.clone().map(Into::into), max_retries: 0, ..config(&url, &collection) };
         // The health check may be open to anyone; the first request on the collection is not.
         let e = match QdrantStore::connect(config).await {
             Err(e) => e,
