@@ -10,7 +10,7 @@ use ragtune::core::{
     Cost, CostModel, Ctx, Document, Llm, LlmRequest, LlmResponse, Result, Verdict, WebQuery, WebResult, WebSearch,
 };
 use ragtune::pipeline::NoteKind;
-use ragtune::{AnswerKind, Chunking, Config, Engine};
+use ragtune::{AnswerKind, Chunking, Config, ContextMethod, CragCategory, Engine};
 use ragtune_testkit::fakes::ScriptedLlm;
 
 const DOCS: [(&str, &str); 4] = [
@@ -70,7 +70,7 @@ async fn without_an_llm_the_answer_is_extractive_with_citations_and_crag_metadat
     // The CRAG metadata of docs/pipeline.md.
     assert_eq!(r.crag.evaluator, "heuristic");
     assert!(r.crag.decision.is_some());
-    assert!(["RELEVANT", "PARTIAL", "IRRELEVANT"].contains(&r.crag.category.as_str()));
+    assert!([CragCategory::Relevant, CragCategory::Partial, CragCategory::Irrelevant].contains(&r.crag.category));
     for k in ["keyword_overlap", "semantic_coherence", "length_adequacy", "diversity"] {
         assert!(r.crag.criteria.contains_key(k), "{k} in {:?}", r.crag.criteria);
     }
@@ -80,7 +80,7 @@ async fn without_an_llm_the_answer_is_extractive_with_citations_and_crag_metadat
     assert!(f.label().starts_with("llm-free"), "{}", f.label());
     assert!(f.fallback_reason.as_deref().unwrap_or("").contains("not configured"), "{:?}", f.fallback_reason);
     // Context: refinement strips (no LLM to extract with), and the trace covers every stage.
-    assert_eq!(r.context_report.method, "refine");
+    assert_eq!(r.context_report.method, ContextMethod::Refine);
     assert!(has(&r, NoteKind::NoLlm), "{}", notes(&r));
     let stages: std::collections::BTreeSet<&str> = r.trace.iter().map(|e| e.stage.as_str()).collect();
     for s in ["retrieve", "evaluate", "correct", "refine", "assemble", "judge"] {
@@ -124,7 +124,7 @@ async fn an_llm_that_is_down_degrades_to_an_extractive_answer_and_the_llm_free_j
     let n = notes(&r);
     assert!(has(&r, NoteKind::GenerationFailed), "{n}");
     assert!(has(&r, NoteKind::ExtractionFallback), "{n}");
-    assert_eq!(r.context_report.method, "extract-fallback");
+    assert_eq!(r.context_report.method, ContextMethod::ExtractFallback);
     let f = r.faithfulness.as_ref().unwrap();
     assert!(f.label().starts_with("llm-free"));
     assert!(f.fallback_reason.as_deref().unwrap_or("").starts_with("failed"), "{:?}", f.fallback_reason);
@@ -140,7 +140,7 @@ async fn an_llm_returning_invalid_json_falls_back_where_structure_is_needed() {
     let r = engine.ask("What causes scurvy?").await.unwrap();
     assert_eq!(r.answer_kind, AnswerKind::Llm);
     assert_eq!(r.citations.len(), 1);
-    assert_eq!(r.context_report.method, "extract-fallback");
+    assert_eq!(r.context_report.method, ContextMethod::ExtractFallback);
     let f = r.faithfulness.as_ref().unwrap();
     assert!(f.fallback_reason.as_deref().unwrap_or("").starts_with("invalid output"), "{:?}", f.fallback_reason);
     assert!(r.cost.llm_calls >= 3, "{:?}", r.cost);
@@ -159,7 +159,7 @@ async fn a_scripted_llm_pipeline_extracts_verified_sentences_and_judges_with_the
         .with_reply("Statements:", r#"{"verdicts": [{"statement": 1, "verdict": "SUPPORTED"}]}"#);
     let engine = indexed(dir.path(), config(dir.path())).await.with_llm(Some(Arc::new(llm)));
     let r = engine.ask("What causes scurvy?").await.unwrap();
-    assert_eq!(r.context_report.method, "extract", "{}", notes(&r));
+    assert_eq!(r.context_report.method, ContextMethod::Extract, "{}", notes(&r));
     assert_eq!(r.context.len(), 1);
     assert_eq!(r.context[0].text, "Scurvy is a disease caused by a lack of vitamin C.");
     assert_eq!(r.answer.as_deref(), Some("Scurvy is caused by a lack of vitamin C [1]."));
@@ -195,7 +195,7 @@ async fn when_every_document_is_irrelevant_the_answer_says_so_and_is_not_retried
     assert!(r.citations.is_empty());
     let r = engine.ask("How many goals did the football team score against the ships?").await.unwrap();
     assert_eq!(r.crag.decision, Some(Verdict::Incorrect), "{:?}", r.crag);
-    assert_eq!(r.crag.category, "IRRELEVANT");
+    assert_eq!(r.crag.category, CragCategory::Irrelevant);
     assert!(r.crag.correction_applied, "{:?}", r.crag);
     assert!(r.crag.correction_strategy.contains("query_expansion"), "{}", r.crag.correction_strategy);
     assert!(!r.crag.web_search_used);
@@ -307,7 +307,7 @@ async fn every_stage_is_timed_traced_and_charged_under_its_name() {
     }
     let assemble: Vec<_> = r.trace.iter().filter(|e| e.stage == "assemble").collect();
     assert_eq!(assemble.len(), 1, "one event per stage and attempt");
-    assert_eq!(assemble[0].action, r.context_report.method);
+    assert_eq!(assemble[0].action, r.context_report.method.to_string());
     assert_eq!(assemble[0].detail["passages"], r.context.len());
 }
 

@@ -421,7 +421,7 @@ pub async fn run_qa_eval(opts: &QaEvalOptions, log: &mut dyn FnMut(&str)) -> Res
                 cite_sum += relevant as f64 / response.citations.len() as f64;
                 cite_n += 1;
             }
-            *r.decisions.entry(response.crag.category.clone()).or_default() += 1;
+            *r.decisions.entry(response.crag.category.to_string()).or_default() += 1;
             let kind = serde_json::to_value(response.answer_kind).ok().and_then(|v| v.as_str().map(str::to_owned));
             *r.answer_kinds.entry(kind.unwrap_or_default()).or_default() += 1;
             r.retried += usize::from(response.attempts.len() > 1);
@@ -436,7 +436,7 @@ pub async fn run_qa_eval(opts: &QaEvalOptions, log: &mut dyn FnMut(&str)) -> Res
                 correct: score.correct,
                 f1: f64::from(score.f1),
                 yes_no: score.yes_no,
-                decision: response.crag.category.clone(),
+                decision: response.crag.category.to_string(),
                 cited: response.citations.iter().map(|c| c.doc_id.clone()).collect(),
                 llm_calls: response.cost.llm_calls,
                 tokens: response.cost.tokens,

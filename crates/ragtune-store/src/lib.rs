@@ -38,7 +38,7 @@
 //! let config = QdrantConfig {
 //!     url: "http://127.0.0.1:6334".into(),
 //!     collection: "docs".into(),
-//!     api_key: std::env::var("QDRANT_API_KEY").ok(),
+//!     api_key: std::env::var("QDRANT_API_KEY").ok().map(Into::into),
 //!     ..QdrantConfig::default()
 //! };
 //! let store = QdrantStore::connect(config).await?;

@@ -41,7 +41,7 @@ names_from_serde! {
 }
 
 /// The serde name of a unit variant.
-fn serde_name<T: Serialize>(value: &T) -> String {
+pub(crate) fn serde_name<T: Serialize>(value: &T) -> String {
     match serde_json::to_value(value) {
         Ok(serde_json::Value::String(name)) => name,
         // Every type given to `names_from_serde!` is an enum of unit variants, which serialise to strings.

@@ -52,4 +52,4 @@ pub use config::{
 };
 pub use engine::{Chunking, Engine, IndexReport, SearchResponse};
 pub use models::{load_embedder, load_llm, local_llm_url};
-pub use pipeline::{AnswerKind, AskResponse, Citation, ContextPassage, CragMetadata};
+pub use pipeline::{AnswerKind, AskResponse, Citation, ContextMethod, ContextPassage, CragCategory, CragMetadata};

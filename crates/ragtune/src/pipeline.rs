@@ -65,7 +65,7 @@ pub struct CragMetadata {
     pub decision: Option<Verdict>,
     /// The verdict in the evaluator's own words (RELEVANT / PARTIAL / IRRELEVANT for the heuristic evaluator,
     /// CORRECT / AMBIGUOUS / INCORRECT for the model-based one, `NONE` without a verdict).
-    pub category: String,
+    pub category: CragCategory,
     /// The aggregate score the verdict was read from.
     pub score: f32,
     /// Every criterion and its value.
@@ -91,7 +91,7 @@ impl CragMetadata {
         Self {
             evaluator: "off".into(),
             decision: None,
-            category: "NONE".into(),
+            category: CragCategory::None,
             score: 0.0,
             criteria: BTreeMap::new(),
             reasons: vec![reason.to_owned()],
@@ -102,6 +102,54 @@ impl CragMetadata {
             original_count: 0,
             final_count: 0,
         }
+    }
+}
+
+/// The Corrective-RAG verdict in the evaluator's own words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum CragCategory {
+    /// The heuristic evaluator's CORRECT band.
+    Relevant,
+    /// The heuristic evaluator's AMBIGUOUS band.
+    Partial,
+    /// The heuristic evaluator's INCORRECT band.
+    Irrelevant,
+    /// The model-based evaluator's verdicts.
+    Correct,
+    /// See [`Correct`](Self::Correct).
+    Ambiguous,
+    /// See [`Correct`](Self::Correct).
+    Incorrect,
+    /// No verdict (evaluation off, failed or skipped).
+    None,
+}
+
+/// How the context given to the generator was made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ContextMethod {
+    /// Whole retrieved passages.
+    Full,
+    /// Knowledge-refinement strips.
+    Refine,
+    /// Sentences extracted by the LLM and verified against their passages.
+    Extract,
+    /// Extraction failed; refinement strips were used.
+    ExtractFallback,
+    /// Nothing was retrieved.
+    None,
+}
+
+impl std::fmt::Display for CragCategory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&crate::config::serde_name(self))
+    }
+}
+
+impl std::fmt::Display for ContextMethod {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&crate::config::serde_name(self))
     }
 }
 
@@ -122,8 +170,9 @@ pub enum AnswerKind {
 /// How the context was reduced before generation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ContextReport {
-    /// `full`, `refine`, `extract`, or `extract-fallback` (extraction failed and refinement strips were used).
-    pub method: String,
+    /// `full`, `refine`, `extract`, `extract-fallback` (extraction failed and refinement strips were used), or
+    /// `none` (nothing was retrieved).
+    pub method: ContextMethod,
     /// Estimated tokens of the retrieved passages.
     pub tokens_before: usize,
     /// Estimated tokens of the assembled context.
@@ -234,7 +283,7 @@ impl AttemptResult {
             retrieved: 0,
             crag: CragMetadata::off(why),
             context: Vec::new(),
-            report: ContextReport { method: "none".into(), tokens_before: 0, tokens_after: 0, cut_for_budget: 0 },
+            report: ContextReport { method: ContextMethod::None, tokens_before: 0, tokens_after: 0, cut_for_budget: 0 },
             extraction: None,
             answer: None,
             answer_kind: AnswerKind::None,
@@ -401,6 +450,25 @@ mod tests {
 
     fn passage(n: usize, id: &str, text: &str) -> ContextPassage {
         ContextPassage { n, chunk_id: id.into(), doc_id: id.into(), title: None, text: text.into() }
+    }
+
+    #[test]
+    fn context_methods_and_crag_categories_keep_their_json_spelling() {
+        let json = |v: serde_json::Value| v.as_str().unwrap_or_default().to_owned();
+        for (m, name) in [
+            (ContextMethod::Full, "full"),
+            (ContextMethod::Refine, "refine"),
+            (ContextMethod::Extract, "extract"),
+            (ContextMethod::ExtractFallback, "extract-fallback"),
+            (ContextMethod::None, "none"),
+        ] {
+            assert_eq!((json(serde_json::to_value(m).unwrap()), m.to_string()), (name.to_owned(), name.to_owned()));
+        }
+        for (c, name) in
+            [(CragCategory::Relevant, "RELEVANT"), (CragCategory::Incorrect, "INCORRECT"), (CragCategory::None, "NONE")]
+        {
+            assert_eq!((json(serde_json::to_value(c).unwrap()), c.to_string()), (name.to_owned(), name.to_owned()));
+        }
     }
 
     #[test]

@@ -4,7 +4,6 @@
 use std::sync::Arc;
 
 use ragtune_core::{Candidate, Chunk, Cost, Error, Llm, RelevanceJudgement, SourceScore, Verdict, WebQuery, WebSearch};
-use ragtune_evaluators::crag::heuristic_category;
 use ragtune_evaluators::extract::{Extraction, ExtractionMethod, Extractor};
 use ragtune_evaluators::faithfulness::Faithfulness;
 use ragtune_evaluators::refine::{Refined, Refiner, estimate_tokens};
@@ -14,8 +13,8 @@ use ragtune_llm::prompts;
 use super::components::Retrieved;
 use super::run::{Env, Report, Run, Stage};
 use super::{
-    AnswerKind, Attempt, AttemptResult, ContextPassage, ContextReport, CragMetadata, NO_DOCUMENTS, NO_INFO, Note,
-    NoteKind, assemble, extractive_answer, fuse_lists, render_context,
+    AnswerKind, Attempt, AttemptResult, ContextMethod, ContextPassage, ContextReport, CragCategory, CragMetadata,
+    NO_DOCUMENTS, NO_INFO, Note, NoteKind, assemble, extractive_answer, fuse_lists, render_context,
 };
 use crate::config::{ContextMode, EvaluatorKind, Transform};
 
@@ -28,7 +27,7 @@ struct Plan {
 }
 
 /// How the context was reduced: the passages, the method's name and the extraction when one ran.
-type Reduced = (Vec<ContextPassage>, String, Option<Extraction>);
+type Reduced = (Vec<ContextPassage>, ContextMethod, Option<Extraction>);
 
 impl Run<'_> {
     /// The retry loop: attempts until the smart-retry policy accepts or gives up, keeping the best attempt.
@@ -157,20 +156,20 @@ impl Run<'_> {
         let (env, ledger) = (&self.env, &mut self.ledger);
         let cfg = env.engine.config();
         if cfg.pipeline.context == ContextMode::Full || candidates.is_empty() {
-            return (whole_passages(candidates), "full".into(), None);
+            return (whole_passages(candidates), ContextMethod::Full, None);
         }
         let Some(refined) = ledger.step(Stage::Refine, env.refine(candidates)).await else {
-            return (whole_passages(candidates), "full".into(), None);
+            return (whole_passages(candidates), ContextMethod::Full, None);
         };
         if cfg.pipeline.context == ContextMode::Refine {
-            return (strips(&refined), "refine".into(), None);
+            return (strips(&refined), ContextMethod::Refine, None);
         }
         let Some(llm) = env.engine.llm().cloned() else {
             ledger.note(NoteKind::NoLlm, "query-focused extraction needs an LLM: refinement strips are used");
-            return (strips(&refined), "refine".into(), None);
+            return (strips(&refined), ContextMethod::Refine, None);
         };
         let extracted = ledger.stage(Stage::Extract, env.extract(llm, candidates, &refined)).await;
-        extracted.flatten().unwrap_or_else(|| (strips(&refined), "refine".into(), None))
+        extracted.flatten().unwrap_or_else(|| (strips(&refined), ContextMethod::Refine, None))
     }
 
     /// The answer: the LLM's from the numbered context when there is an LLM, a context and time; extractive
@@ -218,7 +217,7 @@ impl Env<'_> {
         match self.engine.evaluate_cached(&self.ctx, &self.question, candidates).await {
             Ok(j) => {
                 crag.judged(&j, self.engine.evaluator_name(), self.engine.config().crag.evaluator);
-                let report = Report::new(crag.category.clone())
+                let report = Report::new(crag.category.to_string())
                     .detail("score", f64::from(j.score))
                     .detail("evaluator", crag.evaluator.clone())
                     .cost(j.cost);
@@ -395,11 +394,11 @@ impl Env<'_> {
         match extraction {
             Ok(e) => {
                 let method = match &e.method {
-                    ExtractionMethod::Llm => "extract".to_owned(),
+                    ExtractionMethod::Llm => ContextMethod::Extract,
                     ExtractionMethod::Fallback { reason } => {
                         let text = format!("extraction fell back to refinement strips: {reason}");
                         notes.push(Note::new(NoteKind::ExtractionFallback, text));
-                        "extract-fallback".to_owned()
+                        ContextMethod::ExtractFallback
                     }
                 };
                 let passages = e
@@ -408,7 +407,7 @@ impl Env<'_> {
                     .filter(|p| !p.sentences.is_empty())
                     .map(|p| passage(&p.chunk_id, &p.doc_id, p.title.as_ref(), p.sentences.join(" ")))
                     .collect();
-                let report = Report::new(method.clone()).detail("verified", e.verified).cost(e.cost).notes(notes);
+                let report = Report::new(method.to_string()).detail("verified", e.verified).cost(e.cost).notes(notes);
                 (Some((passages, method, Some(e))), report)
             }
             Err(e) => {
@@ -581,13 +580,13 @@ fn decide_retry(
 /// Assembly under the token budget, with the context report.
 fn assemble_stage(
     passages: Vec<ContextPassage>,
-    method: String,
+    method: ContextMethod,
     tokens_before: usize,
     budget: usize,
 ) -> ((Vec<ContextPassage>, ContextReport), Report) {
     let (context, cut) = assemble(passages, budget);
     let tokens_after: usize = context.iter().map(|p| estimate_tokens(&p.text)).sum();
-    let report = Report::new(method.clone())
+    let report = Report::new(method.to_string())
         .detail("passages", context.len())
         .detail("tokens_before", tokens_before)
         .detail("tokens_after", tokens_after)
@@ -671,9 +670,13 @@ impl CragMetadata {
     fn judged(&mut self, j: &RelevanceJudgement, evaluator: String, kind: EvaluatorKind) {
         self.evaluator = evaluator;
         self.decision = Some(j.verdict);
-        self.category = match kind {
-            EvaluatorKind::Heuristic => heuristic_category(j.verdict).to_owned(),
-            EvaluatorKind::Model => verdict_name(j.verdict).to_owned(),
+        self.category = match (kind, j.verdict) {
+            (EvaluatorKind::Heuristic, Verdict::Correct) => CragCategory::Relevant,
+            (EvaluatorKind::Heuristic, Verdict::Ambiguous) => CragCategory::Partial,
+            (EvaluatorKind::Heuristic, Verdict::Incorrect) => CragCategory::Irrelevant,
+            (EvaluatorKind::Model, Verdict::Correct) => CragCategory::Correct,
+            (EvaluatorKind::Model, Verdict::Ambiguous) => CragCategory::Ambiguous,
+            (EvaluatorKind::Model, Verdict::Incorrect) => CragCategory::Incorrect,
         };
         self.score = j.score;
         self.criteria = j.criteria.clone();
