@@ -296,7 +296,7 @@ fn read_hidden_size(dir: &Path) -> Result<Option<usize>> {
 }
 
 /// L2-normalises `v` and returns its norm before normalisation.
-fn l2_normalise(v: &mut [f32]) -> f32 {
+fn l2_normalize(v: &mut [f32]) -> f32 {
     let norm = v.iter().map(|&x| f64::from(x) * f64::from(x)).sum::<f64>().sqrt() as f32;
     if norm > 0.0 {
         v.iter_mut().for_each(|x| *x /= norm);
@@ -362,7 +362,7 @@ impl Embedder for FastEmbedder {
         let mut vectors = vectors;
         for v in &mut vectors {
             // fastembed normalises already; normalising again costs nothing and makes the invariant ours.
-            let norm = l2_normalise(v);
+            let norm = l2_normalize(v);
             if v.len() != self.spec.dim || !norm.is_finite() || norm == 0.0 {
                 return Err(Error::corrupt(format!(
                     "the model returned a vector of {} values with norm {norm} (expected {} finite values)",

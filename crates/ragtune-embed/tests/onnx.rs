@@ -45,7 +45,7 @@ fn cosine(a: &[f32], b: &[f32]) -> f32 {
 }
 
 #[tokio::test]
-async fn embeddings_are_normalised_and_semantic() {
+async fn embeddings_are_normalized_and_semantic() {
     let Some(e) = embedder() else { return };
     assert_eq!(e.spec().dim, 384);
     let texts = ["A man is eating food.", "A man is eating a piece of bread.", "The stock market fell sharply."];

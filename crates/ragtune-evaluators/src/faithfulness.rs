@@ -220,7 +220,7 @@ pub fn split_statements(answer: &str) -> Vec<String> {
 
 fn push_statement(out: &mut Vec<String>, piece: &str) {
     let cleaned = remove_citations(piece);
-    let mut text = normalise_spaces(&cleaned);
+    let mut text = normalize_spaces(&cleaned);
     for bullet in ["- ", "* ", "• ", "– "] {
         if let Some(rest) = text.strip_prefix(bullet) {
             text = rest.trim_start().to_owned();
@@ -264,7 +264,7 @@ fn is_citation(inner: &str) -> bool {
 }
 
 /// Collapses whitespace runs to one space and removes the space a removed citation leaves before punctuation.
-fn normalise_spaces(text: &str) -> String {
+fn normalize_spaces(text: &str) -> String {
     let joined = text.split_whitespace().collect::<Vec<_>>().join(" ");
     let mut out = String::with_capacity(joined.len());
     for c in joined.chars() {

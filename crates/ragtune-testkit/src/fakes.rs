@@ -502,7 +502,7 @@ mod tests {
     }
 
     #[test]
-    fn embedder_is_deterministic_normalised_and_counts_calls() {
+    fn embedder_is_deterministic_normalized_and_counts_calls() {
         let e = HashEmbedder::new(8);
         let ctx = Ctx::new();
         let out = block_on(e.embed(&ctx, &["Hello, world", "", "hello WORLD"], TextRole::Query)).unwrap();

@@ -15,8 +15,8 @@
 //!
 //! // An LLM judge answers 0 to 10; the evaluator reads that as 0 to 1.
 //! let judge = ScoreScale::Range { min: 0.0, max: 10.0 };
-//! assert_eq!(judge.normalise(8.0), 0.8);
-//! assert_eq!(judge.normalise(12.0), 1.0);
+//! assert_eq!(judge.normalize(8.0), 0.8);
+//! assert_eq!(judge.normalize(12.0), 1.0);
 //!
 //! // Fit the thresholds on queries whose retrieval is known to have failed or succeeded.
 //! let labelled = [(0.05, false), (0.15, false), (0.4, true), (0.55, true), (0.6, false), (0.8, true), (0.9, true)];

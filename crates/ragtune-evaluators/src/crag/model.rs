@@ -79,12 +79,12 @@ impl ScoreScale {
     /// ```
     /// use ragtune_evaluators::crag::ScoreScale;
     ///
-    /// assert_eq!(ScoreScale::Range { min: 0.0, max: 10.0 }.normalise(7.0), 0.7);
-    /// assert_eq!(ScoreScale::Sigmoid.normalise(0.0), 0.5);
-    /// assert_eq!(ScoreScale::Unit.normalise(f32::NAN), 0.0);
+    /// assert_eq!(ScoreScale::Range { min: 0.0, max: 10.0 }.normalize(7.0), 0.7);
+    /// assert_eq!(ScoreScale::Sigmoid.normalize(0.0), 0.5);
+    /// assert_eq!(ScoreScale::Unit.normalize(f32::NAN), 0.0);
     /// ```
     #[must_use]
-    pub fn normalise(&self, raw: f32) -> f32 {
+    pub fn normalize(&self, raw: f32) -> f32 {
         if raw.is_nan() {
             return 0.0;
         }
@@ -255,7 +255,7 @@ impl RelevanceEvaluator for ModelEvaluator {
                 raw.len()
             )));
         }
-        let scores: Vec<f32> = raw.iter().map(|r| self.scale.normalise(*r)).collect();
+        let scores: Vec<f32> = raw.iter().map(|r| self.scale.normalize(*r)).collect();
         let aggregate = self.config.aggregate.apply(&scores);
         let max = Aggregate::Max.apply(&scores);
         let mean = Aggregate::Mean.apply(&scores);
@@ -376,12 +376,12 @@ mod tests {
         let s = 1.0 / (1.0 + 2.0_f32.exp());
         check(&logits, ScoreScale::Sigmoid, ModelConfig::default(), &["a", "b"], Verdict::Ambiguous, 0.5, &[0.5, s])
             .await;
-        assert_eq!(ScoreScale::Sigmoid.normalise(f32::INFINITY), 1.0);
-        assert_eq!(ScoreScale::Sigmoid.normalise(f32::NEG_INFINITY), 0.0);
-        assert_eq!(ScoreScale::Unit.normalise(-3.0), 0.0);
-        assert_eq!(ScoreScale::Unit.normalise(3.0), 1.0);
-        assert_eq!(ScoreScale::Range { min: 5.0, max: 5.0 }.normalise(5.0), 1.0);
-        assert_eq!(ScoreScale::Range { min: 5.0, max: 5.0 }.normalise(4.0), 0.0);
+        assert_eq!(ScoreScale::Sigmoid.normalize(f32::INFINITY), 1.0);
+        assert_eq!(ScoreScale::Sigmoid.normalize(f32::NEG_INFINITY), 0.0);
+        assert_eq!(ScoreScale::Unit.normalize(-3.0), 0.0);
+        assert_eq!(ScoreScale::Unit.normalize(3.0), 1.0);
+        assert_eq!(ScoreScale::Range { min: 5.0, max: 5.0 }.normalize(5.0), 1.0);
+        assert_eq!(ScoreScale::Range { min: 5.0, max: 5.0 }.normalize(4.0), 0.0);
     }
 
     #[tokio::test(flavor = "current_thread")]

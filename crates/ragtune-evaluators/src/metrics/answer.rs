@@ -99,8 +99,8 @@ const FILLER: [&str; 6] = ["answer", "final", "short", "reply", "response", "wel
 /// `"Yesterday"` do not.
 #[must_use]
 pub fn yes_no(text: &str) -> Option<bool> {
-    let normalised = normalize_answer(text);
-    let mut words = normalised.split(' ').skip_while(|w| FILLER.contains(w));
+    let normalized = normalize_answer(text);
+    let mut words = normalized.split(' ').skip_while(|w| FILLER.contains(w));
     match (words.next(), words.next()) {
         (Some("yes"), _) => Some(true),
         (Some("no"), Some("one")) => None,

@@ -99,20 +99,20 @@ impl Rng {
         loop {
             let v: Vec<f32> = (0..DIM).map(|_| self.signed()).collect();
             if v.iter().map(|x| x * x).sum::<f32>() > 0.01 {
-                return normalise(&v);
+                return normalize(&v);
             }
         }
     }
 }
 
-pub(crate) fn normalise(v: &[f32]) -> Vec<f32> {
+pub(crate) fn normalize(v: &[f32]) -> Vec<f32> {
     let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
     v.iter().map(|x| x / norm).collect()
 }
 
 /// The unit vector along `v`.
 pub(crate) fn unit(v: [f32; DIM]) -> Vec<f32> {
-    normalise(&v)
+    normalize(&v)
 }
 
 pub(crate) fn sparse(pairs: &[(u32, f32)]) -> SparseVector {
