@@ -845,6 +845,29 @@ pub fn ragtune_home() -> PathBuf {
 mod tests {
     use super::*;
 
+    #[test]
+    fn the_web_section_is_off_by_default_parses_its_keys_and_never_writes_a_key() {
+        assert!(!Config::default().web.active());
+        let cfg = Config::from_toml(
+            "[web]\nenabled = true\nconcurrency = 2\n[web.providers.tavily]\napi_key = \"tvly-secret\"\n",
+        )
+        .unwrap();
+        assert!(cfg.web.active());
+        assert_eq!(cfg.web.settings.concurrency, 2);
+        let resolved = cfg.web.resolved();
+        assert_eq!(
+            resolved.providers["tavily"].api_key.as_ref().map(ragtune_core::Secret::expose),
+            Some("tvly-secret")
+        );
+        assert_eq!(cfg.web.build().unwrap().map(|s| s.stats.len()), Some(1));
+        let written = toml::to_string(&cfg).unwrap();
+        assert!(!written.contains("tvly-secret") && !format!("{cfg:?}").contains("tvly-secret"), "{written}");
+        let back = Config::from_toml(&written).unwrap();
+        assert!(back.web.enabled && back.web.settings.providers.contains_key("tavily"), "{written}");
+        assert!(Config::from_toml("[web]\nenabled = \"yes\"\n").is_err());
+        assert!(Config::from_toml(&toml::to_string(&Config::default()).unwrap()).unwrap().web == WebConfig::default());
+    }
+
     /// Every value of a closed set parses from the name serde writes, prints as it, and round-trips through TOML.
     fn check_names<T>(all: &[T], expect: &[&str])
     where
