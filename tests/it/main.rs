@@ -11,6 +11,7 @@ mod rerank;
 mod scifact;
 mod strategies;
 mod transforms;
+mod web;
 
 use std::path::PathBuf;
 

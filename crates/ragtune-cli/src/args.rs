@@ -114,6 +114,8 @@ pub struct Overrides {
     pub local_llm: LocalLlm,
     /// `pipeline.top_k`: the answer pipeline's first retrieval depth.
     pub pipeline_top_k: Option<usize>,
+    /// `web.enabled` (`--web` / `--no-web`).
+    pub web: Option<bool>,
 }
 
 impl Overrides {
@@ -173,6 +175,9 @@ pub fn apply_overrides(cfg: &mut Config, o: Overrides) {
     }
     if let Some(k) = o.pipeline_top_k {
         cfg.pipeline.top_k = k;
+    }
+    if let Some(on) = o.web {
+        cfg.web.enabled = on;
     }
 }
 

@@ -27,6 +27,12 @@ pub struct AskArgs {
     /// Candidates retrieved on the first attempt.
     #[arg(short = 'k', long = "top-k", value_name = "N")]
     top_k: Option<usize>,
+    /// Let Corrective RAG search the web for this run (the providers come from the config's `[web]` section).
+    #[arg(long, conflicts_with = "no_web")]
+    web: bool,
+    /// Do not search the web for this run, whatever the config's `[web]` section says.
+    #[arg(long)]
+    no_web: bool,
     /// Print the whole result (answer, citations, CRAG metadata, faithfulness, cost) as JSON.
     #[arg(long)]
     json: bool,
@@ -37,7 +43,7 @@ pub struct AskArgs {
 
 /// Runs the pipeline and prints the result: the answer when `generate` (`ask`), else the context (`query`).
 pub async fn run(config: Option<&Path>, args: AskArgs, generate: bool) -> anyhow::Result<()> {
-    let AskArgs { question, store, qdrant, llm_url, no_llm, top_k, json, trace } = args;
+    let AskArgs { question, store, qdrant, llm_url, no_llm, top_k, web, no_web, json, trace } = args;
     let overrides = Overrides {
         store,
         qdrant,
@@ -45,6 +51,7 @@ pub async fn run(config: Option<&Path>, args: AskArgs, generate: bool) -> anyhow
         no_llm,
         local_llm: LocalLlm::WithNoLlmHint,
         pipeline_top_k: top_k,
+        web: (web || no_web).then_some(web),
         ..Overrides::default()
     };
     let engine = Engine::open(load_config(config, overrides)?).await?;

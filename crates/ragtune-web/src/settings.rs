@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ragtune_core::{Error, Result, Secret, WebSearch};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::credibility::Credibility;
 use crate::fetch::{FetchPolicy, PageFetcher};
@@ -16,12 +16,13 @@ use crate::providers::{arxiv, exa, perplexity, searxng, semantic_scholar, tavily
 use crate::resilience::{Backoff, BreakerConfig, RateLimit, Resilience, ResilienceStats};
 
 /// The settings of one provider; everything but SearXNG's `base_url` (and the paid providers' keys) has a default.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ProviderSettings {
     /// The API's base URL; the public API when unset (SearXNG has none and needs one).
     pub base_url: Option<String>,
     /// The API key (Tavily, Exa and Perplexity need one; Semantic Scholar takes one).
+    #[serde(skip_serializing)]
     pub api_key: Option<Secret>,
     /// Seconds one request may take (15 when unset).
     pub timeout_secs: Option<f64>,
@@ -36,7 +37,7 @@ pub struct ProviderSettings {
 }
 
 /// The whole web layer's settings: which providers, how they are routed, trusted and fetched.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct WebSettings {
     /// The providers to use, by name (`searxng`, `tavily`, `exa`, `perplexity`, `semantic_scholar`, `arxiv`).

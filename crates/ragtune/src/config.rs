@@ -96,6 +96,80 @@ pub struct Config {
     pub retry: ragtune_evaluators::retry::RetryConfig,
     /// Retrieval and evaluation caches.
     pub cache: CacheSettings,
+    /// Web search inside Corrective RAG (off unless `enabled` and a provider is configured).
+    pub web: WebConfig,
+}
+
+/// The `[web]` section: whether Corrective RAG may search the web, and the web layer's settings
+/// (`providers`, `routing`, `credibility`, `fetch`, `concurrency`, `default_route`; see docs/web.md).
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct WebConfig {
+    /// Whether web search runs at all (off by default, so that no request leaves the machine unless asked).
+    pub enabled: bool,
+    /// The providers and how they are routed, trusted and fetched.
+    #[serde(flatten)]
+    pub settings: ragtune_web::WebSettings,
+}
+
+// By hand rather than `#[serde(flatten)]`, which would let unknown keys through: `enabled` is taken out and the
+// rest must be a valid `WebSettings`, which refuses unknown keys.
+impl<'de> Deserialize<'de> for WebConfig {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> std::result::Result<Self, D::Error> {
+        use serde::de::Error as _;
+        let mut map = serde_json::Map::<String, serde_json::Value>::deserialize(deserializer)?;
+        let enabled = match map.remove("enabled") {
+            Some(v) => bool::deserialize(v).map_err(|e| D::Error::custom(format!("enabled: {e}")))?,
+            None => false,
+        };
+        let settings =
+            ragtune_web::WebSettings::deserialize(serde_json::Value::Object(map)).map_err(D::Error::custom)?;
+        Ok(Self { enabled, settings })
+    }
+}
+
+/// The environment variable each paid provider's key is read from when the section sets none.
+const WEB_KEY_VARS: &[(&str, &str)] = &[
+    ("tavily", "TAVILY_API_KEY"),
+    ("exa", "EXA_API_KEY"),
+    ("perplexity", "PERPLEXITY_API_KEY"),
+    ("semantic_scholar", "SEMANTIC_SCHOLAR_API_KEY"),
+];
+
+impl WebConfig {
+    /// Whether the section asks for web search: `enabled` with at least one provider.
+    #[must_use]
+    pub fn active(&self) -> bool {
+        self.enabled && !self.settings.providers.is_empty()
+    }
+
+    /// The settings with each configured provider's missing key read from its environment variable
+    /// (`TAVILY_API_KEY`, `EXA_API_KEY`, `PERPLEXITY_API_KEY`, `SEMANTIC_SCHOLAR_API_KEY`).
+    #[must_use]
+    pub fn resolved(&self) -> ragtune_web::WebSettings {
+        let mut settings = self.settings.clone();
+        for (name, var) in WEB_KEY_VARS {
+            if let Some(p) = settings.providers.get_mut(*name)
+                && p.api_key.is_none()
+                && let Ok(key) = std::env::var(var)
+                && !key.is_empty()
+            {
+                p.api_key = Some(ragtune_core::Secret::from(key));
+            }
+        }
+        settings
+    }
+
+    /// Builds the web stack when the section is active.
+    ///
+    /// # Errors
+    /// [`InvalidInput`](ragtune_core::ErrorKind::InvalidInput) naming `[web]` when a provider is unknown or
+    /// misconfigured.
+    pub fn build(&self) -> Result<Option<ragtune_web::WebStack>> {
+        if !self.active() {
+            return Ok(None);
+        }
+        self.resolved().build().map(Some).map_err(|e| e.context("[web]"))
+    }
 }
 
 /// The answer pipeline's own settings.
@@ -770,6 +844,29 @@ pub fn ragtune_home() -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_web_section_is_off_by_default_parses_its_keys_and_never_writes_a_key() {
+        assert!(!Config::default().web.active());
+        let cfg = Config::from_toml(
+            "[web]\nenabled = true\nconcurrency = 2\n[web.providers.tavily]\napi_key = \"tvly-secret\"\n",
+        )
+        .unwrap();
+        assert!(cfg.web.active());
+        assert_eq!(cfg.web.settings.concurrency, 2);
+        let resolved = cfg.web.resolved();
+        assert_eq!(
+            resolved.providers["tavily"].api_key.as_ref().map(ragtune_core::Secret::expose),
+            Some("tvly-secret")
+        );
+        assert_eq!(cfg.web.build().unwrap().map(|s| s.stats.len()), Some(1));
+        let written = toml::to_string(&cfg).unwrap();
+        assert!(!written.contains("tvly-secret") && !format!("{cfg:?}").contains("tvly-secret"), "{written}");
+        let back = Config::from_toml(&written).unwrap();
+        assert!(back.web.enabled && back.web.settings.providers.contains_key("tavily"), "{written}");
+        assert!(Config::from_toml("[web]\nenabled = \"yes\"\n").is_err());
+        assert!(Config::from_toml(&toml::to_string(&Config::default()).unwrap()).unwrap().web == WebConfig::default());
+    }
 
     /// Every value of a closed set parses from the name serde writes, prints as it, and round-trips through TOML.
     fn check_names<T>(all: &[T], expect: &[&str])

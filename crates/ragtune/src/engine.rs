@@ -78,6 +78,9 @@ pub struct Engine {
     notes: Vec<String>,
     /// The web search provider Corrective RAG falls back to on INCORRECT; none unless set.
     web: Option<Arc<dyn WebSearch>>,
+    /// The multi-provider search built from `[web]`, kept to read who answered and who was skipped; `None` when
+    /// `with_web` set another provider.
+    multi: Option<Arc<ragtune_web::MultiSearch>>,
     /// Retrieval and evaluation caches of the answer pipeline.
     caches: Option<crate::pipeline::PipelineCaches>,
 }
@@ -134,13 +137,17 @@ impl Engine {
             )));
         }
         let caches = crate::pipeline::PipelineCaches::new(&config);
-        Ok(Self { config, store, encoder, embedder, llm: None, notes: Vec::new(), web: None, caches })
+        let multi = config.web.build()?.map(|stack| stack.search);
+        let web = multi.clone().map(|m| m as Arc<dyn WebSearch>);
+        Ok(Self { config, store, encoder, embedder, llm: None, notes: Vec::new(), web, multi, caches })
     }
 
-    /// Uses `web` as the web search provider Corrective RAG falls back to when the retrieval is judged INCORRECT.
+    /// Uses `web` as the web search provider Corrective RAG falls back to when the retrieval is judged INCORRECT
+    /// or AMBIGUOUS, instead of the one `[web]` configures (`None` turns web search off).
     #[must_use]
     pub fn with_web(mut self, web: Option<Arc<dyn WebSearch>>) -> Self {
         self.web = web;
+        self.multi = None;
         self
     }
 
@@ -156,6 +163,10 @@ impl Engine {
         }
         config.validate()?;
         self.caches = crate::pipeline::PipelineCaches::new(&config);
+        if config.web != self.config.web {
+            self.multi = config.web.build()?.map(|stack| stack.search);
+            self.web = self.multi.clone().map(|m| m as Arc<dyn WebSearch>);
+        }
         self.config = config;
         Ok(self)
     }
@@ -164,6 +175,11 @@ impl Engine {
     #[must_use]
     pub fn web(&self) -> Option<&Arc<dyn WebSearch>> {
         self.web.as_ref()
+    }
+
+    /// The multi-provider search built from `[web]`, when that is the web provider.
+    pub(crate) fn web_multi(&self) -> Option<&Arc<ragtune_web::MultiSearch>> {
+        self.multi.as_ref()
     }
 
     pub(crate) fn caches(&self) -> Option<&crate::pipeline::PipelineCaches> {

@@ -37,6 +37,7 @@ pub use ragtune_provision as provision;
 pub use ragtune_rerank as rerank;
 pub use ragtune_retrieve as retrieve;
 pub use ragtune_store as store;
+pub use ragtune_web as web;
 
 mod config;
 mod engine;
@@ -48,7 +49,7 @@ pub use config::{
     Bm25Settings, CacheSettings, ChunkingSettings, Config, ContextMode, CragSettings, EmbeddingMode, EmbeddingSettings,
     EvaluatorKind, HybridSettings, LlmEndpoint, LlmSettings, PipelineSettings, QdrantSettings, RerankSettings,
     RouteSetting, RouteSettings, ScorerKind, SearchSettings, StoreBackend, StoreConfig, Strategy, Transform,
-    TransformSettings, ragtune_home,
+    TransformSettings, WebConfig, ragtune_home,
 };
 pub use engine::{Chunking, Engine, IndexReport, SearchResponse};
 pub use models::{load_embedder, load_llm, local_llm_url};

@@ -78,6 +78,12 @@ pub struct CragMetadata {
     pub correction_strategy: String,
     /// Whether web results were added.
     pub web_search_used: bool,
+    /// The web providers that answered (empty when the web was not searched).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub web_providers: Vec<String>,
+    /// The web providers asked that did not answer, each as `provider: reason`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub web_skipped: Vec<String>,
     /// Whether the first retrieval came from the cache.
     pub cache_hit: bool,
     /// Candidates before correction.
@@ -98,6 +104,8 @@ impl CragMetadata {
             correction_applied: false,
             correction_strategy: "none".into(),
             web_search_used: false,
+            web_providers: Vec::new(),
+            web_skipped: Vec::new(),
             cache_hit: false,
             original_count: 0,
             final_count: 0,

@@ -234,8 +234,9 @@ impl Env<'_> {
         }
     }
 
-    /// The correction the verdict calls for: AMBIGUOUS → synonym expansion (when configured); INCORRECT → a
-    /// rewrite (synonyms without an LLM) and web search; each result fused into the candidates.
+    /// The correction the verdict calls for: AMBIGUOUS → synonym expansion (when configured) and web search;
+    /// INCORRECT → a rewrite (synonyms without an LLM) and web search; CORRECT → nothing. Each result is fused into
+    /// the candidates; web search runs only when a provider is set (`[web]` or `Engine::with_web`).
     async fn correct(
         &self,
         k: usize,
@@ -247,9 +248,14 @@ impl Env<'_> {
         let mut notes: Vec<Note> = Vec::new();
         let mut strategies: Vec<&str> = Vec::new();
         match verdict {
-            Verdict::Ambiguous if cfg.expand_on_ambiguous => {
-                if self.re_retrieve(Transform::Expand, "query expansion", k, candidates, &mut notes).await {
+            Verdict::Ambiguous => {
+                if cfg.expand_on_ambiguous
+                    && self.re_retrieve(Transform::Expand, "query expansion", k, candidates, &mut notes).await
+                {
                     strategies.push("query_expansion");
+                }
+                if self.web_search(k, candidates, crag, &mut notes).await {
+                    strategies.push("web_search");
                 }
             }
             Verdict::Incorrect => {
@@ -267,12 +273,11 @@ impl Env<'_> {
                         strategies.push(name);
                     }
                 }
-                if self.web_search(k, candidates, &mut notes).await {
+                if self.web_search(k, candidates, crag, &mut notes).await {
                     strategies.push("web_search");
-                    crag.web_search_used = true;
                 }
             }
-            Verdict::Correct | Verdict::Ambiguous => {}
+            Verdict::Correct => {}
         }
         if !strategies.is_empty() {
             crag.correction_applied = true;
@@ -307,8 +312,15 @@ impl Env<'_> {
         }
     }
 
-    /// Web search for an INCORRECT retrieval, fused into `candidates`; whether results were added.
-    async fn web_search(&self, k: usize, candidates: &mut Vec<Candidate>, notes: &mut Vec<Note>) -> bool {
+    /// Web search for the question, fused into `candidates`; whether results were added. Records in `crag` the
+    /// providers that answered and those skipped (and why); a failure is a `WebSearch` note, never an error.
+    async fn web_search(
+        &self,
+        k: usize,
+        candidates: &mut Vec<Candidate>,
+        crag: &mut CragMetadata,
+        notes: &mut Vec<Note>,
+    ) -> bool {
         let n = self.engine.config().crag.web_results;
         let Some(web) = self.engine.web() else {
             self.ctx.trace(
@@ -317,9 +329,48 @@ impl Env<'_> {
             );
             return false;
         };
-        match web_candidates(web.as_ref(), &self.ctx, &self.question, n).await {
-            Ok(found) if !found.is_empty() => {
+        let searched = match self.engine.web_multi() {
+            // The configured stack reports who answered and who was skipped; a plain provider does not.
+            Some(multi) => {
+                let route = self.engine.config().web.settings.default_route;
+                match multi.search_route(&self.ctx, route, &self.question).await {
+                    Ok(mut outcome) => {
+                        outcome.results.truncate(n.max(1));
+                        crag.web_skipped
+                            .extend(outcome.skipped.iter().map(|s| format!("{}: {}", s.provider, s.reason)));
+                        Ok(outcome.results)
+                    }
+                    Err(e) => {
+                        let reason = e.message().to_owned();
+                        crag.web_skipped
+                            .extend(multi.providers_for(route).iter().map(|p| format!("{}: {reason}", p.name())));
+                        Err(e)
+                    }
+                }
+            }
+            None => {
+                let q = WebQuery { text: self.question.clone(), max_results: n.max(1) };
+                let searched = web.search(&self.ctx, std::slice::from_ref(&q)).await;
+                if let Err(e) = &searched {
+                    crag.web_skipped.push(format!("{}: {}", web.name(), e.message()));
+                }
+                searched.map(|mut lists| lists.pop().unwrap_or_default())
+            }
+        };
+        match searched {
+            Ok(results) if !results.is_empty() => {
+                let found = web_candidates(results);
+                for c in &found {
+                    for key in c.sources.keys() {
+                        if let Some(p) = key.strip_prefix("web:")
+                            && !crag.web_providers.iter().any(|have| have == p)
+                        {
+                            crag.web_providers.push(p.to_owned());
+                        }
+                    }
+                }
                 *candidates = fuse_lists(candidates, &found, k * 2 + n);
+                crag.web_search_used = true;
                 true
             }
             Ok(_) => {
@@ -624,16 +675,8 @@ async fn generate_text(
 }
 
 /// Web results as candidates, ranked as the provider returned them.
-async fn web_candidates(
-    web: &dyn WebSearch,
-    ctx: &ragtune_core::Ctx,
-    question: &str,
-    n: usize,
-) -> ragtune_core::Result<Vec<Candidate>> {
-    let q = WebQuery { text: question.to_owned(), max_results: n.max(1) };
-    let mut lists = web.search(ctx, std::slice::from_ref(&q)).await?;
-    let results = lists.pop().unwrap_or_default();
-    Ok(results
+fn web_candidates(results: Vec<ragtune_core::WebResult>) -> Vec<Candidate> {
+    results
         .into_iter()
         .enumerate()
         .map(|(i, r)| {
@@ -646,7 +689,7 @@ async fn web_candidates(
             sources.insert(format!("web:{}", r.provider), SourceScore { score, rank });
             Candidate { chunk, score, sources }
         })
-        .collect())
+        .collect()
 }
 
 fn decision_name(d: &RetryDecision) -> &'static str {

@@ -1,0 +1,171 @@
+//! Web search inside Corrective RAG, configured by `[web]`, against a SearXNG-compatible server on 127.0.0.1:
+//! INCORRECT searches the web, AMBIGUOUS expands the query and searches the web, CORRECT never calls it, and a
+//! provider that is down is reported as skipped while the answer still comes back.
+
+use std::io::{Read, Write};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use ragtune::core::{Document, Verdict};
+use ragtune::pipeline::NoteKind;
+use ragtune::{Chunking, Config, Engine};
+
+const DOCS: [(&str, &str); 4] = [
+    (
+        "scurvy",
+        "Scurvy is a disease caused by a lack of vitamin C. Sailors on long voyages suffered from scurvy. \
+         James Lind showed in 1747 that citrus fruit cures scurvy.",
+    ),
+    ("rickets", "Rickets is caused by a lack of vitamin D. It softens the bones of children."),
+    ("markets", "Stock markets rose on Tuesday as investors bought shares of technology companies."),
+    ("ships", "Ships of the Royal Navy carried lemons and limes to protect the crews on long voyages."),
+];
+
+/// A SearXNG-compatible `GET /search?format=json` on 127.0.0.1 that answers one result and counts requests.
+pub struct Searx {
+    pub url: String,
+    pub requests: Arc<AtomicUsize>,
+}
+
+pub fn searx_server() -> Searx {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let requests = Arc::new(AtomicUsize::new(0));
+    let seen = Arc::clone(&requests);
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut s) = stream else { continue };
+            let mut buf = [0_u8; 8192];
+            let mut head = Vec::new();
+            while let Ok(n) = s.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                head.extend_from_slice(&buf[..n]);
+                if head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    break;
+                }
+            }
+            seen.fetch_add(1, Ordering::SeqCst);
+            let body = serde_json::json!({"results": [{
+                "url": "https://example.org/harbour-cup",
+                "title": "Harbour cup",
+                "content": "The football team scored four goals against the ships of the harbour club on Saturday.",
+                "engine": "test",
+                "score": 1.0
+            }]})
+            .to_string();
+            let _ = write!(
+                s,
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    Searx { url, requests }
+}
+
+/// A `[web]` section with SearXNG at `url`, no retries (so a dead server fails at once).
+pub fn web_toml(url: &str, enabled: bool) -> String {
+    format!(
+        "[web]\nenabled = {enabled}\n[web.providers.searxng]\nbase_url = \"{url}\"\ntimeout_secs = 5\n\
+         [web.providers.searxng.backoff]\nbase = 0.01\nmax = 0.01\njitter = 0.0\nmax_retries = 0\nseed = 1\n"
+    )
+}
+
+async fn engine(dir: &std::path::Path, url: &str) -> Engine {
+    let mut cfg = Config::from_toml(&web_toml(url, true)).unwrap();
+    cfg.store.path = dir.join("store");
+    cfg.embedding.mode = ragtune::EmbeddingMode::Off;
+    let mut engine = Engine::open(cfg).await.unwrap();
+    let docs: Vec<Document> = DOCS.iter().map(|(id, text)| Document::new(*id, *text)).collect();
+    engine.index_documents(&docs, Chunking::WholeDocuments, &mut |_, _| {}).await.unwrap();
+    engine
+}
+
+const OFF_TOPIC: &str = "How many goals did the football team score against the ships?";
+
+#[tokio::test]
+async fn an_incorrect_retrieval_searches_the_configured_web_and_cites_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let searx = searx_server();
+    let engine = engine(dir.path(), &searx.url).await;
+    let r = engine.ask(OFF_TOPIC).await.unwrap();
+    assert_eq!(r.crag.decision, Some(Verdict::Incorrect), "{:?}", r.crag);
+    assert!(r.crag.web_search_used, "{:?}", r.crag);
+    assert!(r.crag.correction_strategy.contains("web_search"), "{}", r.crag.correction_strategy);
+    assert_eq!(r.crag.web_providers, ["searxng"]);
+    assert!(r.crag.web_skipped.is_empty(), "{:?}", r.crag.web_skipped);
+    assert!(searx.requests.load(Ordering::SeqCst) >= 1);
+    let web = r.context.iter().find(|p| p.chunk_id.starts_with("web:")).expect("a web passage in the context");
+    assert_eq!(web.chunk_id, "web:https://example.org/harbour-cup");
+    assert!(
+        r.citations.iter().any(|c| c.doc_id == "https://example.org/harbour-cup"),
+        "the web passage is cited by its URL: {:?}",
+        r.citations
+    );
+    let json = serde_json::to_value(&r.crag).unwrap();
+    assert_eq!(json["web_providers"], serde_json::json!(["searxng"]));
+    assert!(json.get("web_skipped").is_none(), "empty lists are not serialised: {json}");
+}
+
+#[tokio::test]
+async fn a_correct_retrieval_never_calls_the_web() {
+    let dir = tempfile::tempdir().unwrap();
+    let searx = searx_server();
+    let engine = engine(dir.path(), &searx.url).await;
+    let r = engine.ask("What softens bones?").await.unwrap();
+    assert_eq!(r.crag.decision, Some(Verdict::Correct), "{:?}", r.crag);
+    assert!(!r.crag.web_search_used);
+    assert!(r.crag.web_providers.is_empty() && r.crag.web_skipped.is_empty());
+    assert_eq!(searx.requests.load(Ordering::SeqCst), 0, "no request reached the server");
+    let json = serde_json::to_value(&r.crag).unwrap();
+    assert!(json.get("web_providers").is_none() && json.get("web_skipped").is_none(), "{json}");
+}
+
+#[tokio::test]
+async fn an_ambiguous_retrieval_expands_the_query_and_searches_the_web() {
+    let dir = tempfile::tempdir().unwrap();
+    let searx = searx_server();
+    let engine = engine(dir.path(), &searx.url).await;
+    let r = engine.ask(AMBIGUOUS).await.unwrap();
+    assert_eq!(r.crag.decision, Some(Verdict::Ambiguous), "{:?}", r.crag);
+    assert_eq!(r.crag.correction_strategy, "query_expansion+web_search");
+    assert!(r.crag.web_search_used);
+    assert_eq!(r.crag.web_providers, ["searxng"]);
+    assert!(searx.requests.load(Ordering::SeqCst) >= 1);
+}
+
+#[tokio::test]
+async fn with_the_web_down_the_answer_still_comes_back_and_says_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let dead = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}", l.local_addr().unwrap())
+    };
+    let engine = engine(dir.path(), &dead).await;
+    let r = engine.ask(OFF_TOPIC).await.unwrap();
+    assert_eq!(r.crag.decision, Some(Verdict::Incorrect), "{:?}", r.crag);
+    assert!(!r.crag.web_search_used);
+    assert!(r.crag.web_providers.is_empty());
+    assert!(r.crag.web_skipped.iter().any(|s| s.starts_with("searxng: ")), "{:?}", r.crag.web_skipped);
+    assert!(r.notes.iter().any(|n| n.kind() == NoteKind::WebSearch && n.as_str().contains("failed")), "{:?}", r.notes);
+    assert!(r.answer.is_some());
+}
+
+#[tokio::test]
+async fn an_invalid_web_section_is_a_config_error_naming_it_and_a_disabled_one_is_ignored() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = Config::from_toml("[web]\nenabled = true\n[web.providers.searxng]\n").unwrap();
+    cfg.store.path = dir.path().join("store");
+    cfg.embedding.mode = ragtune::EmbeddingMode::Off;
+    let err = Engine::open(cfg.clone()).await.unwrap_err();
+    assert_eq!(err.kind(), ragtune::core::ErrorKind::InvalidInput);
+    assert!(err.to_string().contains("[web]"), "{err}");
+    cfg.web.enabled = false;
+    let engine = Engine::open(cfg).await.unwrap();
+    assert!(engine.web().is_none());
+    assert!(Config::from_toml("[web]\nenabled = true\nprovider = {}\n").is_err(), "unknown keys are refused");
+}
+
+const AMBIGUOUS: &str = "Which vitamin do children need?";
