@@ -13,7 +13,8 @@ use ragtune::pipeline::NoteKind;
 use ragtune::{AnswerKind, Chunking, Config, ContextMethod, CragCategory, Engine};
 use ragtune_testkit::fakes::ScriptedLlm;
 
-const DOCS: [(&str, &str); 4] = [
+/// The small corpus of the pipeline tests (and of the web tests).
+pub(crate) const DOCS: [(&str, &str); 4] = [
     (
         "scurvy",
         "Scurvy is a disease caused by a lack of vitamin C. Sailors on long voyages suffered from scurvy. \

@@ -2,67 +2,22 @@
 //! INCORRECT searches the web, AMBIGUOUS expands the query and searches the web, CORRECT never calls it, and a
 //! provider that is down is reported as skipped while the answer still comes back.
 
-use std::io::{Read, Write};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-
 use ragtune::core::{Document, Verdict};
 use ragtune::pipeline::NoteKind;
 use ragtune::{Chunking, Config, Engine};
+use ragtune_testkit::fixtures::SearxServer;
 
-const DOCS: [(&str, &str); 4] = [
-    (
-        "scurvy",
-        "Scurvy is a disease caused by a lack of vitamin C. Sailors on long voyages suffered from scurvy. \
-         James Lind showed in 1747 that citrus fruit cures scurvy.",
-    ),
-    ("rickets", "Rickets is caused by a lack of vitamin D. It softens the bones of children."),
-    ("markets", "Stock markets rose on Tuesday as investors bought shares of technology companies."),
-    ("ships", "Ships of the Royal Navy carried lemons and limes to protect the crews on long voyages."),
-];
+use crate::pipeline::DOCS;
 
-/// A SearXNG-compatible `GET /search?format=json` on 127.0.0.1 that answers one result and counts requests.
-pub struct Searx {
-    pub url: String,
-    pub requests: Arc<AtomicUsize>,
-}
-
-pub fn searx_server() -> Searx {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let requests = Arc::new(AtomicUsize::new(0));
-    let seen = Arc::clone(&requests);
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut s) = stream else { continue };
-            let mut buf = [0_u8; 8192];
-            let mut head = Vec::new();
-            while let Ok(n) = s.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                head.extend_from_slice(&buf[..n]);
-                if head.windows(4).any(|w| w == b"\r\n\r\n") {
-                    break;
-                }
-            }
-            seen.fetch_add(1, Ordering::SeqCst);
-            let body = serde_json::json!({"results": [{
-                "url": "https://example.org/harbour-cup",
-                "title": "Harbour cup",
-                "content": "The football team scored four goals against the ships of the harbour club on Saturday.",
-                "engine": "test",
-                "score": 1.0
-            }]})
-            .to_string();
-            let _ = write!(
-                s,
-                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                body.len()
-            );
-        }
-    });
-    Searx { url, requests }
+/// The local SearXNG endpoint, answering one off-topic web result.
+fn searx_server() -> SearxServer {
+    SearxServer::start(serde_json::json!({
+        "url": "https://example.org/harbour-cup",
+        "title": "Harbour cup",
+        "content": "The football team scored four goals against the ships of the harbour club on Saturday.",
+        "engine": "test",
+        "score": 1.0
+    }))
 }
 
 /// A `[web]` section with SearXNG at `url`, no retries (so a dead server fails at once).
@@ -96,7 +51,7 @@ async fn an_incorrect_retrieval_searches_the_configured_web_and_cites_it() {
     assert!(r.crag.correction_strategy.contains("web_search"), "{}", r.crag.correction_strategy);
     assert_eq!(r.crag.web_providers, ["searxng"]);
     assert!(r.crag.web_skipped.is_empty(), "{:?}", r.crag.web_skipped);
-    assert!(searx.requests.load(Ordering::SeqCst) >= 1);
+    assert!(searx.requests() >= 1);
     let web = r.context.iter().find(|p| p.chunk_id.starts_with("web:")).expect("a web passage in the context");
     assert_eq!(web.chunk_id, "web:https://example.org/harbour-cup");
     assert!(
@@ -118,7 +73,7 @@ async fn a_correct_retrieval_never_calls_the_web() {
     assert_eq!(r.crag.decision, Some(Verdict::Correct), "{:?}", r.crag);
     assert!(!r.crag.web_search_used);
     assert!(r.crag.web_providers.is_empty() && r.crag.web_skipped.is_empty());
-    assert_eq!(searx.requests.load(Ordering::SeqCst), 0, "no request reached the server");
+    assert_eq!(searx.requests(), 0, "no request reached the server");
     let json = serde_json::to_value(&r.crag).unwrap();
     assert!(json.get("web_providers").is_none() && json.get("web_skipped").is_none(), "{json}");
 }
@@ -133,7 +88,7 @@ async fn an_ambiguous_retrieval_expands_the_query_and_searches_the_web() {
     assert_eq!(r.crag.correction_strategy, "query_expansion+web_search");
     assert!(r.crag.web_search_used);
     assert_eq!(r.crag.web_providers, ["searxng"]);
-    assert!(searx.requests.load(Ordering::SeqCst) >= 1);
+    assert!(searx.requests() >= 1);
 }
 
 #[tokio::test]

@@ -536,7 +536,9 @@ impl ServerGuard {
             println!("llm: leaving the server that was already running at {} as it was", running.info.url);
             return Ok(());
         };
-        terminate(running.info.pid, &mut || child.try_wait().is_ok_and(|status| status.is_some()))?;
+        terminate("llm", running.info.pid, STOP_TIMEOUT, &mut || {
+            child.try_wait().is_ok_and(|status| status.is_some())
+        })?;
         remove_record_of(&self.layout, running.info.pid);
         println!("llm: stopped {} (pid {})", running.info.model, running.info.pid);
         Ok(())
@@ -607,7 +609,7 @@ pub fn start(shell: &Shell, model: &Model, port: Option<u16>) -> Result<Running>
     println!("llm: started {} on {url} (pid {pid}); waiting for /health (log: {})", model.name, log_path.display());
 
     if let Err(error) = wait_healthy(&mut child, &url, started) {
-        let _ = terminate(pid, &mut || child.try_wait().is_ok_and(|status| status.is_some()));
+        let _ = terminate("llm", pid, STOP_TIMEOUT, &mut || child.try_wait().is_ok_and(|status| status.is_some()));
         let log_text = std::fs::read_to_string(&log_path).unwrap_or_default();
         return Err(error.context(format!(
             "the local LLM server did not become healthy; the last lines of {}:\n{}",
@@ -656,7 +658,7 @@ fn stop(layout: &Layout) -> Result<()> {
         return Ok(());
     };
     if is_server(recorded.pid) {
-        terminate(recorded.pid, &mut || !is_alive(recorded.pid))?;
+        terminate("llm", recorded.pid, STOP_TIMEOUT, &mut || !is_alive(recorded.pid))?;
         println!("llm: stopped {} at {} (pid {})", recorded.model, recorded.url, recorded.pid);
     } else {
         println!("llm: {} (pid {}) was no longer running; removing the stale record", recorded.model, recorded.pid);
@@ -736,13 +738,13 @@ pub(crate) fn free_port() -> Result<u16> {
 // ---------------------------------------------------------------------------------------------------------------
 // Processes: `kill` and /proc, since the workspace allows no unsafe code (and so no libc calls).
 
-/// SIGTERM, then SIGKILL if `exited` does not turn true within [`STOP_TIMEOUT`].
-fn terminate(pid: u32, exited: &mut dyn FnMut() -> bool) -> Result<()> {
+/// SIGTERM, then SIGKILL if `exited` does not turn true within `stop_timeout`; `who` names the server in messages.
+pub(crate) fn terminate(who: &str, pid: u32, stop_timeout: Duration, exited: &mut dyn FnMut() -> bool) -> Result<()> {
     send_signal(pid, "TERM")?;
-    if wait_until(exited, STOP_TIMEOUT) {
+    if wait_until(exited, stop_timeout) {
         return Ok(());
     }
-    println!("llm: pid {pid} is still running {}s after SIGTERM; sending SIGKILL", STOP_TIMEOUT.as_secs());
+    println!("{who}: pid {pid} is still running {}s after SIGTERM; sending SIGKILL", stop_timeout.as_secs());
     send_signal(pid, "KILL")?;
     if wait_until(exited, Duration::from_secs(5)) {
         return Ok(());

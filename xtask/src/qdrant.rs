@@ -27,7 +27,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{Context, Result, bail};
 use serde_json::json;
 
-use crate::llm::{free_port, is_alive, parse_http_url, send_signal, tail, wait_until, write_atomic};
+use crate::llm::{free_port, is_alive, parse_http_url, tail, terminate, write_atomic};
 use crate::shell::Shell;
 
 /// The server version the adapter is tested against (qdrant-client 1.20 accepts servers 1.19–1.21).
@@ -286,7 +286,7 @@ impl ServerGuard {
         let Some(mut running) = self.running.take() else { return Ok(()) };
         for child in running.children.iter_mut().rev() {
             let pid = child.id();
-            terminate(pid, &mut || child.try_wait().is_ok_and(|status| status.is_some()))?;
+            terminate("qdrant", pid, STOP_TIMEOUT, &mut || child.try_wait().is_ok_and(|status| status.is_some()))?;
         }
         remove_record_of(&self.layout, &running.record);
         println!("qdrant: stopped {} node(s) at {}", running.record.nodes.len(), running.record.url);
@@ -410,7 +410,9 @@ pub fn start(layout: &Layout, bin: &Path, nodes: usize, base: u16) -> Result<Run
             let log_text = std::fs::read_to_string(&log_path).unwrap_or_default();
             for child in &mut running.children {
                 let pid = child.id();
-                let _ = terminate(pid, &mut || child.try_wait().is_ok_and(|status| status.is_some()));
+                let _ = terminate("qdrant", pid, STOP_TIMEOUT, &mut || {
+                    child.try_wait().is_ok_and(|status| status.is_some())
+                });
             }
             return Err(error.context(format!(
                 "Qdrant node {i} did not become ready; the last lines of {}:\n{}",
@@ -510,7 +512,7 @@ pub fn stop(layout: &Layout) -> Result<()> {
     };
     for (i, node) in record.nodes.iter().enumerate().rev() {
         if is_qdrant(node.pid, &record.bin) {
-            terminate(node.pid, &mut || !is_alive(node.pid))?;
+            terminate("qdrant", node.pid, STOP_TIMEOUT, &mut || !is_alive(node.pid))?;
             println!("qdrant: stopped node {i} at {} (pid {})", node.grpc, node.pid);
         } else {
             println!("qdrant: node {i} (pid {}) was no longer running", node.pid);
@@ -605,20 +607,6 @@ fn is_qdrant(pid: u32, bin: &Path) -> bool {
         // Without /proc there is no telling; trust the record.
         Err(_) => !Path::new("/proc/self").exists(),
     }
-}
-
-/// SIGTERM (Qdrant flushes and shuts down cleanly), then SIGKILL if `exited` does not turn true in time.
-fn terminate(pid: u32, exited: &mut dyn FnMut() -> bool) -> Result<()> {
-    send_signal(pid, "TERM")?;
-    if wait_until(exited, STOP_TIMEOUT) {
-        return Ok(());
-    }
-    println!("qdrant: pid {pid} is still running {}s after SIGTERM; sending SIGKILL", STOP_TIMEOUT.as_secs());
-    send_signal(pid, "KILL")?;
-    if wait_until(exited, Duration::from_secs(5)) {
-        return Ok(());
-    }
-    bail!("pid {pid} survived SIGKILL")
 }
 
 /// `GET path` on `url` over plain HTTP/1.0 (so the body is neither chunked nor kept alive): status and body.

@@ -281,48 +281,15 @@ fn ask_and_query_answer_without_an_llm() {
     assert_eq!(v["trace"], serde_json::json!([]), "the trace is only printed with --trace");
 }
 
-/// A SearXNG-compatible server on 127.0.0.1 that answers one result and counts requests.
-fn searx_server() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
-    use std::io::{Read, Write};
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let requests = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let seen = std::sync::Arc::clone(&requests);
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut s) = stream else { continue };
-            let mut buf = [0_u8; 8192];
-            let mut head = Vec::new();
-            while let Ok(n) = s.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                head.extend_from_slice(&buf[..n]);
-                if head.windows(4).any(|w| w == b"\r\n\r\n") {
-                    break;
-                }
-            }
-            seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            let body = serde_json::json!({"results": [{"url": "https://example.org/cup", "title": "Cup",
-                "content": "The football team scored four goals on Saturday.", "engine": "test", "score": 1.0}]})
-            .to_string();
-            let _ = write!(
-                s,
-                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                body.len()
-            );
-        }
-    });
-    (url, requests)
-}
-
 #[test]
 fn web_and_no_web_turn_the_configured_web_search_on_and_off_for_one_run() {
     let dir = tempfile::tempdir().unwrap();
     corpus(dir.path());
     assert_eq!(ragtune(&["index", "docs", "--store", "s"], dir.path()).status.code(), Some(0));
-    let (url, requests) = searx_server();
-    let count = || requests.load(std::sync::atomic::Ordering::SeqCst);
+    let searx = ragtune_testkit::fixtures::SearxServer::start(serde_json::json!({"url": "https://example.org/cup",
+        "title": "Cup", "content": "The football team scored four goals on Saturday.", "engine": "test", "score": 1.0}));
+    let url = &searx.url;
+    let count = || searx.requests();
     let question = "How many goals did the football team score?";
     for (enabled, flag, asked) in [(true, "--no-web", false), (false, "--web", true)] {
         let toml = format!("[web]\nenabled = {enabled}\n[web.providers.searxng]\nbase_url = \"{url}\"\n");
