@@ -16,18 +16,16 @@
 //! Node `i` listens on HTTP `port + 10·i`, gRPC one above it and (in a cluster) peer-to-peer two above it; the
 //! default `port` is Qdrant's own 6333, so a single node answers gRPC on 6334, where ragtune looks by default.
 
-use std::fs::File;
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, bail};
 use serde_json::json;
 
-use crate::llm::{free_port, is_alive, parse_http_url, tail, terminate, write_atomic};
+use ragtune_testkit::qdrant::{self as tq, NodePorts, NodeSpec, http_get};
+
+use crate::llm::{is_alive, tail, terminate, write_atomic};
 use crate::shell::Shell;
 
 /// The server version the adapter is tested against (qdrant-client 1.20 accepts servers 1.19–1.21).
@@ -38,9 +36,6 @@ pub const DOCKER: &str = "docker run -p 6333:6333 -p 6334:6334 qdrant/qdrant:v1.
 
 /// The nextest filter of the tests that need a Qdrant server (all `#[ignore]`d, run by `cargo xtask ci` with one).
 pub const TESTS: &str = "binary_id(ragtune-store::qdrant)";
-
-/// How long `start` waits for every node to answer `/readyz` (a node starts in about a second when idle).
-const READY_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// How long `stop` waits after SIGTERM before it sends SIGKILL.
 const STOP_TIMEOUT: Duration = Duration::from_secs(10);
@@ -150,22 +145,13 @@ pub fn binary(shell: &Shell) -> Result<PathBuf> {
 }
 
 fn find_binary(from_env: Option<PathBuf>, root: &Path) -> Result<PathBuf> {
-    if let Some(bin) = from_env {
-        if !bin.is_file() {
-            bail!("$RAGTUNE_QDRANT_BIN is {}, which is not a file", bin.display());
-        }
-        return Ok(bin);
-    }
-    let shared = root.join("..").join("shared").join("qdrant").join("qdrant");
-    if shared.is_file() {
-        return Ok(shared.canonicalize().unwrap_or(shared));
-    }
-    bail!(
-        "no Qdrant server binary: $RAGTUNE_QDRANT_BIN is not set and {} does not exist. Point $RAGTUNE_QDRANT_BIN at \
-         a Qdrant {VERSION} server binary, or run one with Docker (`{DOCKER}`, add `-e QDRANT__SERVICE__API_KEY=KEY` \
-         for the API-key tests) and set QDRANT_URL=http://127.0.0.1:6334 (and QDRANT_API_KEY=KEY) yourself",
-        shared.display()
-    )
+    tq::find_binary_in(from_env, root).map_err(|error| {
+        anyhow::anyhow!(
+            "{error}. Point $RAGTUNE_QDRANT_BIN at a Qdrant {VERSION} server binary, or run one with Docker \
+             (`{DOCKER}`, add `-e QDRANT__SERVICE__API_KEY=KEY` for the API-key tests) and set \
+             QDRANT_URL=http://127.0.0.1:6334 (and QDRANT_API_KEY=KEY) yourself"
+        )
+    })
 }
 
 /// One node of the recorded server.
@@ -314,28 +300,8 @@ pub fn start_guarded(shell: &Shell) -> Result<Option<ServerGuard>> {
         }
     };
     let layout = Layout::from_env();
-    let running = start(&layout, &bin, 1, free_base_port(1)?)?;
+    let running = start(&layout, &bin, 1, tq::free_base_port(1)?)?;
     Ok(Some(ServerGuard { running: Some(running), layout }))
-}
-
-/// A base port whose node ports are all free a moment ago.
-fn free_base_port(nodes: usize) -> Result<u16> {
-    for _ in 0..50 {
-        let base = free_port()?;
-        if base > 65535 - 10 * MAX_NODES as u16 {
-            continue;
-        }
-        if node_ports(base, nodes).iter().all(|&p| TcpListener::bind(("127.0.0.1", p)).is_ok()) {
-            return Ok(base);
-        }
-    }
-    bail!("cannot find free ports on 127.0.0.1 for {nodes} Qdrant node(s)")
-}
-
-/// Every port `nodes` nodes from `base` listen on: HTTP, gRPC and (in a cluster) peer-to-peer.
-fn node_ports(base: u16, nodes: usize) -> Vec<u16> {
-    let per_node = if nodes > 1 { 3 } else { 2 };
-    (0..nodes).flat_map(|i| (0..per_node).map(move |k| base + 10 * i as u16 + k)).collect()
 }
 
 /// Starts `nodes` nodes from empty storage and waits until each answers `/readyz`, replacing a recorded server.
@@ -344,13 +310,11 @@ pub fn start(layout: &Layout, bin: &Path, nodes: usize, base: u16) -> Result<Run
         println!("qdrant: replacing the recorded server");
         stop(layout)?;
     }
-    for port in node_ports(base, nodes) {
-        // Something else answering on these ports would be taken for our server.
-        TcpListener::bind(("127.0.0.1", port)).with_context(|| {
-            format!("port {port} on 127.0.0.1 is in use: choose another --port (node i uses port + 10·i .. +2)")
-        })?;
-    }
-    let api_key = fresh_api_key();
+    let cluster = nodes > 1;
+    let ports: Vec<NodePorts> = (0..nodes).map(|i| NodePorts::of(base, i, cluster)).collect();
+    // Something else answering on these ports would be taken for our server.
+    tq::check_ports_free(&ports).context("choose another --port (node i uses port + 10·i .. +2)")?;
+    let api_key = tq::fresh_api_key();
     let started = Instant::now();
     let mut running = Running {
         record: Record {
@@ -362,38 +326,23 @@ pub fn start(layout: &Layout, bin: &Path, nodes: usize, base: u16) -> Result<Run
         },
         children: Vec::new(),
     };
-    let cluster = nodes > 1;
-    for i in 0..nodes {
-        let http_port = base + 10 * i as u16;
-        let (grpc_port, p2p_port) = (http_port + 1, http_port + 2);
+    for (i, node_ports) in ports.iter().enumerate() {
         let dir = layout.node_dir(i);
         if dir.exists() {
             std::fs::remove_dir_all(&dir).with_context(|| format!("cannot clear {}", dir.display()))?;
         }
-        std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-        let mut cmd = node_command(bin, &dir, http_port, grpc_port, &running.record.api_key);
-        if cluster {
-            cmd.env("QDRANT__CLUSTER__ENABLED", "true").env("QDRANT__CLUSTER__P2P__PORT", p2p_port.to_string());
-            if i > 0 {
-                cmd.arg("--bootstrap").arg(format!("http://127.0.0.1:{}", base + 2));
-            }
-            cmd.arg("--uri").arg(format!("http://127.0.0.1:{p2p_port}"));
-        }
-        let log_path = dir.join("qdrant.log");
-        let log = File::create(&log_path).with_context(|| format!("cannot create {}", log_path.display()))?;
-        let log_err = log.try_clone().with_context(|| format!("cannot reopen {}", log_path.display()))?;
-        let child = cmd
-            .stdout(log)
-            .stderr(log_err)
-            .spawn()
-            .with_context(|| format!("cannot start the Qdrant binary {}", bin.display()))?;
+        let bootstrap = (cluster && i > 0).then(|| format!("http://127.0.0.1:{}", base + 2));
+        let spec =
+            NodeSpec { ports: *node_ports, dir: dir.clone(), api_key: running.record.api_key.clone(), bootstrap };
+        let child = tq::spawn_node(bin, &spec)?;
         let node = Node {
-            http: format!("http://127.0.0.1:{http_port}"),
-            grpc: format!("http://127.0.0.1:{grpc_port}"),
-            p2p: cluster.then_some(p2p_port),
+            http: node_ports.http_url(),
+            grpc: node_ports.grpc_url(),
+            p2p: node_ports.p2p,
             pid: child.id(),
             dir: dir.clone(),
         };
+        let log_path = dir.join("qdrant.log");
         println!(
             "qdrant: node {i} starting: REST {}, gRPC {} (pid {}), log {}",
             node.http,
@@ -405,8 +354,8 @@ pub fn start(layout: &Layout, bin: &Path, nodes: usize, base: u16) -> Result<Run
         running.record.nodes.push(node);
         // A peer joins through node 0, which must be up first; the others start one after another for the same
         // reason (each registers with the consensus before the next).
-        let ready = wait_ready(running.children.last_mut().expect("invariant: just pushed"), &running.record.nodes[i]);
-        if let Err(error) = ready {
+        let child = running.children.last_mut().expect("invariant: just pushed");
+        if let Err(error) = tq::wait_ready(child, &running.record.nodes[i].http, tq::READY_TIMEOUT) {
             let log_text = std::fs::read_to_string(&log_path).unwrap_or_default();
             for child in &mut running.children {
                 let pid = child.id();
@@ -414,7 +363,7 @@ pub fn start(layout: &Layout, bin: &Path, nodes: usize, base: u16) -> Result<Run
                     child.try_wait().is_ok_and(|status| status.is_some())
                 });
             }
-            return Err(error.context(format!(
+            return Err(anyhow::Error::from(error).context(format!(
                 "Qdrant node {i} did not become ready; the last lines of {}:\n{}",
                 log_path.display(),
                 tail(&log_text, 20)
@@ -422,7 +371,7 @@ pub fn start(layout: &Layout, bin: &Path, nodes: usize, base: u16) -> Result<Run
         }
     }
     if cluster {
-        wait_peers(&running.record, nodes)?;
+        tq::wait_peers(&running.record.nodes[0].http, &running.record.api_key, nodes, tq::READY_TIMEOUT)?;
     }
     running.record.url = running.record.nodes[0].grpc.clone();
     write_atomic(&layout.server_json(), running.record.to_json().as_bytes())?;
@@ -434,74 +383,6 @@ pub fn start(layout: &Layout, bin: &Path, nodes: usize, base: u16) -> Result<Run
         layout.server_json().display()
     );
     Ok(running)
-}
-
-/// The command that runs one node: loopback only, telemetry off, storage in `dir`, protected by `api_key`.
-fn node_command(bin: &Path, dir: &Path, http_port: u16, grpc_port: u16, api_key: &str) -> Command {
-    let mut cmd = Command::new(bin);
-    cmd.current_dir(dir)
-        .env("QDRANT__SERVICE__HOST", "127.0.0.1")
-        .env("QDRANT__SERVICE__HTTP_PORT", http_port.to_string())
-        .env("QDRANT__SERVICE__GRPC_PORT", grpc_port.to_string())
-        .env("QDRANT__SERVICE__API_KEY", api_key)
-        .env("QDRANT__STORAGE__STORAGE_PATH", dir.join("storage"))
-        .env("QDRANT__STORAGE__SNAPSHOTS_PATH", dir.join("snapshots"))
-        .env("QDRANT__TELEMETRY_DISABLED", "true")
-        .stdin(Stdio::null())
-        // Its own process group, so that a Ctrl-C in the terminal that started it does not reach a server meant to
-        // outlive `cargo xtask qdrant start`.
-        .process_group(0);
-    cmd
-}
-
-/// A key no one can guess from outside this machine's user: the clock and the process id, hashed.
-fn fresh_api_key() -> String {
-    use std::hash::{BuildHasher, Hasher};
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u128(SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
-    hasher.write_u32(std::process::id());
-    let mut second = std::collections::hash_map::RandomState::new().build_hasher();
-    second.write_u64(hasher.finish());
-    format!("ragtune-{:016x}{:016x}", hasher.finish(), second.finish())
-}
-
-fn wait_ready(child: &mut Child, node: &Node) -> Result<()> {
-    let started = Instant::now();
-    loop {
-        if let Some(status) = child.try_wait().context("cannot check on the Qdrant process")? {
-            bail!("Qdrant exited during start-up ({status})");
-        }
-        let last = match http_get(&node.http, "/readyz", None) {
-            Ok((200, _)) => return Ok(()),
-            Ok((code, body)) => format!("/readyz: {code} {}", body.trim()),
-            Err(error) => format!("{error:#}"),
-        };
-        if started.elapsed() >= READY_TIMEOUT {
-            bail!("no ready answer from {}/readyz within {}s (last: {last})", node.http, READY_TIMEOUT.as_secs());
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
-/// Waits until node 0 sees every peer in the cluster's consensus.
-fn wait_peers(record: &Record, nodes: usize) -> Result<()> {
-    let started = Instant::now();
-    loop {
-        let (code, body) = http_get(&record.nodes[0].http, "/cluster", Some(&record.api_key))?;
-        let peers = serde_json::from_str::<serde_json::Value>(&body)
-            .ok()
-            .and_then(|v| v["result"]["peers"].as_object().map(serde_json::Map::len));
-        if code == 200 && peers == Some(nodes) {
-            return Ok(());
-        }
-        if started.elapsed() >= READY_TIMEOUT {
-            bail!(
-                "the cluster did not reach {nodes} peers within {}s (last /cluster: {code} {body})",
-                READY_TIMEOUT.as_secs()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(250));
-    }
 }
 
 /// Stops every recorded node, if any, and removes `server.json`. Storage stays until the next `start`.
@@ -609,35 +490,6 @@ fn is_qdrant(pid: u32, bin: &Path) -> bool {
     }
 }
 
-/// `GET path` on `url` over plain HTTP/1.0 (so the body is neither chunked nor kept alive): status and body.
-fn http_get(url: &str, path: &str, api_key: Option<&str>) -> Result<(u16, String)> {
-    let (host, port) = parse_http_url(url).with_context(|| format!("not an http://HOST:PORT URL: {url}"))?;
-    let address = std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), port))
-        .with_context(|| format!("cannot resolve {host}"))?
-        .next()
-        .with_context(|| format!("{host} resolves to no address"))?;
-    let mut stream = TcpStream::connect_timeout(&address, Duration::from_secs(2)).context("cannot connect")?;
-    stream.set_read_timeout(Some(Duration::from_secs(5))).context("cannot set a read timeout")?;
-    let key = api_key.map(|k| format!("api-key: {k}\r\n")).unwrap_or_default();
-    let request = format!("GET {path} HTTP/1.0\r\nHost: {host}:{port}\r\n{key}\r\n");
-    stream.write_all(request.as_bytes()).context("cannot send the request")?;
-    let mut response = Vec::new();
-    stream.take(1 << 20).read_to_end(&mut response).context("cannot read the response")?;
-    parse_response(&String::from_utf8_lossy(&response))
-        .with_context(|| format!("not an HTTP response from {url}{path}: {:?}", String::from_utf8_lossy(&response)))
-}
-
-/// Status code and body of an HTTP/1.x response.
-fn parse_response(response: &str) -> Option<(u16, String)> {
-    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((response, ""));
-    let mut fields = head.lines().next()?.split_whitespace();
-    if !fields.next()?.starts_with("HTTP/1.") {
-        return None;
-    }
-    let code = fields.next().filter(|c| c.len() == 3)?.parse().ok()?;
-    Some((code, body.to_owned()))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -672,12 +524,6 @@ mod tests {
     }
 
     #[test]
-    fn node_ports_leave_room_per_node() {
-        assert_eq!(node_ports(6333, 1), [6333, 6334]);
-        assert_eq!(node_ports(6333, 3), [6333, 6334, 6335, 6343, 6344, 6345, 6353, 6354, 6355]);
-    }
-
-    #[test]
     fn records_round_trip() {
         let record = Record {
             url: "http://127.0.0.1:6334".into(),
@@ -707,23 +553,6 @@ mod tests {
         assert_eq!(format!("{error:#}"), "`nodes` is empty");
         let error = Record::parse(r#"{"nodes": [{"http": "h"}]}"#).expect_err("a node without a pid");
         assert_eq!(format!("{error:#}"), "no number `pid`");
-    }
-
-    #[test]
-    fn responses_parse() {
-        assert_eq!(
-            parse_response("HTTP/1.0 200 OK\r\nA: b\r\n\r\nall shards are ready"),
-            Some((200, "all shards are ready".into()))
-        );
-        assert_eq!(parse_response("HTTP/1.1 503 Service Unavailable\r\n\r\n"), Some((503, String::new())));
-        assert_eq!(parse_response("SSH-2.0-OpenSSH"), None);
-    }
-
-    #[test]
-    fn api_keys_differ() {
-        let (a, b) = (fresh_api_key(), fresh_api_key());
-        assert_ne!(a, b);
-        assert!(a.starts_with("ragtune-") && a.len() == 40, "{a}");
     }
 
     #[test]

@@ -6,6 +6,8 @@
 //!   [`StaticRetriever`](fakes::StaticRetriever)), so retrieval, fusion and control logic is tested without
 //!   provisioning a model.
 //! - [`fixtures`]: small datasets written to disk (a tiny BEIR dataset).
+//! - [`qdrant`]: real Qdrant servers (one node or a loopback cluster) started, killed and restarted for tests and
+//!   for `cargo xtask qdrant`.
 //! - [`MemoryStore`]: a brute-force [`VectorStore`](ragtune_core::VectorStore) that passes the whole contract; a
 //!   reference for tests, not a production store.
 //! - [`contract`]: the `VectorStore` contract suite. Every store, in this workspace or in a fork, runs it from its
@@ -47,5 +49,6 @@ pub mod contract;
 pub mod fakes;
 pub mod fixtures;
 mod memory;
+pub mod qdrant;
 
 pub use memory::MemoryStore;
