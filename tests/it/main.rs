@@ -7,6 +7,7 @@ mod engine;
 mod eval;
 mod pipeline;
 mod qa_eval;
+mod qdrant_faults;
 mod rerank;
 mod scifact;
 mod strategies;

@@ -35,7 +35,9 @@ pub const VERSION: &str = "v1.19.0";
 pub const DOCKER: &str = "docker run -p 6333:6333 -p 6334:6334 qdrant/qdrant:v1.19.0";
 
 /// The nextest filter of the tests that need a Qdrant server (all `#[ignore]`d, run by `cargo xtask ci` with one).
-pub const TESTS: &str = "binary_id(ragtune-store::qdrant)";
+/// Besides the store's server tests, the integration tests named `qdrant_*` (faults on clusters the tests start
+/// themselves, parity with the embedded store).
+pub const TESTS: &str = "binary_id(ragtune-store::qdrant) | (binary_id(tests::it) & test(/^qdrant_/))";
 
 /// How long `stop` waits after SIGTERM before it sends SIGKILL.
 const STOP_TIMEOUT: Duration = Duration::from_secs(10);

@@ -24,6 +24,8 @@ pub(crate) struct Failure {
     pub(crate) message: String,
     /// The server's `retry-after`, for rate limiting.
     pub(crate) retry_after: Option<Duration>,
+    /// The server answered, but one of its peers holding a replica did not (a cluster node is down).
+    pub(crate) replica_down: bool,
     pub(crate) source: QdrantError,
 }
 
@@ -70,7 +72,8 @@ pub(crate) fn classify(e: QdrantError, site: Site<'_>, what: &str) -> Failure {
             (ErrorKind::Corrupt, format!("a payload from Qdrant at {} cannot be read while {what}", site.url), None)
         }
     };
-    Failure { kind, message, retry_after, source: e }
+    let replica_down = matches!(&e, QdrantError::ResponseError { status } if is_replica_failure(status.message()));
+    Failure { kind, message, retry_after, replica_down, source: e }
 }
 
 /// Classifies a gRPC status from the server or from the transport.
@@ -120,6 +123,16 @@ fn from_status(status: &tonic::Status, site: Site<'_>, what: &str) -> (ErrorKind
             (ErrorKind::Transient, format!("a request to Qdrant at {url} was cancelled while {what}: {msg}"), None)
         }
         Code::DeadlineExceeded => timed_out(),
+        // Checked before the connect failures: the message quotes the peer's connect error, but the server itself
+        // answered.
+        Code::Unavailable | Code::Unknown | Code::Internal if is_replica_failure(msg) => (
+            ErrorKind::Transient,
+            format!(
+                "Qdrant at {url} could not reach a replica while {what} (a node of the cluster may be down): {}",
+                msg.lines().next().unwrap_or(msg)
+            ),
+            None,
+        ),
         Code::Unavailable | Code::Unknown | Code::Internal if is_connect_failure(status) => unreachable(),
         Code::Unavailable | Code::Unknown | Code::Aborted => {
             (ErrorKind::Transient, format!("Qdrant at {url} failed temporarily while {what}: {msg}{port_hint}"), None)
@@ -150,6 +163,12 @@ fn from_status(status: &tonic::Status, site: Site<'_>, what: &str) -> (ErrorKind
             (ErrorKind::Permanent, format!("Qdrant at {url} failed {what}: {msg}{port_hint}"), None)
         }
     }
+}
+
+/// Whether the server says that a peer holding a replica failed the operation (`1 of 2 read operations failed`,
+/// or a peer's transport error relayed as a service error), rather than failing itself.
+fn is_replica_failure(msg: &str) -> bool {
+    msg.contains("operations failed") || (msg.contains("Service internal error") && msg.contains("Tonic status error"))
 }
 
 /// Whether a status says the connection itself failed (refused, DNS, TLS handshake, connect timeout).

@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use futures_util::{StreamExt as _, TryStreamExt as _};
 use qdrant_client::qdrant::{
     CollectionInfo, CountPoints, CreateCollection, CreateFieldIndexCollection, CreateVectorNameRequest,
     DeleteCollection, DeletePoints, DenseVectorCreationConfig, Distance as QDistance, FacetCounts, FieldType,
@@ -26,7 +27,7 @@ use qdrant_client::qdrant::{
 use qdrant_client::{Qdrant, QdrantError};
 use ragtune_core::{
     Chunk, Ctx, Distance, EmbeddingSpec, Error, ErrorKind, Filter, Record, Result, ScoredHit, SearchRequest,
-    SparseSpec, SparseVector, StoreStats, VectorQuery, VectorStore, WriteBatch, WriteReport, sort_ranked,
+    SparseSpec, SparseVector, StoreStats, TraceEvent, VectorQuery, VectorStore, WriteBatch, WriteReport, sort_ranked,
 };
 use tokio::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
@@ -64,6 +65,10 @@ const MIN_MINOR: u64 = 17;
 const ID_BATCH: usize = 1024;
 /// The most hits one search fetches to complete a group of tied scores at the `top_k` boundary.
 const MAX_TIE_LIMIT: u64 = 100_000;
+/// How long reads ask one replica rather than a majority after a replica failed a request.
+const DEGRADED_READS: Duration = Duration::from_secs(10);
+/// Term counts in flight at once while a sparse query's IDF is computed.
+const IDF_CONCURRENCY: usize = 8;
 /// How often an in-flight request checks the context's cancellation flag.
 const CANCEL_POLL: Duration = Duration::from_millis(20);
 /// The first retry waits this long; each further retry twice as long, up to [`MAX_BACKOFF`].
@@ -127,6 +132,8 @@ struct Inner {
     /// Set when the server says the collection does not exist although the cache says it does (another process
     /// deleted it): the next read or write reads the schema again.
     stale: AtomicBool,
+    /// When a replica last failed a request (a cluster node down): reads ask one replica for a while.
+    replica_failed: std::sync::Mutex<Option<std::time::Instant>>,
 }
 
 impl fmt::Debug for Inner {
@@ -212,6 +219,7 @@ impl QdrantStore {
             server_version: String::new(),
             gate: RwLock::new(None),
             stale: AtomicBool::new(false),
+            replica_failed: std::sync::Mutex::new(None),
         };
         let health =
             store.call(&Ctx::new(), "checking the server (health check)", || store.client.health_check()).await?;
@@ -338,11 +346,14 @@ impl QdrantStore {
             })),
             limit: Some(limit as u64),
             with_payload: Some(payload_selector(true)),
-            read_consistency: inner.read_consistency(),
             ..QueryPoints::default()
         };
         let what = format!("searching the collection `{}` (hybrid)", inner.config.collection);
-        let response = match inner.call(ctx, &what, || inner.client.query(request.clone())).await {
+        let attempt = || {
+            let request = QueryPoints { read_consistency: inner.read_consistency(ctx), ..request.clone() };
+            inner.client.query(request)
+        };
+        let response = match inner.call(ctx, &what, attempt).await {
             Ok(r) => r,
             // Deleted by another process since the schema was read: an empty store.
             Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
@@ -429,8 +440,14 @@ fn filter_selector(filter: QFilter) -> PointsSelector {
     PointsSelector { points_selector_one_of: Some(PointsSelectorOneOf::Filter(filter)) }
 }
 
-fn strong() -> Option<WriteOrdering> {
-    Some(WriteOrdering { r#type: WriteOrderingType::Strong as i32 })
+/// The ordering of writes. On one node every ordering is the same. With replicas, `Strong` sends each write through
+/// the shard's permanent leader, so a write fails while the node holding it is down; `Medium` goes through a leader
+/// elected among the live replicas, so the cluster keeps accepting writes with a node down. ragtune's writes are
+/// idempotent upserts by chunk id, so a change of leader cannot reorder them into a different result.
+fn write_ordering(config: &QdrantConfig) -> Option<WriteOrdering> {
+    let replicated = config.replication_factor.is_some_and(|r| r > 1);
+    let ordering = if replicated { WriteOrderingType::Medium } else { WriteOrderingType::Strong };
+    Some(WriteOrdering { r#type: ordering as i32 })
 }
 
 fn metadata_string(v: Option<&Value>) -> Option<String> {
@@ -601,6 +618,7 @@ impl Inner {
         Fut: Future<Output = Result<T, QdrantError>>,
     {
         let mut attempt: u32 = 0;
+        let mut last_failure: Option<String> = None;
         loop {
             ctx.check()?;
             attempt += 1;
@@ -612,9 +630,27 @@ impl Inner {
                 }
             };
             let failure = match outcome {
-                Ok(v) => return Ok(v),
+                Ok(v) => {
+                    if let Some(error) = last_failure {
+                        // A request that needed retries answered late: degraded, and said so in the trace.
+                        ctx.trace(
+                            TraceEvent::new("store", "retried")
+                                .detail("request", what)
+                                .detail("attempts", attempt)
+                                .detail("last_error", error)
+                                .detail("url", self.config.url.as_str()),
+                        );
+                    }
+                    return Ok(v);
+                }
                 Err(e) => classify(e, site(&self.config), what),
             };
+            last_failure = Some(failure.message.clone());
+            if failure.replica_down
+                && let Ok(mut since) = self.replica_failed.lock()
+            {
+                *since = Some(std::time::Instant::now());
+            }
             if failure.kind == ErrorKind::NotFound {
                 self.stale.store(true, Ordering::Release);
             }
@@ -638,11 +674,23 @@ impl Inner {
         !self.stale.load(Ordering::Acquire) && needs.met_by(schema)
     }
 
-    fn read_consistency(&self) -> Option<ReadConsistency> {
-        // With replicas, a read after a write must reach one that has applied it.
-        self.config.replication_factor.filter(|&r| r > 1).map(|_| ReadConsistency {
-            value: Some(read_consistency::Value::Type(ReadConsistencyType::Majority as i32)),
-        })
+    /// The consistency of a read. With replicas, a read after a write must reach one that has applied it, so
+    /// reads ask a majority; but a majority of two replicas is both, and a node that is down would fail every read.
+    /// For [`DEGRADED_READS`] after a replica failed, reads ask one replica instead, and each such read says so in
+    /// the trace (`store` / `degraded`).
+    fn read_consistency(&self, ctx: &Ctx) -> Option<ReadConsistency> {
+        self.config.replication_factor.filter(|&r| r > 1)?;
+        let since = self.replica_failed.lock().map_or(None, |t| *t);
+        if let Some(since) = since.filter(|t| t.elapsed() < DEGRADED_READS) {
+            ctx.trace(
+                TraceEvent::new("store", "degraded")
+                    .detail("reason", "a replica was unreachable: reading from one replica instead of a majority")
+                    .detail("url", self.config.url.as_str())
+                    .detail("since_ms", u64::try_from(since.elapsed().as_millis()).unwrap_or(u64::MAX)),
+            );
+            return Some(ReadConsistency { value: Some(read_consistency::Value::Factor(1)) });
+        }
+        Some(ReadConsistency { value: Some(read_consistency::Value::Type(ReadConsistencyType::Majority as i32)) })
     }
 
     fn collection(&self) -> &str {
@@ -805,7 +853,7 @@ impl Inner {
             wait: Some(true),
             vector_name: name.to_owned(),
             timeout: None,
-            ordering: strong(),
+            ordering: write_ordering(&self.config),
             vector_config: Some(config),
         };
         let what = format!("adding the vector `{name}` to the collection `{}`", self.collection());
@@ -900,7 +948,7 @@ impl Inner {
                 field_name: field.to_owned(),
                 field_type: Some(FieldType::Keyword as i32),
                 field_index_params: None,
-                ordering: strong(),
+                ordering: write_ordering(&self.config),
                 timeout: None,
             };
             let what = format!("indexing the payload field `{field}` of the collection `{}`", self.collection());
@@ -914,7 +962,7 @@ impl Inner {
                 field_name: SPARSE_TERMS.to_owned(),
                 field_type: Some(FieldType::Integer as i32),
                 field_index_params: None,
-                ordering: strong(),
+                ordering: write_ordering(&self.config),
                 timeout: None,
             };
             let what = format!("indexing the payload field `{SPARSE_TERMS}` of the collection `{}`", self.collection());
@@ -934,14 +982,24 @@ impl Inner {
         }
         let total =
             self.count(ctx, Some(QFilter::must([qdrant_client::qdrant::Condition::has_vector(SPARSE)]))).await?;
-        let mut weights = HashMap::with_capacity(terms.len());
-        for &term in terms {
-            let filter = QFilter::must([qdrant_client::qdrant::Condition::matches(SPARSE_TERMS, i64::from(term))]);
-            let with_term = self.count(ctx, Some(filter)).await? as f64;
-            let idf = (1.0 + (total as f64 - with_term + 0.5) / (with_term + 0.5)).ln();
-            weights.insert(term, idf as f32);
-        }
-        Ok(weights)
+        // One exact count per term, a few in flight at once: a query's terms cost one round trip's latency per
+        // `IDF_CONCURRENCY` terms rather than one per term.
+        let counts = futures_util::stream::iter(terms.iter().copied())
+            .map(|term| async move {
+                let filter = QFilter::must([qdrant_client::qdrant::Condition::matches(SPARSE_TERMS, i64::from(term))]);
+                self.count(ctx, Some(filter)).await.map(|n| (term, n))
+            })
+            .buffer_unordered(IDF_CONCURRENCY)
+            .try_collect::<Vec<_>>()
+            .await?;
+        Ok(counts
+            .into_iter()
+            .map(|(term, with_term)| {
+                let with_term = with_term as f64;
+                let idf = (1.0 + (total as f64 - with_term + 0.5) / (with_term + 0.5)).ln();
+                (term, idf as f32)
+            })
+            .collect())
     }
 
     /// The sparse query as sent: weighted by the IDF when this adapter computes it.
@@ -1059,7 +1117,7 @@ impl Inner {
                 collection_name: self.config.collection.clone(),
                 wait: Some(true),
                 points: chunk,
-                ordering: strong(),
+                ordering: write_ordering(&self.config),
                 ..Default::default()
             };
             let what = format!("upserting {} points into the collection `{}`", request.points.len(), self.collection());
@@ -1085,7 +1143,7 @@ impl Inner {
                     collection_name: self.config.collection.clone(),
                     wait: Some(true),
                     points: Some(filter_selector(filter)),
-                    ordering: strong(),
+                    ordering: write_ordering(&self.config),
                     ..DeletePoints::default()
                 };
                 let what = format!(
@@ -1130,11 +1188,12 @@ impl Inner {
             collection_name: self.config.collection.clone(),
             filter,
             exact: Some(true),
-            read_consistency: self.read_consistency(),
             ..CountPoints::default()
         };
         let what = format!("counting points of the collection `{}`", self.collection());
-        let response = self.call(ctx, &what, || self.client.count(request.clone())).await?;
+        let attempt =
+            || self.client.count(CountPoints { read_consistency: self.read_consistency(ctx), ..request.clone() });
+        let response = self.call(ctx, &what, attempt).await?;
         Ok(response.result.map_or(0, |r| r.count))
     }
 
@@ -1169,11 +1228,12 @@ impl Inner {
             collection_name: self.config.collection.clone(),
             ids: ids.iter().map(|id| point_id(id)).collect(),
             with_payload: Some(with_payload),
-            read_consistency: self.read_consistency(),
             ..GetPoints::default()
         };
         let what = format!("fetching {} points of the collection `{}`", ids.len(), self.collection());
-        Ok(self.call(ctx, &what, || self.client.get_points(request.clone())).await?.result)
+        let attempt =
+            || self.client.get_points(GetPoints { read_consistency: self.read_consistency(ctx), ..request.clone() });
+        Ok(self.call(ctx, &what, attempt).await?.result)
     }
 
     /// Fetches whole chunks by id; the payload's chunk id must be the requested one.
@@ -1303,11 +1363,20 @@ impl Inner {
             let request = QueryBatchPoints {
                 collection_name: self.config.collection.clone(),
                 query_points: pending.iter().map(|&i| plans[i].request(self, full_payload)).collect(),
-                read_consistency: self.read_consistency(),
+                read_consistency: None,
                 timeout: None,
             };
             let what = format!("searching the collection `{}` ({} queries)", self.collection(), pending.len());
-            let response = match self.call(ctx, &what, || self.client.query_batch(request.clone())).await {
+            let attempt = || {
+                let consistency = self.read_consistency(ctx);
+                let mut request = request.clone();
+                request.read_consistency.clone_from(&consistency);
+                for q in &mut request.query_points {
+                    q.read_consistency.clone_from(&consistency);
+                }
+                self.client.query_batch(request)
+            };
+            let response = match self.call(ctx, &what, attempt).await {
                 Ok(r) => r,
                 // Deleted by another process since the schema was read: an empty store.
                 Err(e) if e.kind() == ErrorKind::NotFound => return Ok(out),
@@ -1397,11 +1466,13 @@ impl Inner {
             limit: Some(points),
             exact: Some(true),
             timeout: None,
-            read_consistency: self.read_consistency(),
+            read_consistency: None,
             shard_key_selector: None,
         };
         let what = format!("counting the documents of the collection `{}`", self.collection());
-        let response = self.call(ctx, &what, || self.client.facet(request.clone())).await?;
+        let attempt =
+            || self.client.facet(FacetCounts { read_consistency: self.read_consistency(ctx), ..request.clone() });
+        let response = self.call(ctx, &what, attempt).await?;
         // An exact facet also lists values whose points were all deleted, with a count of 0 (Qdrant 1.19).
         Ok(response.hits.iter().filter(|hit| hit.count > 0).count() as u64)
     }
@@ -1462,7 +1533,8 @@ impl Plan {
             filter: self.filter.clone(),
             limit: Some(self.limit),
             with_payload: Some(payload_selector(full_payload)),
-            read_consistency: inner.read_consistency(),
+            // Set per attempt on the batch request (see `Inner::read_consistency`).
+            read_consistency: None,
             ..QueryPoints::default()
         }
     }
