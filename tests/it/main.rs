@@ -8,6 +8,7 @@ mod eval;
 mod pipeline;
 mod qa_eval;
 mod qdrant_faults;
+mod qdrant_parity;
 mod rerank;
 mod scifact;
 mod strategies;

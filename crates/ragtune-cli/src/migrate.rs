@@ -1,4 +1,5 @@
-//! `ragtune migrate`: copy an embedded store into a Qdrant collection or another embedded store.
+//! `ragtune migrate`: copy a store into another: an embedded store into a Qdrant collection or another embedded
+//! store, or a Qdrant collection back into an embedded store.
 
 use std::path::{Path, PathBuf};
 
@@ -6,19 +7,25 @@ use ragtune::StoreBackend;
 
 use crate::args::{Overrides, QdrantArgs, load_config, progress_bar};
 
-/// Copy an embedded store (chunks, payloads, dense and sparse vectors) into a Qdrant collection or another
-/// embedded store. Idempotent: an interrupted migration can be run again.
+/// Copy a store (chunks, payloads, dense and sparse vectors) into another: an embedded store into a Qdrant
+/// collection or another embedded store, or (`--from-qdrant`) a Qdrant collection into an embedded store.
+/// Idempotent: an interrupted migration can be run again.
 #[derive(Debug, clap::Args)]
 pub struct MigrateArgs {
     /// The embedded store to read (default: the config's store.path).
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", conflicts_with = "from_qdrant")]
     from: Option<PathBuf>,
+    /// Read the Qdrant collection named by --qdrant-url/--collection (or the config) instead; the target is then
+    /// an embedded store (--to embedded --to-dir DIR).
+    #[arg(long)]
+    from_qdrant: bool,
     /// The target backend: `qdrant` or `embedded`.
     #[arg(long, value_name = "BACKEND")]
     to: StoreBackend,
     /// The target directory for `--to embedded`.
     #[arg(long, value_name = "DIR", required_if_eq("to", "embedded"))]
     to_dir: Option<PathBuf>,
+    /// The Qdrant collection: the target, or the source with --from-qdrant.
     #[command(flatten)]
     qdrant: QdrantArgs,
     /// Delete the target collection first (Qdrant only).
@@ -30,26 +37,28 @@ pub struct MigrateArgs {
 }
 
 pub async fn run(config: Option<&Path>, args: MigrateArgs) -> anyhow::Result<()> {
-    let MigrateArgs { from, to, to_dir, qdrant, replace, batch } = args;
-    // The Qdrant flags describe the target; the source is always the embedded store at `--from`.
+    let MigrateArgs { from, from_qdrant, to, to_dir, qdrant, replace, batch } = args;
     let cfg = load_config(config, Overrides { store: from, qdrant, ..Overrides::default() })?;
-    let source_dir = cfg.store.path.clone();
-    if !source_dir.join("ragtune.redb").is_file() {
-        anyhow::bail!("there is no embedded store at {} to migrate (use --from DIR)", source_dir.display());
-    }
-    let source = ragtune::store::EmbeddedStore::open(&source_dir)?;
+    let mut source_cfg = cfg.store.clone();
+    source_cfg.backend = if from_qdrant { StoreBackend::Qdrant } else { StoreBackend::Embedded };
     let mut target_cfg = cfg.store.clone();
     target_cfg.backend = to;
     match to {
         StoreBackend::Embedded => {
             target_cfg.path = to_dir.ok_or_else(|| anyhow::anyhow!("--to embedded needs --to-dir DIR"))?;
         }
+        StoreBackend::Qdrant if from_qdrant => {
+            anyhow::bail!("--from-qdrant copies a Qdrant collection into an embedded store: use --to embedded")
+        }
         StoreBackend::Qdrant if replace => ragtune::stores::drop_collection(&target_cfg).await?,
         StoreBackend::Qdrant => {}
     }
+    if !from_qdrant && !source_cfg.path.join("ragtune.redb").is_file() {
+        anyhow::bail!("there is no embedded store at {} to migrate (use --from DIR)", source_cfg.path.display());
+    }
     let target = ragtune::stores::open_store(&target_cfg).await?;
     let bar = progress_bar("migrating", "records", false)?;
-    let report = ragtune::stores::migrate(&source, &*target.store, batch, &mut |done, total| {
+    let report = ragtune::stores::migrate(&source_cfg, &*target.store, batch, &mut |done, total| {
         bar.set_length(total);
         bar.set_position(done);
     })
@@ -58,7 +67,7 @@ pub async fn run(config: Option<&Path>, args: MigrateArgs) -> anyhow::Result<()>
     println!(
         "migrated {} records from {} to {} in {:.2} s; the target holds {} chunks",
         report.records,
-        source_dir.display(),
+        source_cfg.location(),
         target_cfg.location(),
         report.seconds,
         report.target_chunks

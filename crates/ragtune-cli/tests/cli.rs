@@ -155,6 +155,18 @@ fn migrate_needs_an_existing_source_and_a_known_target() {
     let out = ragtune(&["migrate", "--from", "nowhere", "--to", "embedded", "--to-dir", "x"], dir.path());
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stderr).contains("there is no embedded store at nowhere"), "{}", text(&out.stderr));
+    let out =
+        ragtune(&["migrate", "--from-qdrant", "--to", "qdrant", "--qdrant-url", "http://127.0.0.1:9"], dir.path());
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("use --to embedded"), "{}", text(&out.stderr));
+    let out = ragtune(&["migrate", "--from-qdrant", "--from", "x", "--to", "embedded", "--to-dir", "y"], dir.path());
+    assert_eq!(out.status.code(), Some(2), "--from names an embedded source, --from-qdrant a Qdrant one");
+    let out = ragtune(
+        &["migrate", "--from-qdrant", "--qdrant-url", "http://127.0.0.1:9", "--to", "embedded", "--to-dir", "y"],
+        dir.path(),
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("cannot reach Qdrant at http://127.0.0.1:9"), "{}", text(&out.stderr));
     let out = ragtune(&["migrate", "--to", "elsewhere"], dir.path());
     assert_eq!(out.status.code(), Some(2), "a usage error");
     assert!(text(&out.stderr).contains("unknown store `elsewhere`"), "{}", text(&out.stderr));

@@ -43,11 +43,17 @@ async fn open_qdrant(config: &StoreConfig) -> Result<OpenStore> {
 #[cfg(not(feature = "qdrant"))]
 #[allow(clippy::unused_async)]
 async fn open_qdrant(config: &StoreConfig) -> Result<OpenStore> {
-    Err(Error::unavailable(format!(
+    Err(no_qdrant(config))
+}
+
+/// The error of a build without Qdrant asked for a Qdrant store.
+#[cfg(not(feature = "qdrant"))]
+fn no_qdrant(config: &StoreConfig) -> Error {
+    Error::unavailable(format!(
         "the store is configured as Qdrant ({}) but this ragtune was built without Qdrant support: rebuild with \
          `--features qdrant`",
         config.location()
-    )))
+    ))
 }
 
 /// Deletes the Qdrant collection named by `config` when it exists (the embedded store is left alone).
@@ -82,15 +88,70 @@ pub struct MigrateReport {
     pub seconds: f64,
 }
 
-/// Copies every record of an embedded store into `target` in batches of `batch` records, fixing the target's
-/// spaces to the source's first (a target of other spaces is a `Mismatch` error before anything is written).
-/// Writing is idempotent (upserts by chunk id), so an interrupted migration can simply be run again.
-/// `progress` is called with the records copied so far and the total.
+/// A store records are read from, page by page, for [`migrate`].
+enum Source {
+    Embedded(EmbeddedStore),
+    #[cfg(feature = "qdrant")]
+    Qdrant(ragtune_store::QdrantStore),
+}
+
+impl Source {
+    async fn open(config: &StoreConfig) -> Result<Self> {
+        match config.backend {
+            StoreBackend::Embedded => {
+                if !config.path.join("ragtune.redb").is_file() {
+                    return Err(Error::not_found(format!(
+                        "there is no embedded store at {} to migrate",
+                        config.path.display()
+                    )));
+                }
+                Ok(Self::Embedded(EmbeddedStore::open(&config.path)?))
+            }
+            #[cfg(feature = "qdrant")]
+            StoreBackend::Qdrant => Ok(Self::Qdrant(ragtune_store::QdrantStore::connect(config.qdrant.clone()).await?)),
+            #[cfg(not(feature = "qdrant"))]
+            StoreBackend::Qdrant => Err(no_qdrant(config)),
+        }
+    }
+
+    fn store(&self) -> &dyn VectorStore {
+        match self {
+            Self::Embedded(s) => s,
+            #[cfg(feature = "qdrant")]
+            Self::Qdrant(s) => s,
+        }
+    }
+
+    /// One page and the cursor of the next (`None` after the last page).
+    async fn page(
+        &self,
+        ctx: &ragtune_core::Ctx,
+        cursor: Option<String>,
+        limit: usize,
+    ) -> Result<(Vec<ragtune_core::Record>, Option<String>)> {
+        match self {
+            Self::Embedded(s) => {
+                let _ = ctx;
+                let page = s.scan(cursor, limit).await?;
+                let next = page.last().map(|r| r.chunk.id.clone());
+                Ok((page, next))
+            }
+            #[cfg(feature = "qdrant")]
+            Self::Qdrant(s) => s.scan(ctx, cursor, limit).await,
+        }
+    }
+}
+
+/// Copies every record of the store `source` names (an embedded store, or a Qdrant collection) into `target` in
+/// batches of `batch` records, fixing the target's spaces to the source's first (a target of other spaces is a
+/// `Mismatch` error before anything is written). Writing is idempotent (upserts by chunk id), so an interrupted
+/// migration can simply be run again. `progress` is called with the records copied so far and the total.
 ///
 /// # Errors
-/// Source read failures; target space mismatches and write failures; counts that disagree afterwards.
+/// A missing source ([`NotFound`](ragtune_core::ErrorKind::NotFound)); source read failures; target space
+/// mismatches and write failures; counts that disagree afterwards.
 pub async fn migrate(
-    source: &EmbeddedStore,
+    source: &StoreConfig,
     target: &dyn VectorStore,
     batch: usize,
     progress: &mut dyn FnMut(u64, u64),
@@ -98,17 +159,23 @@ pub async fn migrate(
     use ragtune_core::{Ctx, WriteBatch};
     let started = std::time::Instant::now();
     let ctx = Ctx::new();
-    let stats = source.stats(&ctx).await?;
+    let source = Source::open(source).await?;
+    let stats = source.store().stats(&ctx).await?;
     target.ensure_spaces(&ctx, stats.dense_spec.as_ref(), stats.sparse_spec.as_ref()).await?;
-    let mut after: Option<String> = None;
+    let mut cursor: Option<String> = None;
     let mut copied = 0_u64;
     loop {
-        let page = source.scan(after.clone(), batch.max(1)).await?;
-        let Some(last) = page.last() else { break };
-        after = Some(last.chunk.id.clone());
+        let (page, next) = source.page(&ctx, cursor.take(), batch.max(1)).await?;
+        if page.is_empty() {
+            break;
+        }
         copied += page.len() as u64;
         target.write(&ctx, WriteBatch { delete_docs: Vec::new(), upsert: page }).await?;
         progress(copied, stats.chunks);
+        match next {
+            Some(next) => cursor = Some(next),
+            None => break,
+        }
     }
     let target_chunks = target.stats(&ctx).await?.chunks;
     if target_chunks < copied {

@@ -240,6 +240,83 @@ impl QdrantStore {
         &self.inner.server_version
     }
 
+    /// One page of every record in the collection (chunk, dense and sparse vectors), in the server's point order,
+    /// and the cursor of the next page (`None` after the last). Pass `None` for the first page. This is how a
+    /// collection is copied out (`ragtune migrate --from-qdrant`); the sparse vectors come back as stored (BM25
+    /// term weights, without the IDF the store applies at query time).
+    ///
+    /// # Errors
+    /// Server failures; a point that is not a ragtune chunk ([`ErrorKind::Corrupt`]); a cursor that is not one this
+    /// method returned ([`ErrorKind::InvalidInput`]).
+    pub async fn scan(&self, ctx: &Ctx, cursor: Option<String>, limit: usize) -> Result<(Vec<Record>, Option<String>)> {
+        use qdrant_client::qdrant::{
+            ScrollPoints, WithVectorsSelector, point_id::PointIdOptions, vector_output, vectors_output,
+            with_vectors_selector,
+        };
+        let inner = &self.inner;
+        let _schema = inner.schema_for_read(ctx, Needs::default()).await?;
+        let offset = match cursor {
+            None => None,
+            Some(c) if c.len() == 36 && c.chars().all(|ch| ch.is_ascii_hexdigit() || ch == '-') => {
+                Some(PointId { point_id_options: Some(PointIdOptions::Uuid(c)) })
+            }
+            Some(c) => return Err(Error::invalid_input(format!("`{c}` is not a scan cursor of a Qdrant collection"))),
+        };
+        let request = ScrollPoints {
+            collection_name: inner.config.collection.clone(),
+            offset,
+            limit: Some(u32::try_from(limit.clamp(1, 10_000)).unwrap_or(10_000)),
+            with_payload: Some(payload_selector(true)),
+            with_vectors: Some(WithVectorsSelector {
+                selector_options: Some(with_vectors_selector::SelectorOptions::Enable(true)),
+            }),
+            ..ScrollPoints::default()
+        };
+        let what = format!("reading the points of the collection `{}`", inner.config.collection);
+        let attempt =
+            || inner.client.scroll(ScrollPoints { read_consistency: inner.read_consistency(ctx), ..request.clone() });
+        let response = match inner.call(ctx, &what, attempt).await {
+            Ok(r) => r,
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok((Vec::new(), None)),
+            Err(e) => return Err(e),
+        };
+        let mut records = Vec::with_capacity(response.result.len());
+        for point in response.result {
+            let shown = point_name(point.id.as_ref());
+            let chunk = chunk_from_payload(point.payload, &shown)?;
+            let (mut dense, mut sparse) = (None, None);
+            if let Some(vectors_output::VectorsOptions::Vectors(named)) = point.vectors.and_then(|v| v.vectors_options)
+            {
+                for (name, output) in named.vectors {
+                    match (name.as_str(), output.vector) {
+                        (DENSE, Some(vector_output::Vector::Dense(v))) => dense = Some(v.data),
+                        (SPARSE, Some(vector_output::Vector::Sparse(v))) => {
+                            sparse = Some(SparseVector { indices: v.indices, values: v.values });
+                        }
+                        (other, _) => {
+                            return Err(Error::corrupt(format!(
+                                "Qdrant point {shown} of `{}` has a vector `{other}` of an unexpected kind",
+                                inner.config.collection
+                            )));
+                        }
+                    }
+                }
+            }
+            records.push(Record { chunk, dense, sparse });
+        }
+        let next = match response.next_page_offset.and_then(|p| p.point_id_options) {
+            Some(PointIdOptions::Uuid(u)) => Some(u),
+            Some(PointIdOptions::Num(n)) => {
+                return Err(Error::corrupt(format!(
+                    "the collection `{}` has a numeric point id ({n}): not a ragtune collection",
+                    inner.config.collection
+                )));
+            }
+            None => None,
+        };
+        Ok((records, next))
+    }
+
     /// Deletes the collection, if it exists, with everything in it.
     ///
     /// # Errors
@@ -448,6 +525,16 @@ fn write_ordering(config: &QdrantConfig) -> Option<WriteOrdering> {
     let replicated = config.replication_factor.is_some_and(|r| r > 1);
     let ordering = if replicated { WriteOrderingType::Medium } else { WriteOrderingType::Strong };
     Some(WriteOrdering { r#type: ordering as i32 })
+}
+
+/// A point id for messages.
+fn point_name(id: Option<&PointId>) -> String {
+    use qdrant_client::qdrant::point_id::PointIdOptions;
+    match id.and_then(|p| p.point_id_options.as_ref()) {
+        Some(PointIdOptions::Uuid(u)) => u.clone(),
+        Some(PointIdOptions::Num(n)) => n.to_string(),
+        None => "(no id)".to_owned(),
+    }
 }
 
 fn metadata_string(v: Option<&Value>) -> Option<String> {
