@@ -6,8 +6,10 @@
 //! cargo xtask bench embed [--passages N] [--batch-size N] [--threads N]
 //!                                # FastEmbedder vs Python onnxruntime on the same model file, same settings
 //! cargo xtask bench store [--retriever dense|bm25] [--batch N] [--qdrant-url URL]
-//!                                # upsert throughput and query latency of the embedded store (and Qdrant when
-//!                                # $QDRANT_URL or --qdrant-url is set) on SciFact
+//!                                # upsert throughput and BM25/dense/hybrid query latency on SciFact of the
+//!                                # embedded store, a Qdrant node and a 3-node Qdrant cluster, side by side (the
+//!                                # Qdrant servers are started from ../shared/qdrant/qdrant and stopped after;
+//!                                # --qdrant-url or $QDRANT_URL measures that server instead)
 //! ```
 //!
 //! Benchmarks that need `../shared/data` say so and measure only what they can without it.
@@ -112,7 +114,33 @@ fn store(args: &[String]) -> Result<()> {
     }
     shell::run(&mut sh.cargo(&["build", "--release", "--quiet", "-j2", "-p", "benches", "--bin", "store-bench"]))?;
     let exe = sh.target_dir().join("release").join("store-bench");
-    shell::run(sh.cmd(&exe).arg("--dataset").arg(&dataset).args(&args))
+    let mut cmd = sh.cmd(&exe);
+    cmd.arg("--dataset").arg(&dataset).args(&args);
+    // Servers of its own, one node and a cluster, unless the caller named one.
+    let named =
+        args.iter().any(|a| a == "--qdrant-url") || std::env::var_os("QDRANT_URL").is_some_and(|u| !u.is_empty());
+    let single = if named {
+        None
+    } else {
+        crate::qdrant::start_guarded_at(&sh, crate::qdrant::Layout::named("qdrant-bench-1"), 1)?
+    };
+    let cluster = if named {
+        None
+    } else {
+        crate::qdrant::start_guarded_at(&sh, crate::qdrant::Layout::named("qdrant-bench-3"), 3)?
+    };
+    if let Some(server) = &single {
+        cmd.arg("--qdrant-url").arg(server.url()).env("QDRANT_API_KEY", server.api_key());
+    }
+    if let Some(server) = &cluster {
+        cmd.arg("--qdrant-cluster-url").arg(server.url()).env("QDRANT_CLUSTER_API_KEY", server.api_key());
+    }
+    println!("(load average before: {})", load());
+    let outcome = shell::run(&mut cmd);
+    for server in [single, cluster].into_iter().flatten() {
+        server.stop()?;
+    }
+    outcome
 }
 
 /// Runs a command and parses the last line of its stdout as JSON.

@@ -125,7 +125,12 @@ pub struct Layout {
 
 impl Layout {
     pub fn from_env() -> Self {
-        Self { dir: ragtune_provision::ragtune_home().join("qdrant") }
+        Self::named("qdrant")
+    }
+
+    /// A layout of its own under `$RAGTUNE_HOME` (`name/`), for servers that must not replace the recorded one.
+    pub fn named(name: &str) -> Self {
+        Self { dir: ragtune_provision::ragtune_home().join(name) }
     }
 
     fn server_json(&self) -> PathBuf {
@@ -294,15 +299,20 @@ impl Drop for ServerGuard {
 ///
 /// A server recorded by an earlier `cargo xtask qdrant start` is stopped first: its storage is reused.
 pub fn start_guarded(shell: &Shell) -> Result<Option<ServerGuard>> {
+    start_guarded_at(shell, Layout::from_env(), 1)
+}
+
+/// Starts `nodes` nodes on free ports with their record and storage under `layout`, stopped when the guard drops;
+/// `Ok(None)` (with a note) when there is no binary.
+pub fn start_guarded_at(shell: &Shell, layout: Layout, nodes: usize) -> Result<Option<ServerGuard>> {
     let bin = match binary(shell) {
         Ok(bin) => bin,
         Err(why) => {
-            println!("note: no Qdrant server for the tests, so the Qdrant tests stay ignored: {why:#}");
+            println!("note: no Qdrant server binary, so Qdrant is left out: {why:#}");
             return Ok(None);
         }
     };
-    let layout = Layout::from_env();
-    let running = start(&layout, &bin, 1, tq::free_base_port(1)?)?;
+    let running = start(&layout, &bin, nodes, tq::free_base_port(nodes)?)?;
     Ok(Some(ServerGuard { running: Some(running), layout }))
 }
 

@@ -1,19 +1,24 @@
 //! `cargo xtask bench store`: upsert throughput and query latency of the stores on a real corpus.
 //!
-//! Usage: `store-bench --dataset DIR [--retriever dense|bm25] [--batch N] [--qdrant-url URL]`.
+//! Usage: `store-bench --dataset DIR [--retriever dense|bm25] [--batch N] [--qdrant-url URL]
+//! [--qdrant-cluster-url URL]` (`$QDRANT_API_KEY` and `$QDRANT_CLUSTER_API_KEY` when the servers need keys).
 //!
 //! The records (chunks with their BM25 and, when the embedding model is provisioned, dense vectors) come from the
 //! evaluation index of the dataset (`ragtune eval`, cached), so the benchmark measures the store alone, not the
 //! encoders. Each store gets the same records in batches of `--batch`, then the split's queries one at a time:
 //! BM25 queries encoded by the store's own encoder, and dense queries that are stored passage vectors (the same
-//! distribution as real query vectors, without timing the model). The embedded store always runs; Qdrant runs when
-//! `--qdrant-url` or `$QDRANT_URL` is given (a fresh collection, deleted afterwards). The last line is JSON.
+//! distribution as real query vectors, without timing the model); hybrid queries are both in one store call (depth
+//! 100 each, as the hybrid retriever asks) fused with RRF into the top 10. The embedded store always runs; Qdrant
+//! runs when `--qdrant-url` or `$QDRANT_URL` is given, and a Qdrant cluster when `--qdrant-cluster-url` is given
+//! (3 shards, replication factor 2; a fresh collection each, deleted afterwards). The last line is JSON.
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
-use ragtune::core::{Ctx, Record, SearchRequest, SparseEncoder, TextRole, VectorQuery, VectorStore, WriteBatch};
+use ragtune::core::{
+    Candidate, Ctx, Record, SearchRequest, SparseEncoder, TextRole, VectorQuery, VectorStore, WriteBatch,
+};
 use ragtune::store::EmbeddedStore;
 use ragtune::{StoreBackend, StoreConfig};
 use ragtune_eval::retrieval::{EvalOptions, run_eval};
@@ -21,6 +26,7 @@ use ragtune_eval::retrieval::{EvalOptions, run_eval};
 fn main() -> Result<()> {
     let mut dataset = None;
     let (mut retriever, mut batch, mut qdrant_url) = ("dense".to_owned(), 256_usize, std::env::var("QDRANT_URL").ok());
+    let mut cluster_url = None;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut value = || args.next().with_context(|| format!("{a} needs a value"));
@@ -29,15 +35,33 @@ fn main() -> Result<()> {
             "--retriever" => retriever = value()?,
             "--batch" => batch = value()?.parse().context("--batch")?,
             "--qdrant-url" => qdrant_url = Some(value()?),
+            "--qdrant-cluster-url" => cluster_url = Some(value()?),
             other => bail!("unknown argument {other}"),
         }
     }
     let dataset = dataset.context("--dataset DIR is required")?;
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-    rt.block_on(run(&dataset, &retriever, batch, qdrant_url.filter(|u| !u.is_empty())))
+    let key = |name: &str| std::env::var(name).ok().filter(|k| !k.is_empty());
+    let mut servers = Vec::new();
+    if let Some(url) = qdrant_url.filter(|u| !u.is_empty()) {
+        servers.push(Server { name: "qdrant", url, api_key: key("QDRANT_API_KEY"), cluster: false });
+    }
+    if let Some(url) = cluster_url.filter(|u| !u.is_empty()) {
+        servers.push(Server { name: "qdrant-3", url, api_key: key("QDRANT_CLUSTER_API_KEY"), cluster: true });
+    }
+    rt.block_on(run(&dataset, &retriever, batch, &servers))
 }
 
-async fn run(dataset: &str, retriever: &str, batch: usize, qdrant_url: Option<String>) -> Result<()> {
+/// A Qdrant server to measure.
+struct Server {
+    name: &'static str,
+    url: String,
+    api_key: Option<String>,
+    /// A 3-node cluster: the collection gets 3 shards with 2 replicas each.
+    cluster: bool,
+}
+
+async fn run(dataset: &str, retriever: &str, batch: usize, servers: &[Server]) -> Result<()> {
     let mut opts = EvalOptions::new(dataset);
     opts.retriever = retriever.to_owned();
     opts.top_k = 10;
@@ -73,15 +97,22 @@ async fn run(dataset: &str, retriever: &str, batch: usize, qdrant_url: Option<St
     results.push(measure("embedded", &*embedded, &stats, &records, batch, &sparse_queries, &dense_queries).await?);
     drop(embedded);
     let _ = std::fs::remove_dir_all(&dir);
-    if let Some(url) = qdrant_url {
+    for server in servers {
         let mut cfg = StoreConfig { backend: StoreBackend::Qdrant, ..StoreConfig::default() };
-        cfg.qdrant.url = url;
-        cfg.qdrant.collection = format!("ragtune-bench-{}", std::process::id());
+        cfg.qdrant.url.clone_from(&server.url);
+        cfg.qdrant.api_key = server.api_key.clone().map(Into::into);
+        cfg.qdrant.collection = format!("ragtune-bench-{}-{}", server.name, std::process::id());
+        if server.cluster {
+            (cfg.qdrant.shard_number, cfg.qdrant.replication_factor) = (Some(3), Some(2));
+            cfg.qdrant.write_consistency_factor = Some(1);
+        }
         let store = ragtune::stores::open_store(&cfg).await?;
-        let measured = measure("qdrant", &*store.store, &stats, &records, batch, &sparse_queries, &dense_queries).await;
+        let measured =
+            measure(server.name, &*store.store, &stats, &records, batch, &sparse_queries, &dense_queries).await;
         ragtune::stores::drop_collection(&cfg).await?;
         results.push(measured?);
-    } else {
+    }
+    if servers.is_empty() {
         eprintln!("store-bench: Qdrant skipped (set QDRANT_URL or pass --qdrant-url to include it)");
     }
 
@@ -94,18 +125,21 @@ async fn run(dataset: &str, retriever: &str, batch: usize, qdrant_url: Option<St
         dense_queries.len()
     );
     println!(
-        "{:<10} {:>12} {:>10} {:>10} {:>10} {:>10}",
-        "store", "upsert/s", "bm25 p50", "bm25 p99", "dense p50", "dense p99"
+        "{:<10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>11} {:>11}",
+        "store", "upsert/s", "bm25 p50", "bm25 p99", "dense p50", "dense p99", "hybrid p50", "hybrid p99"
     );
     for r in &results {
+        let ms = |key: &str, p: &str| r[key][p].as_f64().unwrap_or(0.0);
         println!(
-            "{:<10} {:>12.0} {:>9.3}ms {:>9.3}ms {:>9.3}ms {:>9.3}ms",
+            "{:<10} {:>10.0} {:>8.2}ms {:>8.2}ms {:>8.2}ms {:>8.2}ms {:>9.2}ms {:>9.2}ms",
             r["store"].as_str().unwrap_or(""),
             r["upsert_per_second"].as_f64().unwrap_or(0.0),
-            r["bm25_ms"]["p50"].as_f64().unwrap_or(0.0),
-            r["bm25_ms"]["p99"].as_f64().unwrap_or(0.0),
-            r["dense_ms"]["p50"].as_f64().unwrap_or(0.0),
-            r["dense_ms"]["p99"].as_f64().unwrap_or(0.0),
+            ms("bm25_ms", "p50"),
+            ms("bm25_ms", "p99"),
+            ms("dense_ms", "p50"),
+            ms("dense_ms", "p99"),
+            ms("hybrid_ms", "p50"),
+            ms("hybrid_ms", "p99"),
         );
     }
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
@@ -140,27 +174,42 @@ async fn measure(
     }
     let upsert_s = t.elapsed().as_secs_f64();
     eprintln!("store-bench: {name}: {} records written in {upsert_s:.2} s", records.len());
-    let time = |reqs: Vec<SearchRequest>| {
+    // Each query is one store call (a hybrid query: both lists in one call, then RRF), timed end to end.
+    let time = |calls: Vec<Vec<SearchRequest>>| {
         let store = &store;
         let ctx = &ctx;
         async move {
-            let mut ms = Vec::with_capacity(reqs.len());
-            for r in reqs {
+            let mut ms = Vec::with_capacity(calls.len());
+            for requests in calls {
                 let t = Instant::now();
-                let hits = store.search(ctx, std::slice::from_ref(&r)).await?;
+                let mut lists = store.search(ctx, &requests).await?;
+                if lists.len() == 2 {
+                    let named = |hits: Vec<ragtune::core::ScoredHit>, name: &str| -> Vec<Candidate> {
+                        hits.into_iter().zip(1_u32..).map(|(h, rank)| Candidate::from_hit(h, name, rank)).collect()
+                    };
+                    let dense = named(lists.pop().unwrap_or_default(), "dense");
+                    let bm25 = named(lists.pop().unwrap_or_default(), "bm25");
+                    std::hint::black_box(ragtune::retrieve::rrf_fuse(&[(1.0, bm25), (1.0, dense)], 60.0, 10));
+                }
                 ms.push(t.elapsed().as_secs_f64() * 1000.0);
-                std::hint::black_box(hits);
+                std::hint::black_box(lists);
             }
             ms.sort_by(f64::total_cmp);
             anyhow::Ok(ms)
         }
     };
-    let req = |v: VectorQuery| SearchRequest { vector: v, top_k: 10, filter: None };
-    let bm25 = time(sparse_queries.iter().map(|q| req(VectorQuery::Sparse(q.clone()))).collect()).await?;
-    let dense = if stats.dense_vectors > 0 {
-        time(dense_queries.iter().map(|q| req(VectorQuery::Dense(q.clone()))).collect()).await?
+    let req = |v: VectorQuery, top_k: usize| SearchRequest { vector: v, top_k, filter: None };
+    let bm25 = time(sparse_queries.iter().map(|q| vec![req(VectorQuery::Sparse(q.clone()), 10)]).collect()).await?;
+    let (dense, hybrid) = if stats.dense_vectors > 0 {
+        let dense = time(dense_queries.iter().map(|q| vec![req(VectorQuery::Dense(q.clone()), 10)]).collect()).await?;
+        let pairs = sparse_queries
+            .iter()
+            .zip(dense_queries)
+            .map(|(s, d)| vec![req(VectorQuery::Sparse(s.clone()), 100), req(VectorQuery::Dense(d.clone()), 100)])
+            .collect();
+        (dense, time(pairs).await?)
     } else {
-        Vec::new()
+        (Vec::new(), Vec::new())
     };
     let pct = |v: &[f64], p: f64| ragtune::evaluators::metrics::percentile(v, p);
     #[allow(clippy::cast_precision_loss)]
@@ -171,5 +220,6 @@ async fn measure(
         "upsert_per_second": per_second,
         "bm25_ms": { "p50": pct(&bm25, 50.0), "p99": pct(&bm25, 99.0) },
         "dense_ms": { "p50": pct(&dense, 50.0), "p99": pct(&dense, 99.0) },
+        "hybrid_ms": { "p50": pct(&hybrid, 50.0), "p99": pct(&hybrid, 99.0) },
     }))
 }
