@@ -242,6 +242,38 @@ async fn incorrect_retrieval_falls_back_to_a_configured_web_provider() {
     assert!(r.context.iter().any(|p| p.chunk_id.starts_with("web:")), "{:?}", r.context);
 }
 
+#[tokio::test]
+async fn with_an_llm_the_web_is_searched_with_a_query_rewritten_for_it_and_without_the_question_on_failure() {
+    let dir = tempfile::tempdir().unwrap();
+    let question = "How many goals did the football team score against the ships?";
+    let llm = Arc::new(
+        ScriptedLlm::new("The team scored no goals [1].")
+            .with_reply("Write one web search query", r#"{"query": "football team goals against ships"}"#),
+    );
+    let engine =
+        indexed(dir.path(), config(dir.path())).await.with_web(Some(Arc::new(FakeWeb))).with_llm(Some(llm.clone()));
+    let r = engine.ask(question).await.unwrap();
+    assert_eq!(r.crag.decision, Some(Verdict::Incorrect), "{:?}", r.crag);
+    assert_eq!(r.crag.web_query.as_deref(), Some("football team goals against ships"));
+    let web: Vec<&str> = r.context.iter().filter(|p| p.chunk_id.starts_with("web:")).map(|p| p.text.as_str()).collect();
+    assert!(
+        web.iter().any(|t| t.contains("(football team goals against ships)")),
+        "the rewritten query was sent: {web:?}"
+    );
+    assert!(llm.requests().iter().any(|q| q.messages.iter().any(|m| m.content.contains("Write one web search query"))));
+
+    drop(engine);
+
+    // The rewrite fails: the question itself is searched, and a note says so.
+    let llm = Arc::new(ScriptedLlm::new("The team scored no goals [1].").failing_on("Write one web search query"));
+    let engine = indexed(dir.path(), config(dir.path())).await.with_web(Some(Arc::new(FakeWeb))).with_llm(Some(llm));
+    let r = engine.ask(question).await.unwrap();
+    assert!(r.crag.web_search_used && r.crag.web_query.is_none(), "{:?}", r.crag);
+    assert!(of_kind(&r, NoteKind::WebSearch).iter().any(|n| n.contains("web query rewrite failed")), "{}", notes(&r));
+    let web: Vec<&str> = r.context.iter().filter(|p| p.chunk_id.starts_with("web:")).map(|p| p.text.as_str()).collect();
+    assert!(web.iter().any(|t| t.contains(question)), "the question was sent: {web:?}");
+}
+
 /// An LLM that answers after a delay, failing when the context's deadline passes first (as the real client does).
 #[derive(Debug)]
 struct SlowLlm(Duration);

@@ -64,6 +64,19 @@ fn rewrite_schema() -> Value {
     })
 }
 
+/// Corrective RAG's web step: the question rewritten for a web search engine (the corpus could not answer it).
+pub const WEB_QUERY: Prompt = Prompt {
+    id: "web_query",
+    version: 1,
+    system: "You turn questions into queries for a web search engine. You answer with JSON only.",
+    user: "Write one web search query that finds pages answering the question: keep names, dates and key terms, \
+           spell out what the question only implies, and drop question words and filler.\n\nQuestion: {{query}}\n\n\
+           Answer as {\"query\": \"...\"}.",
+    schema: Some(rewrite_schema),
+    temperature: 0.0,
+    max_tokens: 64,
+};
+
 /// The LLM side of the complexity router.
 pub const ROUTE: Prompt = Prompt {
     id: "route",
@@ -338,10 +351,11 @@ fn judge_schema() -> Value {
 }
 
 /// Every prompt, for listings and tests.
-pub const ALL: [&Prompt; 12] = [
+pub const ALL: [&Prompt; 13] = [
     &HYDE,
     &MULTI_QUERY,
     &REWRITE,
+    &WEB_QUERY,
     &ROUTE,
     &FOLLOW_UP,
     &RELEVANCE,

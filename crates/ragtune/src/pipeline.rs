@@ -78,6 +78,9 @@ pub struct CragMetadata {
     pub correction_strategy: String,
     /// Whether web results were added.
     pub web_search_used: bool,
+    /// The query sent to the web when it is not the question (rewritten for a web search engine by the LLM).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub web_query: Option<String>,
     /// The web providers that answered (empty when the web was not searched).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub web_providers: Vec<String>,
@@ -104,6 +107,7 @@ impl CragMetadata {
             correction_applied: false,
             correction_strategy: "none".into(),
             web_search_used: false,
+            web_query: None,
             web_providers: Vec::new(),
             web_skipped: Vec::new(),
             cache_hit: false,

@@ -247,6 +247,7 @@ impl Env<'_> {
         let cfg = &self.engine.config().crag;
         let mut notes: Vec<Note> = Vec::new();
         let mut strategies: Vec<&str> = Vec::new();
+        let mut cost = Cost::default();
         match verdict {
             Verdict::Ambiguous => {
                 if cfg.expand_on_ambiguous
@@ -254,7 +255,7 @@ impl Env<'_> {
                 {
                     strategies.push("query_expansion");
                 }
-                if self.web_search(k, candidates, crag, &mut notes).await {
+                if self.web_search(k, candidates, crag, &mut notes, &mut cost).await {
                     strategies.push("web_search");
                 }
             }
@@ -273,7 +274,7 @@ impl Env<'_> {
                         strategies.push(name);
                     }
                 }
-                if self.web_search(k, candidates, crag, &mut notes).await {
+                if self.web_search(k, candidates, crag, &mut notes, &mut cost).await {
                     strategies.push("web_search");
                 }
             }
@@ -283,10 +284,14 @@ impl Env<'_> {
             crag.correction_applied = true;
             crag.correction_strategy = strategies.join("+");
         }
-        let report = Report::new(crag.correction_strategy.clone())
+        let mut report = Report::new(crag.correction_strategy.clone())
             .detail("verdict", verdict_name(verdict))
             .detail("candidates", candidates.len())
-            .notes(notes);
+            .notes(notes)
+            .cost(cost);
+        if let Some(q) = &crag.web_query {
+            report = report.detail("web_query", q.as_str());
+        }
         ((), report)
     }
 
@@ -320,6 +325,7 @@ impl Env<'_> {
         candidates: &mut Vec<Candidate>,
         crag: &mut CragMetadata,
         notes: &mut Vec<Note>,
+        cost: &mut Cost,
     ) -> bool {
         let n = self.engine.config().crag.web_results;
         let Some(web) = self.engine.web() else {
@@ -329,11 +335,16 @@ impl Env<'_> {
             );
             return false;
         };
+        let (query, spent) = self.web_query(notes).await;
+        *cost += spent;
+        if query != self.question {
+            crag.web_query = Some(query.clone());
+        }
         let searched = match self.engine.web_multi() {
             // The configured stack reports who answered and who was skipped; a plain provider does not.
             Some(multi) => {
                 let route = self.engine.config().web.settings.default_route;
-                match multi.search_route(&self.ctx, route, &self.question).await {
+                match multi.search_route(&self.ctx, route, &query).await {
                     Ok(mut outcome) => {
                         outcome.results.truncate(n.max(1));
                         crag.web_skipped
@@ -349,7 +360,7 @@ impl Env<'_> {
                 }
             }
             None => {
-                let q = WebQuery { text: self.question.clone(), max_results: n.max(1) };
+                let q = WebQuery { text: query.clone(), max_results: n.max(1) };
                 let searched = web.search(&self.ctx, std::slice::from_ref(&q)).await;
                 if let Err(e) = &searched {
                     crag.web_skipped.push(format!("{}: {}", web.name(), e.message()));
@@ -577,26 +588,14 @@ impl Env<'_> {
                 .note(NoteKind::RetryRewrite, "retry rewrite without an LLM: the query was expanded with synonyms");
             return (expanded, report);
         };
-        let request = match prompts::REWRITE.render(&[("query", question.as_str()), ("context", "(none)")]) {
-            Ok(r) => r,
-            Err(e) => {
-                let report = Report::new("failed").note(NoteKind::RetryRewrite, format!("retry rewrite failed: {e}"));
-                return (question, report);
-            }
-        };
-        match ragtune_core::prompt::generate_json(llm.as_ref(), &self.ctx, request, &prompts::REPAIR_JSON).await {
-            Ok(answer) => {
-                let text = answer.value.get("query").and_then(|v| v.as_str()).map(str::trim).filter(|s| !s.is_empty());
-                match text {
-                    Some(text) => (text.to_owned(), Report::new("llm").cost(answer.cost)),
-                    None => {
-                        let report = Report::new("no_query").cost(answer.cost).note(
-                            NoteKind::RetryRewrite,
-                            "retry rewrite returned no query; the question is searched again",
-                        );
-                        (question, report)
-                    }
-                }
+        let values = [("query", question.as_str()), ("context", "(none)")];
+        match query_from_llm(llm.as_ref(), &self.ctx, &prompts::REWRITE, &values).await {
+            Ok((Some(text), cost)) => (text, Report::new("llm").cost(cost)),
+            Ok((None, cost)) => {
+                let report = Report::new("no_query")
+                    .cost(cost)
+                    .note(NoteKind::RetryRewrite, "retry rewrite returned no query; the question is searched again");
+                (question, report)
             }
             Err(e) => {
                 let report = Report::new("failed").detail("error", e.to_string()).note(
@@ -604,6 +603,29 @@ impl Env<'_> {
                     format!("retry rewrite failed ({e}); the question is searched again"),
                 );
                 (question, report)
+            }
+        }
+    }
+
+    /// The query sent to the web: the question rewritten for a web search engine when an LLM is configured
+    /// (`web_query@1`), else the question; a failed rewrite falls back to the question with a note.
+    async fn web_query(&self, notes: &mut Vec<Note>) -> (String, Cost) {
+        let Some(llm) = self.engine.llm() else { return (self.question.clone(), Cost::default()) };
+        match query_from_llm(llm.as_ref(), &self.ctx, &prompts::WEB_QUERY, &[("query", self.question.as_str())]).await {
+            Ok((Some(text), cost)) => (text, cost),
+            Ok((None, cost)) => {
+                notes.push(Note::new(
+                    NoteKind::WebSearch,
+                    "the web query rewrite returned nothing: the question was searched",
+                ));
+                (self.question.clone(), cost)
+            }
+            Err(e) => {
+                notes.push(Note::new(
+                    NoteKind::WebSearch,
+                    format!("the web query rewrite failed ({e}): the question was searched"),
+                ));
+                (self.question.clone(), Cost::default())
             }
         }
     }
@@ -672,6 +694,19 @@ async fn generate_text(
     let mut out = llm.generate(ctx, std::slice::from_ref(&request)).await?;
     let r = out.pop().ok_or_else(|| Error::permanent("the LLM returned no response"))?;
     Ok((r.text, r.cost))
+}
+
+/// The `query` of an LLM's JSON answer to `prompt` (`None` when it is missing or empty) and what it cost.
+async fn query_from_llm(
+    llm: &dyn Llm,
+    ctx: &ragtune_core::Ctx,
+    prompt: &ragtune_core::prompt::Prompt,
+    values: &[(&str, &str)],
+) -> ragtune_core::Result<(Option<String>, Cost)> {
+    let request = prompt.render(values)?;
+    let answer = ragtune_core::prompt::generate_json(llm, ctx, request, &prompts::REPAIR_JSON).await?;
+    let text = answer.value.get("query").and_then(|v| v.as_str()).map(str::trim).filter(|s| !s.is_empty());
+    Ok((text.map(str::to_owned), answer.cost))
 }
 
 /// Web results as candidates, ranked as the provider returned them.
