@@ -44,6 +44,7 @@ async fn answer_level_evaluation_without_an_llm() {
         cache_dir: dir.path().join("cache"),
         reindex: false,
         refinement_check: true,
+        local_semester: None,
     };
     let mut log = Vec::new();
     let report = run_qa_eval(&opts, &mut |line| log.push(line.to_owned())).await.unwrap();
@@ -104,4 +105,57 @@ async fn answer_level_evaluation_without_an_llm() {
         };
         assert_eq!(answers(a), answers(b));
     }
+}
+
+#[tokio::test]
+async fn a_knowledge_split_indexes_one_semester_and_scores_local_and_web_only_questions_apart() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("tiny-qa");
+    tiny_cmu_qa(&data);
+    // A second semester whose article exists only "on the web".
+    let set = data.join("S09/data/set1");
+    std::fs::create_dir_all(&set).unwrap();
+    let pyramids = "The Great Pyramid of Giza was built for the pharaoh Khufu. It was the tallest building for \
+                    almost four thousand years.";
+    std::fs::write(set.join("a1.txt.clean"), pyramids).unwrap();
+    std::fs::write(set.join("a1.txt"), pyramids).unwrap();
+    let rows = [
+        "ArticleTitle\tQuestion\tAnswer\tDifficultyFromQuestioner\tDifficultyFromAnswerer\tArticleFile",
+        "Great_Pyramid\tFor which pharaoh was the Great Pyramid of Giza built?\tKhufu\teasy\teasy\tdata/set1/a1",
+    ];
+    std::fs::write(data.join("S09/question_answer_pairs.txt"), rows.join("\n") + "\n").unwrap();
+    // The web: a SearXNG-compatible endpoint that knows the pyramid article.
+    let searx = ragtune_testkit::fixtures::SearxServer::start(serde_json::json!({
+        "url": "https://example.org/great-pyramid",
+        "title": "Great Pyramid",
+        "content": pyramids,
+        "engine": "test",
+        "score": 1.0
+    }));
+    let mut config = ragtune::Config::from_toml(&crate::web::web_toml(&searx.url, true)).unwrap();
+    config.embedding.mode = ragtune::EmbeddingMode::Off;
+    config.llm.url = String::new();
+    let opts = QaEvalOptions {
+        dataset: data.clone(),
+        experiments: vec!["baseline".into(), "corrective".into()],
+        config,
+        limit: None,
+        cache_dir: dir.path().join("cache"),
+        reindex: false,
+        refinement_check: false,
+        local_semester: Some("S08".into()),
+    };
+    let report = run_qa_eval(&opts, &mut |_| {}).await.unwrap();
+    assert_eq!((report.articles, report.dataset_questions), (2, 5), "S08 indexed, every semester asked");
+    let split = |i: usize| report.experiments[i].split.clone().expect("a knowledge split is scored");
+    let (baseline, corrective) = (split(0), split(1));
+    assert_eq!((baseline.local_questions, baseline.web_only_questions), (4, 1));
+    assert_eq!(baseline.web_trigger_rate, 0.0, "plain RAG never searches the web: {baseline:?}");
+    assert_eq!(baseline.web_only_accuracy, 0.0, "the corpus cannot answer the pyramid question: {baseline:?}");
+    assert_eq!(corrective.web_used_when_web_only, 1, "{corrective:?}");
+    assert_eq!(corrective.web_only_accuracy, 1.0, "the web answers it: {corrective:?}");
+    let pyramid = report.experiments[1].answers.iter().find(|a| a.id.starts_with("S09/")).unwrap();
+    assert!(pyramid.web_used && pyramid.local == Some(false) && pyramid.answer.contains("Khufu"), "{pyramid:?}");
+    let table = qa_table(&report);
+    assert!(table.contains("web-only 1 questions"), "{table}");
 }

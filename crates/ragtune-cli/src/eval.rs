@@ -155,6 +155,10 @@ struct QaArgs {
     /// Rebuild the index even when a cached one exists.
     #[arg(long)]
     reindex: bool,
+    /// A knowledge split: index only this semester's articles (e.g. S08) and leave the others to the web search
+    /// endpoint of the config's `[web]` section; questions are scored as local or web-only.
+    #[arg(long, value_name = "SEMESTER")]
+    local_semester: Option<String>,
     #[command(flatten)]
     llm: LlmArgs,
     #[command(flatten)]
@@ -196,7 +200,8 @@ impl LegacyArgs {
         let dataset = dataset.ok_or_else(|| anyhow::anyhow!("`ragtune eval` needs a subcommand or --dataset DIR"))?;
         Ok(if ragtune_eval::is_qa_dataset(&dataset) || !experiment.is_empty() {
             let BeirFlags { limit, cache_dir, reindex, llm, out, .. } = flags;
-            let qa = QaArgs { dataset, experiment, refinement, limit, cache_dir, reindex, llm, out };
+            let qa =
+                QaArgs { dataset, experiment, refinement, limit, cache_dir, reindex, local_semester: None, llm, out };
             (EvalKind::Qa(qa), "ragtune eval qa --dataset DIR [--experiment LIST] [--refinement]")
         } else if crag {
             let beir = RetrievalArgs { dataset, flags };
@@ -299,7 +304,7 @@ fn beir_options(
 
 /// `eval qa`: every experiment on the QA set, one row each.
 async fn answers(config: Option<&Path>, qa: QaArgs) -> anyhow::Result<()> {
-    let QaArgs { dataset, experiment, refinement, limit, cache_dir, reindex, llm, out } = qa;
+    let QaArgs { dataset, experiment, refinement, limit, cache_dir, reindex, local_semester, llm, out } = qa;
     let opts = QaEvalOptions {
         dataset,
         // `--experiment none` with `--refinement` measures refinement alone.
@@ -313,6 +318,7 @@ async fn answers(config: Option<&Path>, qa: QaArgs) -> anyhow::Result<()> {
         cache_dir: cache_dir.unwrap_or_else(|| ragtune::ragtune_home().join("eval-cache")),
         reindex,
         refinement_check: refinement,
+        local_semester,
     };
     let report = ragtune_eval::run_qa_eval(&opts, &mut |line| eprintln!("{line}")).await?;
     print!("{}", ragtune_eval::qa_table(&report));

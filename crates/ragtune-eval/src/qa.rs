@@ -125,6 +125,10 @@ pub struct QaEvalOptions {
     pub reindex: bool,
     /// Also measure knowledge refinement on every question with a non-yes/no answer.
     pub refinement_check: bool,
+    /// A knowledge split: index only this semester's articles (`S08`); the rest are the web's, served by the
+    /// search endpoint the configuration's `[web]` section names (`cargo xtask websearch start --corpus DIR`).
+    /// Questions are then scored separately by whether a local article has their article's title.
+    pub local_semester: Option<String>,
 }
 
 /// The scores of one experiment.
@@ -176,9 +180,62 @@ pub struct ExperimentReport {
     /// Those notes by kind (the text before the first `:`), with how many answers carried each.
     #[serde(default)]
     pub notes: BTreeMap<String, usize>,
+    /// With a knowledge split: the questions whose article is local and those only on the web, scored apart.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub split: Option<SplitScores>,
     /// Every answer, in question order, for reading the failures behind the averages.
     #[serde(default)]
     pub answers: Vec<AnswerRecord>,
+}
+
+/// A knowledge split's scores ([`QaEvalOptions::local_semester`]): local questions (a local article has their
+/// article's title) and web-only questions apart, and how often the web was searched.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct SplitScores {
+    /// Questions whose article is in the local index, and the share answered right.
+    pub local_questions: usize,
+    pub local_accuracy: f64,
+    /// Questions whose article is only on the web, and the share answered right.
+    pub web_only_questions: usize,
+    pub web_only_accuracy: f64,
+    /// Share of all questions for which web results were added (the web trigger rate).
+    pub web_trigger_rate: f64,
+    /// Local questions for which the web was searched anyway (the corpus had the answer's article).
+    pub web_used_when_local: usize,
+    /// Web-only questions for which the web was searched.
+    pub web_used_when_web_only: usize,
+    /// Mean latency (ms) and LLM tokens per question, for local and web-only questions.
+    pub local_latency_ms: f64,
+    pub web_only_latency_ms: f64,
+    pub local_tokens: f64,
+    pub web_only_tokens: f64,
+}
+
+impl SplitScores {
+    /// The scores of the answers that carry a split label (`local`); `None` when none does.
+    #[must_use]
+    pub fn from_answers(answers: &[AnswerRecord]) -> Option<Self> {
+        let labelled: Vec<(&AnswerRecord, bool)> = answers.iter().filter_map(|a| a.local.map(|l| (a, l))).collect();
+        if labelled.is_empty() {
+            return None;
+        }
+        let group = |local: bool| labelled.iter().filter(move |(_, l)| *l == local).map(|(a, _)| *a);
+        let mean = |xs: Vec<f64>| if xs.is_empty() { 0.0 } else { xs.iter().sum::<f64>() / xs.len() as f64 };
+        let acc = |local: bool| mean(group(local).map(|a| f64::from(u8::from(a.correct))).collect());
+        Some(Self {
+            local_questions: group(true).count(),
+            local_accuracy: acc(true),
+            web_only_questions: group(false).count(),
+            web_only_accuracy: acc(false),
+            web_trigger_rate: labelled.iter().filter(|(a, _)| a.web_used).count() as f64 / labelled.len() as f64,
+            web_used_when_local: group(true).filter(|a| a.web_used).count(),
+            web_used_when_web_only: group(false).filter(|a| a.web_used).count(),
+            local_latency_ms: mean(group(true).map(|a| a.latency_ms).collect()),
+            web_only_latency_ms: mean(group(false).map(|a| a.latency_ms).collect()),
+            local_tokens: mean(group(true).map(|a| a.tokens as f64).collect()),
+            web_only_tokens: mean(group(false).map(|a| a.tokens as f64).collect()),
+        })
+    }
 }
 
 /// One question's answer in an experiment ([`ExperimentReport::answers`]).
@@ -212,6 +269,12 @@ pub struct AnswerRecord {
     pub latency_ms: f64,
     /// The answer's notes (skipped, failed or degraded stages).
     pub notes: Vec<String>,
+    /// With a knowledge split: whether the question's article is local (`false`: only on the web).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local: Option<bool>,
+    /// Whether web results were added to the context.
+    #[serde(default)]
+    pub web_used: bool,
 }
 
 /// Knowledge refinement on the retrieved passages of every question with a non-yes/no gold answer.
@@ -297,7 +360,19 @@ pub async fn run_qa_eval(opts: &QaEvalOptions, log: &mut dyn FnMut(&str)) -> Res
     for e in &opts.experiments {
         apply_experiment(e, &mut opts.config.clone())?;
     }
-    let data = load_cmu_qa(&opts.dataset, ArticleText::Clean)?;
+    let mut data = load_cmu_qa(&opts.dataset, ArticleText::Clean)?;
+    // With a knowledge split only the local semester is indexed; the questions of every semester are asked.
+    let local_titles: Option<std::collections::BTreeSet<String>> = match &opts.local_semester {
+        Some(semester) => {
+            let prefix = format!("{semester}/");
+            data.articles.retain(|d| d.id.starts_with(&prefix));
+            if data.articles.is_empty() {
+                return Err(Error::invalid_input(format!("no article of semester `{semester}` in the dataset")));
+            }
+            Some(data.articles.iter().filter_map(|d| d.title.clone()).collect())
+        }
+        None => None,
+    };
     let name = opts
         .dataset
         .canonicalize()
@@ -443,6 +518,8 @@ pub async fn run_qa_eval(opts: &QaEvalOptions, log: &mut dyn FnMut(&str)) -> Res
                 context_tokens: response.context_report.tokens_after,
                 latency_ms,
                 notes: response.notes.iter().map(ToString::to_string).collect(),
+                local: local_titles.as_ref().map(|titles| titles.contains(&q.article_title)),
+                web_used: response.crag.web_search_used,
             });
             if (i + 1) % 10 == 0 {
                 log(&format!(
@@ -468,6 +545,7 @@ pub async fn run_qa_eval(opts: &QaEvalOptions, log: &mut dyn FnMut(&str)) -> Res
         r.tokens_per_question = tokens as f64 / n;
         r.llm_calls_per_question = calls as f64 / n;
         r.context_tokens = ctx_tokens as f64 / n;
+        r.split = SplitScores::from_answers(&r.answers);
         experiments.push(r);
     }
 
@@ -490,6 +568,8 @@ pub async fn run_qa_eval(opts: &QaEvalOptions, log: &mut dyn FnMut(&str)) -> Res
         "retriever": format!("qa-{}", opts.experiments.join("+")),
         "experiments": opts.experiments,
         "limit": opts.limit,
+        "local_semester": opts.local_semester,
+        "web": opts.config.web.enabled.then(|| opts.config.web.settings.providers.keys().cloned().collect::<Vec<_>>()),
         "llm_model": llm.as_ref().map(|_| opts.config.llm.model.clone()),
         "embedder": embedder.as_ref().map(|e| e.spec().model_id.clone()),
         "pipeline": opts.config.pipeline,
@@ -618,6 +698,25 @@ pub fn qa_table(r: &QaEvalReport) -> String {
             e.llm_calls_per_question,
             e.degraded
         ));
+    }
+    for e in &r.experiments {
+        if let Some(s) = &e.split {
+            out.push_str(&format!(
+                "{:<20} local {} questions acc {:.3} ({:.0} ms, {:.0} tokens); web-only {} questions acc {:.3} ({:.0} ms, {:.0} tokens); web searched for {:.1} % of questions ({} local, {} web-only)\n",
+                e.experiment,
+                s.local_questions,
+                s.local_accuracy,
+                s.local_latency_ms,
+                s.local_tokens,
+                s.web_only_questions,
+                s.web_only_accuracy,
+                s.web_only_latency_ms,
+                s.web_only_tokens,
+                s.web_trigger_rate * 100.0,
+                s.web_used_when_local,
+                s.web_used_when_web_only
+            ));
+        }
     }
     if let Some(f) = &r.refinement {
         out.push_str(&format!(
