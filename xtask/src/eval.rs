@@ -7,6 +7,15 @@
 //! cargo xtask eval crag --dataset ../shared/data/beir/scifact --retriever hybrid --config configs/crag-calibrated.toml
 //! ```
 //!
+//! `--web-corpus DIR` (with `qa`) serves `DIR` as the web for the run (`cargo xtask websearch start --corpus DIR`,
+//! stopped afterwards) and passes a config whose `[web]` section searches it; with `--local-semester S08` that is
+//! the knowledge-split evaluation:
+//!
+//! ```text
+//! cargo xtask eval qa --dataset ../shared/data/qa/cmu-wiki-qa --local-semester S08 \
+//!     --web-corpus ../shared/data/qa/cmu-wiki-qa/S09/data --experiment baseline,corrective --limit 200
+//! ```
+//!
 //! Baselines live in `eval/baselines/<dataset>-<split>-<retriever>.json` (the report JSON of a reference run).
 //! A metric more than 0.005 below its baseline is reported as a regression and fails the command;
 //! `--update-baseline` writes the new report as the baseline instead.
@@ -30,10 +39,12 @@ pub fn run(args: &[String]) -> Result<()> {
     let mut forwarded: Vec<String> = Vec::new();
     let mut out: Option<PathBuf> = None;
     let mut update = false;
+    let mut web_corpus: Option<PathBuf> = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
             "--update-baseline" => update = true,
+            "--web-corpus" => web_corpus = Some(PathBuf::from(it.next().context("--web-corpus needs a directory")?)),
             "--out" => {
                 let v = it.next().context("--out needs a file name")?;
                 out = Some(PathBuf::from(v));
@@ -50,7 +61,27 @@ pub fn run(args: &[String]) -> Result<()> {
     // Relative paths in the arguments are meant relative to where the user stands, not the workspace root.
     cmd.current_dir(std::env::current_dir().context("no working directory")?);
     crate::qdrant::export_recorded(&mut cmd);
-    shell::run(&mut cmd)?;
+    let web = match &web_corpus {
+        Some(corpus) => {
+            if forwarded.iter().any(|a| a == "--config") {
+                bail!(
+                    "--web-corpus writes the config of the run itself: add its [web] section to your --config instead"
+                );
+            }
+            let server = crate::websearch::start(&sh, corpus, None)?;
+            let config = out.with_extension("web.toml");
+            std::fs::write(&config, crate::websearch::web_toml(&server))
+                .with_context(|| format!("cannot write {}", config.display()))?;
+            cmd.arg("--config").arg(&config);
+            Some(server)
+        }
+        None => None,
+    };
+    let outcome = shell::run(&mut cmd);
+    if web.is_some() {
+        crate::websearch::stop()?;
+    }
+    outcome?;
 
     let report: serde_json::Value = read_json(&out)?;
     let Ok(name) = baseline_name(&report) else {
