@@ -62,6 +62,18 @@ async fn an_incorrect_retrieval_searches_the_configured_web_and_cites_it() {
     let json = serde_json::to_value(&r.crag).unwrap();
     assert_eq!(json["web_providers"], serde_json::json!(["searxng"]));
     assert!(json.get("web_skipped").is_none(), "empty lists are not serialised: {json}");
+    // The web passage carries its credibility tier (example.org is in no tier list: 3); corpus passages none.
+    assert_eq!(web.tier, Some(3));
+    assert!(r.context.iter().filter(|p| !p.chunk_id.starts_with("web:")).all(|p| p.tier.is_none()));
+    assert!(r.citations.iter().all(|c| c.tier == c.doc_id.starts_with("https://").then_some(3)), "{:?}", r.citations);
+    // With a web passage in the context, the answer's claims are triangulated.
+    let t = r.triangulation.as_ref().expect("a triangulation table when the web was used");
+    assert_eq!(t.support_check, "lexical");
+    assert!(!t.rows.is_empty());
+    let web_claims: Vec<_> = t.rows.iter().filter(|row| row.sources.iter().any(|s| s == "example.org")).collect();
+    assert!(!web_claims.is_empty(), "the claim quoted from the web page is supported by it: {t:?}");
+    let verified = t.rows.iter().filter(|row| row.status == ragtune::web::triangulation::Consensus::Verified).count();
+    assert!((t.coverage_pct - 100.0 * verified as f64 / t.rows.len() as f64).abs() < 1e-9, "{t:?}");
 }
 
 #[tokio::test]
@@ -76,6 +88,7 @@ async fn a_correct_retrieval_never_calls_the_web() {
     assert_eq!(searx.requests(), 0, "no request reached the server");
     let json = serde_json::to_value(&r.crag).unwrap();
     assert!(json.get("web_providers").is_none() && json.get("web_skipped").is_none(), "{json}");
+    assert!(r.triangulation.is_none(), "no web passage, no triangulation");
 }
 
 #[tokio::test]

@@ -40,6 +40,10 @@ pub struct ContextPassage {
     pub title: Option<String>,
     /// The text given to the generator (whole passage, refinement strips or extracted sentences).
     pub text: String,
+    /// A web passage's credibility tier (1 authoritative, 2 secondary, 3 other; `[web.credibility]`); `None`
+    /// for corpus passages.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tier: Option<u8>,
 }
 
 /// A source the answer cites.
@@ -54,6 +58,9 @@ pub struct Citation {
     /// The document's title, if it has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub title: Option<String>,
+    /// A cited web page's credibility tier; `None` for corpus passages.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tier: Option<u8>,
 }
 
 /// The Corrective-RAG metadata of an answer (the `crag` fields of docs/pipeline.md, "The result").
@@ -264,6 +271,11 @@ pub struct AskResponse {
     /// The faithfulness verdict of the final answer (`None` when judging was off or skipped).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub faithfulness: Option<Faithfulness>,
+    /// When web passages are in the context: each of the answer's claims (the judge's statements, else its
+    /// sentences) checked against independent sources (registered domains; the corpus is one source), with the
+    /// VERIFIED / LIKELY / UNVERIFIED status, coverage and tier-1 ratio (`ragtune_web::triangulation`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub triangulation: Option<ragtune_web::triangulation::Triangulation>,
     /// How the context was reduced.
     pub context_report: ContextReport,
     /// Every attempt of the retry loop.
@@ -461,7 +473,7 @@ mod tests {
     use super::*;
 
     fn passage(n: usize, id: &str, text: &str) -> ContextPassage {
-        ContextPassage { n, chunk_id: id.into(), doc_id: id.into(), title: None, text: text.into() }
+        ContextPassage { n, chunk_id: id.into(), doc_id: id.into(), title: None, text: text.into(), tier: None }
     }
 
     #[test]

@@ -217,15 +217,23 @@ impl Run<'_> {
             }
         }
         cost.total_ms = ledger.started.elapsed().as_secs_f64() * 1e3;
+        let mut context = result.context;
+        let triangulation = super::stages::triangulate(
+            &env.engine.config().web.settings.credibility,
+            &mut context,
+            result.answer.as_deref(),
+            result.faithfulness.as_ref(),
+        );
         let mut citations = Vec::new();
         for n in result.answer.as_deref().map(ragtune_evaluators::metrics::answer::parse_citations).unwrap_or_default()
         {
-            match result.context.iter().find(|p| p.n == n) {
+            match context.iter().find(|p| p.n == n) {
                 Some(p) => citations.push(Citation {
                     n,
                     chunk_id: p.chunk_id.clone(),
                     doc_id: p.doc_id.clone(),
                     title: p.title.clone(),
+                    tier: p.tier,
                 }),
                 None => ledger.note(
                     NoteKind::CitationOutOfContext,
@@ -239,9 +247,10 @@ impl Run<'_> {
             answer: result.answer,
             answer_kind: result.answer_kind,
             citations,
-            context: result.context,
+            context,
             crag: result.crag,
             faithfulness: result.faithfulness,
+            triangulation,
             context_report: result.report,
             attempts,
             notes: ledger.notes,

@@ -669,7 +669,14 @@ fn assemble_stage(
 
 /// A context passage (numbered later, by assembly).
 fn passage(chunk_id: &str, doc_id: &str, title: Option<&String>, text: String) -> ContextPassage {
-    ContextPassage { n: 0, chunk_id: chunk_id.to_owned(), doc_id: doc_id.to_owned(), title: title.cloned(), text }
+    ContextPassage {
+        n: 0,
+        chunk_id: chunk_id.to_owned(),
+        doc_id: doc_id.to_owned(),
+        title: title.cloned(),
+        text,
+        tier: None,
+    }
 }
 
 /// The candidates' whole texts.
@@ -707,6 +714,34 @@ async fn query_from_llm(
     let answer = ragtune_core::prompt::generate_json(llm, ctx, request, &prompts::REPAIR_JSON).await?;
     let text = answer.value.get("query").and_then(|v| v.as_str()).map(str::trim).filter(|s| !s.is_empty());
     Ok((text.map(str::to_owned), answer.cost))
+}
+
+/// The answer's claims checked against the context's independent sources, when the context holds web passages
+/// (which get their credibility tier here). Claims are the judge's statements, else the answer's sentences; the
+/// support check is the LLM-free lexical one (`lexical`: at least 70 % of a claim's content words in a passage).
+pub(super) fn triangulate(
+    credibility: &ragtune_web::Credibility,
+    context: &mut [ContextPassage],
+    answer: Option<&str>,
+    faithfulness: Option<&Faithfulness>,
+) -> Option<ragtune_web::triangulation::Triangulation> {
+    use ragtune_web::triangulation::{Evidence, lexically_supports, triangulate};
+    for p in context.iter_mut().filter(|p| p.chunk_id.starts_with("web:")) {
+        p.tier = Some(ragtune_web::domain_of(&p.doc_id).map_or(3, |d| credibility.tier(&d)));
+    }
+    if !context.iter().any(|p| p.tier.is_some()) {
+        return None;
+    }
+    let claims: Vec<String> = match faithfulness.filter(|f| !f.statements.is_empty()) {
+        Some(f) => f.statements.iter().map(|s| s.text.clone()).collect(),
+        None => ragtune_evaluators::text::sentences(answer?).into_iter().map(str::to_owned).collect(),
+    };
+    // The corpus counts as one source, trusted like a tier-1 one.
+    let evidence: Vec<Evidence> = context
+        .iter()
+        .map(|p| Evidence { url: p.tier.map(|_| p.doc_id.clone()), text: p.text.clone(), tier: p.tier.unwrap_or(1) })
+        .collect();
+    Some(triangulate(&claims, &evidence, "lexical", lexically_supports))
 }
 
 /// Web results as candidates, ranked as the provider returned them.
