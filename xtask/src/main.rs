@@ -15,6 +15,7 @@ mod bench;
 mod ci;
 mod demo;
 mod eval;
+mod fuzz;
 mod layers;
 mod llm;
 mod models;
@@ -40,7 +41,8 @@ commands:
   calibrate  fit the CRAG evaluator thresholds on a training split
   demo     build the release `ragtune` binary, index docs/ and answer questions (answer, citations, CRAG
            decision; the local LLM when one runs, else extractive)
-  bench    run the benchmarks";
+  bench    run the benchmarks
+  fuzz     [TARGET ...] [--seconds N]: the cargo-fuzz targets (loaders, chunker, config) on the nightly toolchain";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -59,6 +61,7 @@ fn main() -> ExitCode {
         "calibrate" => eval::calibrate(rest),
         "demo" => demo::run(rest),
         "bench" => bench::run(rest),
+        "fuzz" => fuzz::run(rest),
         "help" | "-h" | "--help" => {
             println!("{USAGE}");
             return ExitCode::SUCCESS;
