@@ -283,6 +283,12 @@ fn internal_rule(from_name: &str, from: Option<Layer>, dependency: &Dependency) 
             "middle crates may depend only on ragtune-core (and on ragtune-testkit as a dev-dependency)"
         }
         (Some(Layer::Testkit), _) => "ragtune-testkit depends on ragtune-core only",
+        // The `ragtune` binary hosts both surfaces: `ragtune serve` runs the HTTP server (docs/adr/0010).
+        (Some(Layer::Surface), Some(Layer::Surface))
+            if from_name == "ragtune-cli" && dependency.name == "ragtune-server" =>
+        {
+            return None;
+        }
         (_, Some(Layer::Surface) | Some(Layer::Tooling)) => {
             "nothing depends on the surfaces (ragtune-cli, ragtune-server) or the tooling (xtask, tests, benches)"
         }

@@ -55,11 +55,10 @@ pub async fn run(config: Option<&Path>, args: AskArgs, generate: bool) -> anyhow
         ..Overrides::default()
     };
     let engine = Engine::open(load_config(config, overrides)?).await?;
-    let mut r = if generate { engine.ask(&question).await? } else { engine.query(&question).await? };
+    // The options the HTTP API takes per request; here the flags above set them in the configuration instead.
+    let options = ragtune::commands::AskOptions { trace, ..Default::default() };
+    let r = ragtune::commands::ask(&engine, &question, &options, generate).await?;
     if json {
-        if !trace {
-            r.trace.clear();
-        }
         println!("{}", serde_json::to_string_pretty(&r)?);
     } else {
         print_answer(&r, trace)?;

@@ -12,6 +12,7 @@ mod eval;
 mod index;
 mod migrate;
 mod search;
+mod serve;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -51,6 +52,8 @@ enum Command {
     /// Copy an embedded store (chunks, payloads, dense and sparse vectors) into a Qdrant collection or another
     /// embedded store. Idempotent: an interrupted migration can be run again.
     Migrate(migrate::MigrateArgs),
+    /// Serve the HTTP API (ask, query, search, index, metrics, a page at /) until Ctrl-C or SIGTERM.
+    Serve(serve::ServeArgs),
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
@@ -63,6 +66,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Eval(args) => eval::run(config, args).await,
         Command::Calibrate(args) => calibrate::run(config, args).await,
         Command::Migrate(args) => migrate::run(config, args).await,
+        Command::Serve(args) => serve::run(config, args).await,
     }
 }
 

@@ -3,7 +3,6 @@
 use std::io::Write;
 use std::path::Path;
 
-use ragtune::core::Query;
 use ragtune::{Engine, Strategy, Transform};
 
 use crate::args::{Overrides, StoreArgs, load_config, snippet};
@@ -38,7 +37,8 @@ pub async fn run(config: Option<&Path>, args: SearchArgs) -> anyhow::Result<()> 
     let k = top_k.unwrap_or(cfg.search.top_k);
     let strategy = strategy.unwrap_or(cfg.search.strategy);
     let engine = Engine::open(cfg).await?;
-    let response = engine.search_with(Query::new(query).with_top_k(k), strategy).await?;
+    let options = ragtune::commands::SearchOptions { top_k: Some(k), strategy: Some(strategy), trace: true };
+    let response = ragtune::commands::search(&engine, &query, &options).await?;
     let mut out = std::io::stdout().lock();
     if json {
         writeln!(out, "{}", serde_json::to_string_pretty(&response)?)?;

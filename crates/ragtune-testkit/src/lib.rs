@@ -48,6 +48,7 @@
 pub mod contract;
 pub mod fakes;
 pub mod fixtures;
+pub mod http;
 mod memory;
 pub mod qdrant;
 

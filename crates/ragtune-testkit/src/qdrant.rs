@@ -11,8 +11,10 @@
 //! tests alike; errors are [`std::io::Error`]s whose messages say what and where.
 
 use std::fs::File;
-use std::io::{self, Read, Write};
-use std::net::{TcpListener, TcpStream, ToSocketAddrs};
+use std::io;
+use std::net::TcpListener;
+
+pub use crate::http::parse_http_url;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -219,15 +221,15 @@ pub fn fresh_api_key() -> String {
 /// `GET path` on `url` (`http://HOST:PORT`) with an optional Qdrant API key: the status code and the body.
 ///
 /// # Errors
-/// An unusable URL, a refused connection, a timeout (2 s to connect, 5 s to read), or an answer that is not HTTP.
+/// As [`crate::http::request`].
 pub fn http_get(url: &str, path: &str, api_key: Option<&str>) -> io::Result<(u16, String)> {
     http_request("GET", url, path, api_key, None)
 }
 
-/// `method path` on `url` with an optional API key and JSON body: the status code and the body.
+/// `method path` on `url` with an optional Qdrant API key (`api-key` header) and JSON body.
 ///
 /// # Errors
-/// As [`http_get`].
+/// As [`crate::http::request`].
 pub fn http_request(
     method: &str,
     url: &str,
@@ -235,52 +237,8 @@ pub fn http_request(
     api_key: Option<&str>,
     json_body: Option<&str>,
 ) -> io::Result<(u16, String)> {
-    let invalid = || io::Error::new(io::ErrorKind::InvalidInput, format!("not an http://HOST:PORT URL: {url}"));
-    let (host, port) = parse_http_url(url).ok_or_else(invalid)?;
-    let address = (host.as_str(), port)
-        .to_socket_addrs()?
-        .next()
-        .ok_or_else(|| io::Error::other(format!("{host} resolves to no address")))?;
-    let mut stream = TcpStream::connect_timeout(&address, Duration::from_secs(2))
-        .map_err(|e| annotate(e, &format!("cannot connect to {url}")))?;
-    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-    stream.set_write_timeout(Some(Duration::from_secs(5)))?;
-    let key = api_key.map(|k| format!("api-key: {k}\r\n")).unwrap_or_default();
-    let body = json_body.unwrap_or("");
-    let content = if json_body.is_some() {
-        format!("Content-Type: application/json\r\nContent-Length: {}\r\n", body.len())
-    } else {
-        String::new()
-    };
-    // HTTP/1.0 and one write: the answer ends when the server closes the connection, and arrives whole.
-    let request = format!("{method} {path} HTTP/1.0\r\nHost: {host}:{port}\r\n{key}{content}\r\n{body}");
-    stream.write_all(request.as_bytes())?;
-    let mut response = Vec::new();
-    stream.take(16 << 20).read_to_end(&mut response)?;
-    let text = String::from_utf8_lossy(&response);
-    parse_response(&text).ok_or_else(|| io::Error::other(format!("not an HTTP response from {url}{path}: {text:?}")))
-}
-
-/// Host and port of an `http://HOST:PORT` URL (no path).
-#[must_use]
-pub fn parse_http_url(url: &str) -> Option<(String, u16)> {
-    let authority = url.strip_prefix("http://")?.trim_end_matches('/');
-    let (host, port) = authority.rsplit_once(':')?;
-    if host.is_empty() || authority.contains('/') {
-        return None;
-    }
-    Some((host.to_owned(), port.parse().ok().filter(|p| *p != 0)?))
-}
-
-/// Status code and body of an HTTP/1.x response.
-fn parse_response(response: &str) -> Option<(u16, String)> {
-    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((response, ""));
-    let mut fields = head.lines().next()?.split_whitespace();
-    if !fields.next()?.starts_with("HTTP/1.") {
-        return None;
-    }
-    let code = fields.next().filter(|c| c.len() == 3)?.parse().ok()?;
-    Some((code, body.to_owned()))
+    let headers: Vec<(&str, &str)> = api_key.map(|k| ("api-key", k)).into_iter().collect();
+    crate::http::request(method, url, path, &headers, json_body).map(|r| (r.status, r.body))
 }
 
 fn annotate(error: io::Error, what: &str) -> io::Error {
@@ -443,18 +401,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn urls_and_responses_parse_strictly() {
-        assert_eq!(parse_http_url("http://127.0.0.1:6333"), Some(("127.0.0.1".to_owned(), 6333)));
-        assert_eq!(parse_http_url("http://127.0.0.1:6333/"), Some(("127.0.0.1".to_owned(), 6333)));
-        for bad in ["https://h:1", "http://h", "http://h:0", "http://:1", "http://h:1/x"] {
-            assert_eq!(parse_http_url(bad), None, "{bad}");
-        }
-        assert_eq!(
-            parse_response("HTTP/1.0 200 OK\r\nA: b\r\n\r\nall shards are ready"),
-            Some((200, "all shards are ready".into()))
-        );
-        assert_eq!(parse_response("HTTP/1.1 503 Service Unavailable\r\n\r\n"), Some((503, String::new())));
-        assert_eq!(parse_response("SSH-2.0-OpenSSH"), None);
+    fn node_ports_are_laid_out_per_node() {
         assert_eq!(NodePorts::of(7000, 2, true), NodePorts { http: 7020, grpc: 7021, p2p: Some(7022) });
         assert_eq!(NodePorts::of(7000, 0, false).p2p, None);
     }

@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use ragtune_core::{Error, Result};
+use ragtune_core::{Error, Result, Secret};
 use serde::{Deserialize, Serialize};
 
 /// `FromStr` and `Display` for the closed sets of settings, derived from their serde names, so a value is spelled
@@ -98,6 +98,42 @@ pub struct Config {
     pub cache: CacheSettings,
     /// Web search inside Corrective RAG (off unless `enabled` and a provider is configured).
     pub web: WebConfig,
+    /// The HTTP service (`ragtune serve`).
+    pub server: ServerSettings,
+}
+
+/// The `[server]` section: how `ragtune serve` listens and what it accepts (docs/server.md).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerSettings {
+    /// The address to listen on. Anything but a loopback address needs `api_key`.
+    pub bind: String,
+    /// The bearer token every `/v1` route, `/metrics` and `/openapi.json` require (prefer `$RAGTUNE_SERVER_API_KEY`);
+    /// never written back out, logged or traced.
+    #[serde(skip_serializing)]
+    pub api_key: Option<Secret>,
+    /// The largest request body accepted, in bytes (413 above it).
+    pub max_body_bytes: usize,
+    /// Requests handled at once; one more is answered 503 with `Retry-After` rather than queued.
+    pub max_concurrency: usize,
+    /// The longest deadline a request may ask for, and the deadline of requests that ask for none, in
+    /// milliseconds.
+    pub max_deadline_ms: u64,
+    /// How long shutdown waits for requests in flight, in seconds.
+    pub shutdown_grace_secs: u64,
+}
+
+impl Default for ServerSettings {
+    fn default() -> Self {
+        Self {
+            bind: "127.0.0.1:8080".to_owned(),
+            api_key: None,
+            max_body_bytes: 2 * 1024 * 1024,
+            max_concurrency: 16,
+            max_deadline_ms: 60_000,
+            shutdown_grace_secs: 30,
+        }
+    }
 }
 
 /// The `[web]` section: whether Corrective RAG may search the web, and the web layer's settings
@@ -153,7 +189,7 @@ impl WebConfig {
                 && let Ok(key) = std::env::var(var)
                 && !key.is_empty()
             {
-                p.api_key = Some(ragtune_core::Secret::from(key));
+                p.api_key = Some(Secret::from(key));
             }
         }
         settings
@@ -545,7 +581,7 @@ pub struct LlmSettings {
     pub model: String,
     /// The API key (prefer the environment variables).
     #[serde(skip_serializing)]
-    pub api_key: Option<ragtune_core::Secret>,
+    pub api_key: Option<Secret>,
     /// `chat` (`/v1/chat/completions`, default) or `completions` (`/v1/completions`).
     pub endpoint: LlmEndpoint,
     /// Seconds allowed per request.
@@ -823,6 +859,10 @@ impl Config {
         if let Some(url) = std::env::var("RAGTUNE_LLM_URL").ok().filter(|u| !u.is_empty()) {
             cfg.llm.url = url;
         }
+        if cfg.server.api_key.is_none() {
+            cfg.server.api_key =
+                std::env::var("RAGTUNE_SERVER_API_KEY").ok().filter(|k| !k.is_empty()).map(Secret::from);
+        }
         if cfg.llm.api_key.is_none() {
             cfg.llm.api_key = ["RAGTUNE_LLM_API_KEY", "OPENAI_API_KEY"]
                 .iter()
@@ -855,10 +895,7 @@ mod tests {
         assert!(cfg.web.active());
         assert_eq!(cfg.web.settings.concurrency, 2);
         let resolved = cfg.web.resolved();
-        assert_eq!(
-            resolved.providers["tavily"].api_key.as_ref().map(ragtune_core::Secret::expose),
-            Some("tvly-secret")
-        );
+        assert_eq!(resolved.providers["tavily"].api_key.as_ref().map(Secret::expose), Some("tvly-secret"));
         assert_eq!(cfg.web.build().unwrap().map(|s| s.stats.len()), Some(1));
         let written = toml::to_string(&cfg).unwrap();
         assert!(!written.contains("tvly-secret") && !format!("{cfg:?}").contains("tvly-secret"), "{written}");

@@ -66,7 +66,7 @@ const BATCH_CHUNKS: usize = 256;
 /// It indexes documents with BM25 and, when the embedding model is available, dense vectors; it answers queries
 /// with BM25, dense or hybrid (RRF) retrieval, with query transformations and routing around them; and it answers
 /// questions with the whole corrective pipeline ([`ask`](Self::ask), [`query`](Self::query)).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Engine {
     config: Config,
     store: OpenStore,
@@ -171,6 +171,29 @@ impl Engine {
         Ok(self)
     }
 
+    /// This engine under a per-request variant of its configuration (`commands::AskOptions`): the caches are
+    /// shared (their keys carry a fingerprint of the configuration), and so is the web stack with its rate limits
+    /// and circuit breakers, unless the request turns web search on where the configuration has it off (then a
+    /// stack is built for the request).
+    pub(crate) fn for_request(&self, config: Config) -> Result<Self> {
+        if config.store != self.config.store {
+            return Err(Error::invalid_input("a request cannot change the store"));
+        }
+        config.validate()?;
+        let mut engine = self.clone();
+        if config.web.enabled != self.config.web.enabled {
+            if config.web.enabled {
+                engine.multi = config.web.build()?.map(|stack| stack.search);
+                engine.web = engine.multi.clone().map(|m| m as Arc<dyn WebSearch>);
+            } else {
+                engine.multi = None;
+                engine.web = None;
+            }
+        }
+        engine.config = config;
+        Ok(engine)
+    }
+
     /// The web search provider, if one is set.
     #[must_use]
     pub fn web(&self) -> Option<&Arc<dyn WebSearch>> {
@@ -256,7 +279,11 @@ impl Engine {
     ///
     /// # Errors
     /// As [`load`](Self::load) and [`index_documents`](Self::index_documents).
-    pub async fn index_path(&mut self, path: &Path, progress: &mut dyn FnMut(usize, usize)) -> Result<IndexReport> {
+    pub async fn index_path(
+        &mut self,
+        path: &Path,
+        progress: &mut (dyn FnMut(usize, usize) + Send),
+    ) -> Result<IndexReport> {
         let started = Instant::now();
         let loaded = Self::load(path)?;
         let chunking = Chunking::Auto(self.config.chunking.chunker());
@@ -276,7 +303,7 @@ impl Engine {
         &mut self,
         docs: &[Document],
         chunking: Chunking,
-        progress: &mut dyn FnMut(usize, usize),
+        progress: &mut (dyn FnMut(usize, usize) + Send),
     ) -> Result<IndexReport> {
         let started = Instant::now();
         if docs.is_empty() {

@@ -39,6 +39,7 @@ pub use ragtune_retrieve as retrieve;
 pub use ragtune_store as store;
 pub use ragtune_web as web;
 
+pub mod commands;
 mod config;
 mod engine;
 mod models;
@@ -48,8 +49,8 @@ pub mod stores;
 pub use config::{
     Bm25Settings, CacheSettings, ChunkingSettings, Config, ContextMode, CragSettings, EmbeddingMode, EmbeddingSettings,
     EvaluatorKind, HybridSettings, LlmEndpoint, LlmSettings, PipelineSettings, QdrantSettings, RerankSettings,
-    RouteSetting, RouteSettings, ScorerKind, SearchSettings, StoreBackend, StoreConfig, Strategy, Transform,
-    TransformSettings, WebConfig, ragtune_home,
+    RouteSetting, RouteSettings, ScorerKind, SearchSettings, ServerSettings, StoreBackend, StoreConfig, Strategy,
+    Transform, TransformSettings, WebConfig, ragtune_home,
 };
 pub use engine::{Chunking, Engine, IndexReport, SearchResponse};
 pub use models::{load_embedder, load_llm, local_llm_url};

@@ -1,0 +1,199 @@
+//! The command layer the surfaces share: what one request to ask, query, search, index or delete means, with its
+//! per-request options, independent of how it arrived (a command line, an HTTP body).
+//!
+//! The `ragtune` CLI and the `ragtune serve` HTTP API both go through these functions, so a question asked either
+//! way runs the same pipeline with the same options.
+//!
+//! ```
+//! use ragtune::commands::AskOptions;
+//! let opts: AskOptions = serde_json::from_str(r#"{"useCrag": false, "top_k": 5}"#).unwrap();
+//! assert_eq!((opts.use_crag, opts.top_k), (Some(false), Some(5)));
+//! ```
+
+use ragtune_core::{Ctx, Document, Error, Query, Result, StoreStats, WriteBatch};
+use serde::{Deserialize, Serialize};
+
+use crate::config::Strategy;
+use crate::engine::{Chunking, Engine, IndexReport, SearchResponse};
+use crate::pipeline::AskResponse;
+
+/// The most candidates one request may ask for.
+pub const MAX_TOP_K: usize = 1000;
+
+/// Per-request options of `ask` and `query`; unset fields keep the configuration's values.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AskOptions {
+    /// Run Corrective RAG (evaluate the retrieval, correct it); the seed's `useCrag`.
+    #[serde(alias = "useCrag")]
+    pub use_crag: Option<bool>,
+    /// Let the correction search the web (the `[web]` providers); the seed's `useWebSearch`.
+    #[serde(alias = "useWebSearch")]
+    pub use_web: Option<bool>,
+    /// Candidates retrieved on the first attempt.
+    #[serde(alias = "topK")]
+    pub top_k: Option<usize>,
+    /// This request's deadline in milliseconds: stages that would start after it are skipped.
+    #[serde(alias = "deadlineMs")]
+    pub deadline_ms: Option<u64>,
+    /// Keep the trace of every step in the response (it is dropped otherwise).
+    pub trace: bool,
+}
+
+impl AskOptions {
+    /// The engine this request runs on: `engine` with the options applied to a copy of its configuration (the
+    /// store, models, LLM and caches are shared).
+    ///
+    /// # Errors
+    /// [`InvalidInput`](ragtune_core::ErrorKind::InvalidInput) for `top_k` of 0 or above [`MAX_TOP_K`], a zero
+    /// deadline, or `use_web` without a web provider configured.
+    pub fn apply(&self, engine: &Engine) -> Result<Engine> {
+        let mut cfg = engine.config().clone();
+        if let Some(k) = self.top_k {
+            if k == 0 || k > MAX_TOP_K {
+                return Err(Error::invalid_input(format!("top_k must be 1 to {MAX_TOP_K}, got {k}")));
+            }
+            cfg.pipeline.top_k = k;
+        }
+        if let Some(crag) = self.use_crag {
+            cfg.crag.enabled = crag;
+        }
+        if let Some(ms) = self.deadline_ms {
+            if ms == 0 {
+                return Err(Error::invalid_input("deadline_ms must be at least 1"));
+            }
+            cfg.pipeline.timeout_ms = if cfg.pipeline.timeout_ms == 0 { ms } else { ms.min(cfg.pipeline.timeout_ms) };
+        }
+        match self.use_web {
+            Some(true) if cfg.web.settings.providers.is_empty() => {
+                return Err(Error::invalid_input(
+                    "use_web needs a web search provider: configure one in the [web] section (docs/web.md)",
+                ));
+            }
+            Some(web) => cfg.web.enabled = web,
+            None => {}
+        }
+        if cfg == *engine.config() {
+            return Ok(engine.clone());
+        }
+        engine.for_request(cfg)
+    }
+}
+
+/// Asks `question` (`generate`: answer it; else return the context only) with per-request options.
+///
+/// # Errors
+/// An empty question, invalid options, store failures (the pipeline degrades on everything else).
+pub async fn ask(engine: &Engine, question: &str, options: &AskOptions, generate: bool) -> Result<AskResponse> {
+    let question = question.trim();
+    if question.is_empty() {
+        return Err(Error::invalid_input("the question is empty"));
+    }
+    let engine = options.apply(engine)?;
+    let mut response = if generate { engine.ask(question).await? } else { engine.query(question).await? };
+    if !options.trace {
+        response.trace.clear();
+    }
+    Ok(response)
+}
+
+/// A search request: the query, how many results, and the strategy (the configuration's when unset).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SearchOptions {
+    /// Results to return.
+    #[serde(alias = "topK")]
+    pub top_k: Option<usize>,
+    /// `auto`, `bm25`, `dense` or `hybrid`.
+    pub strategy: Option<Strategy>,
+    /// Keep the trace in the response.
+    pub trace: bool,
+}
+
+/// Searches the index.
+///
+/// # Errors
+/// An empty query, a `top_k` out of range, a strategy the index cannot serve, store failures.
+pub async fn search(engine: &Engine, query: &str, options: &SearchOptions) -> Result<SearchResponse> {
+    let query = query.trim();
+    if query.is_empty() {
+        return Err(Error::invalid_input("the query is empty"));
+    }
+    let mut q = Query::new(query);
+    if let Some(k) = options.top_k {
+        if k == 0 || k > MAX_TOP_K {
+            return Err(Error::invalid_input(format!("top_k must be 1 to {MAX_TOP_K}, got {k}")));
+        }
+        q = q.with_top_k(k);
+    }
+    let mut response = match options.strategy {
+        Some(strategy) => engine.search_with(q, strategy).await?,
+        None => engine.search(q).await?,
+    };
+    if !options.trace {
+        response.trace.clear();
+    }
+    Ok(response)
+}
+
+/// Indexes a batch of documents (replacing documents with the same ids) with the configured chunking.
+///
+/// # Errors
+/// An empty batch, a document without an id or text, duplicate ids in the batch, store and model failures.
+pub async fn index(engine: &mut Engine, documents: &[Document]) -> Result<IndexReport> {
+    if documents.is_empty() {
+        return Err(Error::invalid_input("the batch has no documents"));
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for (i, d) in documents.iter().enumerate() {
+        if d.id.trim().is_empty() {
+            return Err(Error::invalid_input(format!("document {i} has no id")));
+        }
+        if d.text.trim().is_empty() {
+            return Err(Error::invalid_input(format!("document `{}` has no text", d.id)));
+        }
+        if !seen.insert(d.id.as_str()) {
+            return Err(Error::invalid_input(format!("document `{}` appears twice in the batch", d.id)));
+        }
+    }
+    let chunking = Chunking::Auto(engine.config().chunking.chunker());
+    engine.index_documents(documents, chunking, &mut |_, _| {}).await
+}
+
+/// Deletes a document (all its chunks); whether it existed.
+///
+/// # Errors
+/// An empty id, store failures.
+pub async fn delete(engine: &Engine, doc_id: &str) -> Result<bool> {
+    if doc_id.trim().is_empty() {
+        return Err(Error::invalid_input("the document id is empty"));
+    }
+    let ctx = Ctx::new();
+    let report =
+        engine.store().write(&ctx, WriteBatch { delete_docs: vec![doc_id.to_owned()], upsert: Vec::new() }).await?;
+    Ok(report.deleted > 0)
+}
+
+/// The index's counts and spaces.
+///
+/// # Errors
+/// Store failures.
+pub async fn stats(engine: &Engine) -> Result<StoreStats> {
+    engine.store().stats(&Ctx::new()).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_take_the_seed_names_and_refuse_unknown_fields() {
+        let o: AskOptions =
+            serde_json::from_str(r#"{"useCrag": true, "useWebSearch": false, "deadlineMs": 50}"#).unwrap();
+        assert_eq!((o.use_crag, o.use_web, o.deadline_ms), (Some(true), Some(false), Some(50)));
+        let e = serde_json::from_str::<AskOptions>(r#"{"use_crg": true}"#).unwrap_err();
+        assert!(e.to_string().contains("unknown field"), "{e}");
+        let s: SearchOptions = serde_json::from_str(r#"{"strategy": "bm25", "top_k": 3}"#).unwrap();
+        assert_eq!((s.strategy, s.top_k), (Some(Strategy::Bm25), Some(3)));
+    }
+}
