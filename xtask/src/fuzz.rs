@@ -2,7 +2,7 @@
 //! toolchain), each for N seconds (default 60), one after another, with a summary of runs and crashes.
 //!
 //! ```text
-//! cargo xtask fuzz                          # loaders, chunker, config: 60 s each
+//! cargo xtask fuzz                          # loaders, chunker, config, request_bodies: 60 s each
 //! cargo xtask fuzz chunker --seconds 600    # one target, ten minutes
 //! ```
 //!
@@ -17,7 +17,7 @@ use anyhow::{Context, Result, bail};
 use crate::shell::{self, Shell};
 
 /// The targets in `fuzz/fuzz_targets/`.
-const TARGETS: [&str; 3] = ["loaders", "chunker", "config"];
+const TARGETS: [&str; 4] = ["loaders", "chunker", "config", "request_bodies"];
 
 pub fn run(args: &[String]) -> Result<()> {
     let (targets, seconds) = parse_args(args)?;

@@ -110,9 +110,9 @@ impl IntoResponse for ApiError {
 
 type ApiResult<T> = Result<T, ApiError>;
 
-/// A JSON object from the body: 413 above the size limit, 400 for anything that is not a JSON object.
-fn json_object(body: Result<Bytes, BytesRejection>) -> ApiResult<serde_json::Map<String, Value>> {
-    let bytes = body.map_err(|rejection| {
+/// The body's bytes: 413 above the size limit.
+fn body_bytes(body: Result<Bytes, BytesRejection>) -> ApiResult<Bytes> {
+    body.map_err(|rejection| {
         let status = rejection.status();
         if status == StatusCode::PAYLOAD_TOO_LARGE {
             ApiError::new(
@@ -123,12 +123,7 @@ fn json_object(body: Result<Bytes, BytesRejection>) -> ApiResult<serde_json::Map
         } else {
             ApiError::new(status, "invalid_input", rejection.body_text())
         }
-    })?;
-    match serde_json::from_slice::<Value>(&bytes) {
-        Ok(Value::Object(map)) => Ok(map),
-        Ok(_) => Err(ApiError::bad_request("the body must be a JSON object")),
-        Err(e) => Err(ApiError::bad_request(format!("the body is not valid JSON: {e}"))),
-    }
+    })
 }
 
 /// Takes a required string field out of `map` (`names`: the field and its aliases).
@@ -155,10 +150,52 @@ fn bounded(mut opts: AskOptions, state: &AppState) -> AskOptions {
     opts
 }
 
-async fn answer(state: AppState, body: Result<Bytes, BytesRejection>, generate: bool) -> ApiResult<Response> {
-    let mut map = json_object(body)?;
+/// Parses a JSON object from bytes: 400 for anything that is not one.
+fn object_of(bytes: &[u8]) -> ApiResult<serde_json::Map<String, Value>> {
+    match serde_json::from_slice::<Value>(bytes) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(_) => Err(ApiError::bad_request("the body must be a JSON object")),
+        Err(e) => Err(ApiError::bad_request(format!("the body is not valid JSON: {e}"))),
+    }
+}
+
+/// The body of `/v1/ask` and `/v1/query`: the question and the options.
+///
+/// # Errors
+/// 400 for anything else.
+pub fn parse_ask(bytes: &[u8]) -> ApiResult<(String, AskOptions)> {
+    let mut map = object_of(bytes)?;
     let question = take_text(&mut map, &["question", "query"])?;
-    let opts = bounded(options::<AskOptions>(map)?, &state);
+    Ok((question, options(map)?))
+}
+
+/// The body of `/v1/search`: the query and the options.
+///
+/// # Errors
+/// 400 for anything else.
+pub fn parse_search(bytes: &[u8]) -> ApiResult<(String, SearchOptions)> {
+    let mut map = object_of(bytes)?;
+    let query = take_text(&mut map, &["query", "question"])?;
+    Ok((query, options(map)?))
+}
+
+/// The body of `PUT /v1/documents`: the documents of the batch.
+///
+/// # Errors
+/// 400 for anything else.
+pub fn parse_documents(bytes: &[u8]) -> ApiResult<Vec<Document>> {
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Batch {
+        documents: Vec<Document>,
+    }
+    let batch: Batch = options(object_of(bytes)?)?;
+    Ok(batch.documents)
+}
+
+async fn answer(state: AppState, body: Result<Bytes, BytesRejection>, generate: bool) -> ApiResult<Response> {
+    let (question, opts) = parse_ask(&body_bytes(body)?)?;
+    let opts = bounded(opts, &state);
     let engine = state.inner.engine.read().await;
     let response = commands::ask(&engine, &question, &opts, generate).await?;
     state.inner.metrics.observe_answer(&response);
@@ -174,24 +211,16 @@ async fn query(State(state): State<AppState>, body: Result<Bytes, BytesRejection
 }
 
 async fn search(State(state): State<AppState>, body: Result<Bytes, BytesRejection>) -> ApiResult<Response> {
-    let mut map = json_object(body)?;
-    let query = take_text(&mut map, &["query", "question"])?;
-    let opts: SearchOptions = options(map)?;
+    let (query, opts) = parse_search(&body_bytes(body)?)?;
     let engine = state.inner.engine.read().await;
     Ok(Json(commands::search(&engine, &query, &opts).await?).into_response())
 }
 
 /// `PUT /v1/documents`: `{"documents": [{"id", "text", "title"?, "source"?, "metadata"?}]}`, written as one batch.
 async fn put_documents(State(state): State<AppState>, body: Result<Bytes, BytesRejection>) -> ApiResult<Response> {
-    #[derive(Deserialize)]
-    #[serde(deny_unknown_fields)]
-    struct Batch {
-        documents: Vec<Document>,
-    }
-    let map = json_object(body)?;
-    let batch: Batch = options(map)?;
+    let documents = parse_documents(&body_bytes(body)?)?;
     let mut engine = state.inner.engine.write().await;
-    let report = commands::index(&mut engine, &batch.documents).await?;
+    let report = commands::index(&mut engine, &documents).await?;
     if let Ok(s) = commands::stats(&engine).await {
         state.inner.metrics.set_index(s.documents, s.chunks);
     }

@@ -34,7 +34,7 @@ use ragtune::core::{Error, Result};
 use ragtune::{Engine, ServerSettings};
 use tokio::sync::{RwLock, Semaphore};
 
-pub use api::{ROUTES, openapi_document, router};
+pub use api::{ApiError, ROUTES, openapi_document, parse_ask, parse_documents, parse_search, router};
 pub use metrics::Metrics;
 
 /// What every handler shares.
