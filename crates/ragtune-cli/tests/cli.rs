@@ -321,3 +321,77 @@ fn web_and_no_web_turn_the_configured_web_search_on_and_off_for_one_run() {
     let out = ragtune(&["query", question, "--store", "s", "--web", "--no-web"], dir.path());
     assert_eq!(out.status.code(), Some(2), "--web and --no-web conflict");
 }
+
+/// `ragtune serve` on a free port in `cwd` over the store `store`; the child and its base URL (read from the line
+/// the server prints when it is ready).
+fn serve(cwd: &Path, store: &str) -> (std::process::Child, String) {
+    use std::io::BufRead;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ragtune"))
+        .args(["serve", "--store", store, "--bind", "127.0.0.1:0"])
+        .current_dir(cwd)
+        .env_remove("RAGTUNE_CONFIG")
+        .env_remove("RAGTUNE_STORE")
+        .env_remove("RAGTUNE_LLM_URL")
+        .env("RAGTUNE_HOME", cwd.join("home"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("ragtune serve starts");
+    let stdout = child.stdout.take().expect("piped stdout");
+    let mut line = String::new();
+    std::io::BufReader::new(stdout).read_line(&mut line).expect("the ready line");
+    let url = line.trim().rsplit(' ').next().expect("`… on http://ADDR`").to_owned();
+    assert!(url.starts_with("http://127.0.0.1:"), "{line}");
+    (child, url)
+}
+
+#[test]
+fn serve_killed_during_writes_keeps_every_acknowledged_batch() {
+    use ragtune_testkit::http::request;
+    use std::sync::{Arc, Mutex};
+    let dir = tempfile::tempdir().unwrap();
+    let (mut server, url) = serve(dir.path(), "store");
+    // A writer streams batches as fast as it can; the server is SIGKILLed while it writes.
+    let acknowledged = Arc::new(Mutex::new(Vec::new()));
+    let writer = {
+        let (url, acknowledged) = (url.clone(), Arc::clone(&acknowledged));
+        std::thread::spawn(move || {
+            for b in 0..10_000 {
+                let docs: Vec<serde_json::Value> = (0..4)
+                    .map(|i| serde_json::json!({"id": format!("b{b}-d{i}"), "text": format!("batch{b} document{i} token{b}x{i}")}))
+                    .collect();
+                let body = serde_json::json!({ "documents": docs }).to_string();
+                match request("PUT", &url, "/v1/documents", &[], Some(&body)) {
+                    Ok(r) if r.status == 200 => acknowledged.lock().unwrap().push(b),
+                    Ok(r) => panic!("batch {b}: {} {}", r.status, r.body),
+                    // The server is gone: this batch was not acknowledged, and nothing more will be.
+                    Err(_) => return b,
+                }
+            }
+            panic!("the server was never killed");
+        })
+    };
+    while acknowledged.lock().unwrap().len() < 20 {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    server.kill().unwrap();
+    server.wait().unwrap();
+    let first_refused = writer.join().unwrap();
+    let acknowledged = acknowledged.lock().unwrap().clone();
+    assert_eq!(acknowledged, (0..first_refused).collect::<Vec<_>>(), "batches are acknowledged in order");
+
+    let (mut server, url) = serve(dir.path(), "store");
+    let stats = request("GET", &url, "/v1/stats", &[], None).unwrap().json();
+    let documents = stats["stats"]["documents"].as_u64().unwrap();
+    // The batch in flight at the kill may have committed without its answer arriving: whole or not at all.
+    assert!(documents == 4 * acknowledged.len() as u64 || documents == 4 * (acknowledged.len() as u64 + 1), "{stats}");
+    for b in &acknowledged {
+        for i in 0..4 {
+            let q = serde_json::json!({"query": format!("token{b}x{i}"), "top_k": 1}).to_string();
+            let r = request("POST", &url, "/v1/search", &[], Some(&q)).unwrap().json();
+            assert_eq!(r["hits"][0]["chunk"]["doc_id"], format!("b{b}-d{i}"), "{r}");
+        }
+    }
+    server.kill().unwrap();
+    server.wait().unwrap();
+}
