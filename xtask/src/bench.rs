@@ -10,6 +10,8 @@
 //!                                # embedded store, a Qdrant node and a 3-node Qdrant cluster, side by side (the
 //!                                # Qdrant servers are started from ../shared/qdrant/qdrant and stopped after;
 //!                                # --qdrant-url or $QDRANT_URL measures that server instead)
+//! cargo xtask bench server [--seconds N] [--soak N]
+//!                                # ragtune serve under load (oha): search and query at 1/8/32/64 connections
 //! ```
 //!
 //! Benchmarks that need `../shared/data` say so and measure only what they can without it.
@@ -30,6 +32,9 @@ pub fn run(args: &[String]) -> Result<()> {
     }
     if args.first().is_some_and(|a| a == "store") {
         return store(&args[1..]);
+    }
+    if args.first().is_some_and(|a| a == "server") {
+        return crate::bench_server::run(&args[1..]);
     }
     let sh = Shell::new();
     let mut cmd = sh.cargo(&["bench", "-j2", "-p", "benches"]);

@@ -12,6 +12,7 @@
 //! ```
 
 mod bench;
+mod bench_server;
 mod ci;
 mod demo;
 mod eval;

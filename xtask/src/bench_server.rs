@@ -1,0 +1,224 @@
+//! `cargo xtask bench server [--seconds N] [--soak N]`: `ragtune serve` under load on loopback, SciFact indexed,
+//! without an LLM, measured by `oha` (a real HTTP load generator, installed from crates.io when missing; every run
+//! bounded in time and stopping by itself).
+//!
+//! For `POST /v1/search` and `POST /v1/query`: throughput, p50 and p99 and the status codes at concurrency 1, 8 and
+//! 32 and at saturation (64 connections against `max_concurrency` 16: the designed 503s); a stream of `PUT`s during
+//! the concurrency-8 search run, every acknowledged document searched for afterwards; `/metrics` checked against
+//! the questions served; resident memory before and after, and after a soak of `--soak` seconds (0: none).
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use ragtune_testkit::http::request;
+
+use crate::shell::{self, Shell};
+
+pub fn run(args: &[String]) -> Result<()> {
+    let (mut seconds, mut soak) = (10_u64, 0_u64);
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let v = it.next().with_context(|| format!("{a} needs a value"))?;
+        match a.as_str() {
+            "--seconds" => seconds = v.parse().context("--seconds")?,
+            "--soak" => soak = v.parse().context("--soak")?,
+            other => bail!("unknown argument {other} (use --seconds N, --soak N)"),
+        }
+    }
+    let sh = Shell::new();
+    let dataset = sh.root().join("../shared/data/beir/scifact");
+    if !dataset.join("corpus.jsonl").is_file() {
+        bail!("the server benchmark serves SciFact: {} is missing", dataset.display());
+    }
+    if shell::probe(sh.cmd("oha").arg("--version")).is_none() {
+        println!("bench server: installing oha from crates.io");
+        shell::run(sh.cmd("cargo").args(["install", "oha", "--locked", "-j2"]))?;
+    }
+    shell::run(&mut sh.cargo(&["build", "--release", "--quiet", "-j2", "-p", "ragtune-cli"]))?;
+    let binary = sh.target_dir().join("release").join("ragtune");
+    let work = sh.target_dir().join("bench-server");
+    let _ = std::fs::remove_dir_all(&work);
+    std::fs::create_dir_all(&work)?;
+    // The index: `ragtune index` of the SciFact corpus (BM25 and dense), once per run.
+    let store = work.join("store");
+    let started = Instant::now();
+    shell::run(sh.cmd(&binary).arg("index").arg(dataset.join("corpus.jsonl")).arg("--store").arg(&store))?;
+    println!("bench server: indexed SciFact in {:.1} s", started.elapsed().as_secs_f64());
+    let (mut child, url) = serve(&binary, &store, &work)?;
+    let outcome = measure(&url, child.id(), seconds, soak);
+    let _ = child.kill();
+    let _ = child.wait();
+    outcome
+}
+
+fn serve(binary: &Path, store: &Path, work: &Path) -> Result<(Child, String)> {
+    use std::io::BufRead;
+    let config = work.join("server.toml");
+    std::fs::write(&config, "[server]\nmax_concurrency = 16\n[llm]\nurl = \"\"\n")?;
+    let mut child = Command::new(binary)
+        .args(["serve", "--bind", "127.0.0.1:0", "--config"])
+        .arg(&config)
+        .arg("--store")
+        .arg(store)
+        .env_remove("RAGTUNE_LLM_URL")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("cannot start ragtune serve")?;
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().context("no stdout")?).read_line(&mut line)?;
+    let url = line.trim().rsplit(' ').next().unwrap_or_default().to_owned();
+    if !url.starts_with("http://") {
+        let _ = child.kill();
+        bail!("ragtune serve did not say where it listens: {line:?}");
+    }
+    Ok((child, url))
+}
+
+/// Resident memory of `pid` in MiB (`VmRSS`).
+fn rss_mib(pid: u32) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        })
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+fn load() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map_or_else(|_| "?".into(), |s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+}
+
+/// What one oha run measured: requests/s, p50 and p99 in ms, and the count of each status code.
+type Measured = (f64, f64, f64, Vec<(String, u64)>);
+
+/// One bounded oha run.
+fn oha(url: &str, path: &str, body: &str, connections: usize, seconds: u64) -> Result<Measured> {
+    let out = Command::new("oha")
+        .args(["--no-tui", "--output-format", "json", "-z"])
+        .arg(format!("{seconds}s"))
+        .args(["-c", &connections.to_string(), "-m", "POST", "-H", "content-type: application/json", "-d", body])
+        .arg(format!("{url}{path}"))
+        .output()
+        .context("cannot run oha")?;
+    if !out.status.success() {
+        bail!("oha failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).context("oha's JSON")?;
+    let rps = v["summary"]["requestsPerSec"].as_f64().unwrap_or(0.0);
+    let pct = |p: &str| v["latencyPercentiles"][p].as_f64().unwrap_or(0.0) * 1e3;
+    let mut codes: Vec<(String, u64)> = v["statusCodeDistribution"]
+        .as_object()
+        .map(|m| m.iter().map(|(k, n)| (k.clone(), n.as_u64().unwrap_or(0))).collect())
+        .unwrap_or_default();
+    codes.sort();
+    if let Some(errors) = v["errorDistribution"].as_object().filter(|m| !m.is_empty()) {
+        for (k, n) in errors {
+            codes.push((format!("error: {k}"), n.as_u64().unwrap_or(0)));
+        }
+    }
+    Ok((rps, pct("p50"), pct("p99"), codes))
+}
+
+fn measure(url: &str, pid: u32, seconds: u64, soak: u64) -> Result<()> {
+    let rss_start = rss_mib(pid);
+    println!("bench server: {url}, pid {pid}, RSS {rss_start:.0} MiB at start (load {})", load());
+    let search = r#"{"query": "vitamin D deficiency and bone density in older adults", "top_k": 10}"#;
+    let query = r#"{"question": "Does vitamin D supplementation reduce fractures in older adults?"}"#;
+    println!("{:<10} {:>5} {:>9} {:>9} {:>9}  statuses (load average)", "route", "conns", "req/s", "p50 ms", "p99 ms");
+    let mut served_questions = 0_u64;
+    let mut writes = None;
+    for (path, body) in [("/v1/search", search), ("/v1/query", query)] {
+        for connections in [1, 8, 32, 64] {
+            let during_writes = path == "/v1/search" && connections == 8;
+            let writer = during_writes.then(|| spawn_writer(url));
+            let (rps, p50, p99, codes) = oha(url, path, body, connections, seconds)?;
+            if let Some((stop, handle)) = writer {
+                stop.store(true, Ordering::Release);
+                writes = Some(handle.join().map_err(|_| anyhow::anyhow!("the writer panicked"))?);
+            }
+            if path == "/v1/query" {
+                served_questions += codes.iter().filter(|(c, _)| c == "200").map(|(_, n)| n).sum::<u64>();
+            }
+            let unexpected: u64 = codes.iter().filter(|(c, _)| c != "200" && c != "503").map(|(_, n)| n).sum();
+            let label = if connections == 64 { "64 (sat.)".to_owned() } else { connections.to_string() };
+            println!(
+                "{path:<10} {label:>9} {rps:>9.1} {p50:>9.2} {p99:>9.2}  {codes:?}{} ({})",
+                if during_writes { " + PUTs" } else { "" },
+                load()
+            );
+            if unexpected > 0 {
+                bail!("{unexpected} responses other than 200 and the designed 503s on {path} at {connections}");
+            }
+        }
+    }
+    if let Some(acked) = writes {
+        let mut missing = 0;
+        for b in &acked {
+            let q = format!(r#"{{"query": "benchwrite{b}", "top_k": 1, "strategy": "bm25"}}"#);
+            let r = request("POST", url, "/v1/search", &[], Some(&q))?.json();
+            if r["hits"][0]["chunk"]["doc_id"] != format!("bench-write-{b}") {
+                missing += 1;
+            }
+        }
+        println!(
+            "bench server: {} documents PUT during the load, acknowledged and searchable: {} missing",
+            acked.len(),
+            missing
+        );
+        if missing > 0 {
+            bail!("{missing} acknowledged documents are not searchable");
+        }
+    }
+    let metrics = request("GET", url, "/metrics", &[], None)?.body;
+    let decisions: f64 = metrics
+        .lines()
+        .filter(|l| l.starts_with("crag_decisions_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    println!(
+        "bench server: /metrics counts {decisions} CRAG decisions; the query runs answered {served_questions} questions"
+    );
+    if (decisions - served_questions as f64).abs() > 0.5 {
+        bail!("the decision count ({decisions}) differs from the questions served ({served_questions})");
+    }
+    let rss_after = rss_mib(pid);
+    println!("bench server: RSS {rss_start:.0} MiB at start, {rss_after:.0} MiB after the runs");
+    if soak > 0 {
+        println!("bench server: soak of {soak} s at 8 connections on /v1/search");
+        let (rps, p50, p99, codes) = oha(url, "/v1/search", search, 8, soak)?;
+        println!(
+            "soak: {rps:.1} req/s, p50 {p50:.2} ms, p99 {p99:.2} ms, {codes:?}; RSS {:.0} MiB after (load {})",
+            rss_mib(pid),
+            load()
+        );
+    }
+    Ok(())
+}
+
+/// Streams PUTs of one document each until stopped; the batches acknowledged.
+fn spawn_writer(url: &str) -> (Arc<AtomicBool>, std::thread::JoinHandle<Vec<u64>>) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let (flag, url) = (Arc::clone(&stop), url.to_owned());
+    let handle = std::thread::spawn(move || {
+        let mut acked = Vec::new();
+        let mut b = 0_u64;
+        while !flag.load(Ordering::Acquire) {
+            let body = format!(
+                r#"{{"documents": [{{"id": "bench-write-{b}", "text": "benchwrite{b} a document written under load"}}]}}"#
+            );
+            if request("PUT", &url, "/v1/documents", &[], Some(&body)).is_ok_and(|r| r.status == 200) {
+                acked.push(b);
+            }
+            b += 1;
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        acked
+    });
+    (stop, handle)
+}
