@@ -1,4 +1,4 @@
-//! `cargo xtask bench server [--seconds N] [--soak N]`: `ragtune serve` under load on loopback, SciFact indexed,
+//! `cargo xtask bench server [--seconds N] [--soak N] [--store DIR]`: `ragtune serve` under load on loopback, SciFact indexed,
 //! without an LLM, measured by `oha` (a real HTTP load generator, installed from crates.io when missing; every run
 //! bounded in time and stopping by itself).
 //!
@@ -6,6 +6,7 @@
 //! 32 and at saturation (64 connections against `max_concurrency` 16: the designed 503s); a stream of `PUT`s during
 //! the concurrency-8 search run, every acknowledged document searched for afterwards; `/metrics` checked against
 //! the questions served; resident memory before and after, and after a soak of `--soak` seconds (0: none).
+//! `--store DIR` serves a copy of an existing SciFact index (the evaluation cache's) instead of indexing anew.
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -19,14 +20,15 @@ use ragtune_testkit::http::request;
 use crate::shell::{self, Shell};
 
 pub fn run(args: &[String]) -> Result<()> {
-    let (mut seconds, mut soak) = (10_u64, 0_u64);
+    let (mut seconds, mut soak, mut from) = (10_u64, 0_u64, None::<std::path::PathBuf>);
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let v = it.next().with_context(|| format!("{a} needs a value"))?;
         match a.as_str() {
             "--seconds" => seconds = v.parse().context("--seconds")?,
             "--soak" => soak = v.parse().context("--soak")?,
-            other => bail!("unknown argument {other} (use --seconds N, --soak N)"),
+            "--store" => from = Some(v.into()),
+            other => bail!("unknown argument {other} (use --seconds N, --soak N, --store DIR)"),
         }
     }
     let sh = Shell::new();
@@ -45,9 +47,19 @@ pub fn run(args: &[String]) -> Result<()> {
     std::fs::create_dir_all(&work)?;
     // The index: `ragtune index` of the SciFact corpus (BM25 and dense), once per run.
     let store = work.join("store");
-    let started = Instant::now();
-    shell::run(sh.cmd(&binary).arg("index").arg(dataset.join("corpus.jsonl")).arg("--store").arg(&store))?;
-    println!("bench server: indexed SciFact in {:.1} s", started.elapsed().as_secs_f64());
+    if let Some(from) = from {
+        // An index of SciFact built before (e.g. the evaluation cache's), copied so the original stays untouched.
+        std::fs::create_dir_all(&store)?;
+        for entry in std::fs::read_dir(&from).with_context(|| format!("no store at {}", from.display()))? {
+            let entry = entry?;
+            std::fs::copy(entry.path(), store.join(entry.file_name()))?;
+        }
+        println!("bench server: serving a copy of {}", from.display());
+    } else {
+        let started = Instant::now();
+        shell::run(sh.cmd(&binary).arg("index").arg(dataset.join("corpus.jsonl")).arg("--store").arg(&store))?;
+        println!("bench server: indexed SciFact in {:.1} s", started.elapsed().as_secs_f64());
+    }
     let (mut child, url) = serve(&binary, &store, &work)?;
     let outcome = measure(&url, child.id(), seconds, soak);
     let _ = child.kill();
