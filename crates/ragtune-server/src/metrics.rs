@@ -31,6 +31,16 @@ fn metric_error(e: prometheus::Error) -> Error {
     Error::permanent(format!("cannot register a metric: {e}"))
 }
 
+/// Registers a metric just made (a handle shares its state with the registered one).
+fn register<M: prometheus::core::Collector + Clone + 'static>(
+    registry: &Registry,
+    made: prometheus::Result<M>,
+) -> Result<M> {
+    let metric = made.map_err(metric_error)?;
+    registry.register(Box::new(metric.clone())).map_err(metric_error)?;
+    Ok(metric)
+}
+
 impl Metrics {
     /// A fresh registry with every metric registered.
     ///
@@ -38,10 +48,8 @@ impl Metrics {
     /// Never in practice (names are fixed and distinct).
     pub fn new() -> Result<Self> {
         let registry = Registry::new();
-        let counter = |name: &str, help: &str, labels: &[&str]| -> Result<IntCounterVec> {
-            let c = IntCounterVec::new(Opts::new(name, help), labels).map_err(metric_error)?;
-            registry.register(Box::new(c.clone())).map_err(metric_error)?;
-            Ok(c)
+        let counter = |name: &str, help: &str, labels: &[&str]| {
+            register(&registry, IntCounterVec::new(Opts::new(name, help), labels))
         };
         let decisions = counter("crag_decisions_total", "CRAG decisions by category", &["category"])?;
         let corrections = counter("crag_corrections_total", "Corrections applied, by strategy", &["strategy"])?;
@@ -50,11 +58,9 @@ impl Metrics {
         let web_skipped =
             counter("web_provider_skipped_total", "Web providers asked that did not answer", &["provider"])?;
         let answers = counter("ragtune_answers_total", "Answers by kind (llm, extractive, none)", &["kind"])?;
-        let latency = |name: &str, help: &str, labels: &[&str]| -> Result<HistogramVec> {
+        let latency = |name: &str, help: &str, labels: &[&str]| {
             let buckets = vec![0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
-            let h = HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets), labels).map_err(metric_error)?;
-            registry.register(Box::new(h.clone())).map_err(metric_error)?;
-            Ok(h)
+            register(&registry, HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets), labels))
         };
         let retrieval_latency = latency(
             "crag_retrieval_latency_seconds",
@@ -62,25 +68,18 @@ impl Metrics {
             &["decision", "correction"],
         )?;
         let http_latency = latency("http_request_duration_seconds", "HTTP request time by route", &["route"])?;
-        let relevance = Histogram::with_opts(
-            HistogramOpts::new("crag_relevance_score", "The CRAG evaluator's relevance score per question")
-                .buckets(vec![0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]),
-        )
-        .map_err(metric_error)?;
-        registry.register(Box::new(relevance.clone())).map_err(metric_error)?;
-        let int_counter = |name: &str, help: &str| -> Result<IntCounter> {
-            let c = IntCounter::new(name, help).map_err(metric_error)?;
-            registry.register(Box::new(c.clone())).map_err(metric_error)?;
-            Ok(c)
-        };
+        let relevance = register(
+            &registry,
+            Histogram::with_opts(
+                HistogramOpts::new("crag_relevance_score", "The CRAG evaluator's relevance score per question")
+                    .buckets(vec![0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]),
+            ),
+        )?;
+        let int_counter = |name: &str, help: &str| register(&registry, IntCounter::new(name, help));
         let llm_calls = int_counter("llm_calls_total", "LLM calls made while answering")?;
         let llm_tokens = int_counter("llm_tokens_total", "LLM tokens (prompt and completion) spent while answering")?;
         let rejected = int_counter("http_rejected_total", "Requests answered 503 because every slot was busy")?;
-        let gauge = |name: &str, help: &str| -> Result<IntGauge> {
-            let g = IntGauge::new(name, help).map_err(metric_error)?;
-            registry.register(Box::new(g.clone())).map_err(metric_error)?;
-            Ok(g)
-        };
+        let gauge = |name: &str, help: &str| register(&registry, IntGauge::new(name, help));
         let index_chunks = gauge("ragtune_index_chunks", "Chunks in the index")?;
         let index_documents = gauge("ragtune_index_documents", "Documents in the index")?;
         Ok(Self {
