@@ -25,6 +25,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, bail};
 use ragtune_provision::wheel::{HashingFile, PipFetcher, WheelFetcher, file_digest, find_wheel};
+use ragtune_testkit::http::parse_http_url;
+use ragtune_testkit::qdrant::free_port;
 use serde_json::json;
 
 use crate::shell::{self, Shell};
@@ -729,12 +731,6 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
         .with_context(|| format!("cannot write {}", path.display()))
 }
 
-/// A port that was free a moment ago: the OS picks it for a listener bound to port 0, which is then closed.
-pub(crate) fn free_port() -> Result<u16> {
-    let listener = TcpListener::bind(("127.0.0.1", 0)).context("cannot bind a free port on 127.0.0.1")?;
-    Ok(listener.local_addr().context("cannot read the port the OS chose")?.port())
-}
-
 // ---------------------------------------------------------------------------------------------------------------
 // Processes: `kill` and /proc, since the workspace allows no unsafe code (and so no libc calls).
 
@@ -877,16 +873,6 @@ fn parse_status_line(response: &str) -> Option<u16> {
         return None;
     }
     code.parse().ok()
-}
-
-/// Host and port of `http://HOST:PORT` (a trailing `/` allowed; no path, no https).
-pub(crate) fn parse_http_url(url: &str) -> Option<(String, u16)> {
-    let authority = url.strip_prefix("http://")?.trim_end_matches('/');
-    let (host, port) = authority.rsplit_once(':')?;
-    if host.is_empty() || authority.contains('/') {
-        return None;
-    }
-    Some((host.to_owned(), port.parse().ok().filter(|p| *p != 0)?))
 }
 
 #[cfg(test)]
