@@ -274,6 +274,46 @@ async fn with_an_llm_the_web_is_searched_with_a_query_rewritten_for_it_and_witho
     assert!(web.iter().any(|t| t.contains(question)), "the question was sent: {web:?}");
 }
 
+#[tokio::test]
+async fn with_an_llm_triangulation_asks_it_per_source_and_falls_back_to_the_lexical_check() {
+    let dir = tempfile::tempdir().unwrap();
+    let question = "How many goals did the football team score against the ships?";
+    let judge = "For each numbered statement";
+    let llm = Arc::new(
+        ScriptedLlm::new("Osteomalacia softens the bones of adults [1].")
+            .with_reply(judge, r#"{"verdicts": [{"statement": 1, "verdict": "SUPPORTED"}]}"#),
+    );
+    let engine =
+        indexed(dir.path(), config(dir.path())).await.with_web(Some(Arc::new(FakeWeb))).with_llm(Some(llm.clone()));
+    let r = engine.ask(question).await.unwrap();
+    let t = r.triangulation.as_ref().expect("web passages in the context: a triangulation table");
+    assert_eq!(t.support_check, "llm", "{t:?}");
+    let sources: std::collections::BTreeSet<&str> =
+        r.context.iter().map(|p| if p.chunk_id.starts_with("web:") { "example.org" } else { "corpus" }).collect();
+    assert_eq!(t.rows.len(), 1, "{t:?}");
+    assert_eq!(t.rows[0].sources.iter().map(String::as_str).collect::<std::collections::BTreeSet<_>>(), sources);
+    let judged = llm.requests().iter().filter(|q| q.messages.iter().any(|m| m.content.contains(judge))).count();
+    assert_eq!(judged, 1 + sources.len(), "one call for faithfulness, one per independent source");
+    let step = r.trace.iter().find(|e| e.stage == "triangulate").expect("a triangulate trace event");
+    assert_eq!(step.action, "llm");
+    assert!(r.cost.stages.contains_key("triangulate"), "{:?}", r.cost.stages);
+
+    drop(engine);
+
+    // The judge fails: the lexical check decides, and a note says so for each source.
+    let llm = Arc::new(ScriptedLlm::new("Osteomalacia softens the bones of adults [1].").failing_on(judge));
+    let engine = indexed(dir.path(), config(dir.path())).await.with_web(Some(Arc::new(FakeWeb))).with_llm(Some(llm));
+    let r = engine.ask(question).await.unwrap();
+    let t = r.triangulation.as_ref().expect("a triangulation table");
+    assert_eq!(t.support_check, "lexical", "{t:?}");
+    assert!(
+        of_kind(&r, NoteKind::Triangulation).iter().any(|n| n.contains("the LLM support check failed")),
+        "{}",
+        notes(&r)
+    );
+    assert!(r.answer.is_some());
+}
+
 /// An LLM that answers after a delay, failing when the context's deadline passes first (as the real client does).
 #[derive(Debug)]
 struct SlowLlm(Duration);

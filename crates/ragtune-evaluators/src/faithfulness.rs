@@ -462,6 +462,46 @@ impl FaithfulnessJudge {
         Ok(result)
     }
 
+    /// Which of `claims` each group of passages supports, asked of the LLM one group at a time (the judge prompt
+    /// with the group as its context): triangulation's LLM support check, where a group is one independent source.
+    ///
+    /// Returns `None` when no LLM is configured. A group whose judging fails (or whose output stays invalid after
+    /// one repair) is `None` in [`SourceSupport::supported`], with the reason in the notes: the caller decides how
+    /// to check it instead. Only `SUPPORTED` counts as support.
+    ///
+    /// # Errors
+    /// Only [`ErrorKind::Cancelled`] or [`ErrorKind::DeadlineExceeded`] from `ctx`.
+    pub async fn support_by_source(
+        &self,
+        ctx: &Ctx,
+        claims: &[String],
+        groups: &[Vec<String>],
+    ) -> Result<Option<SourceSupport>> {
+        let Some(judge) = &self.llm else { return Ok(None) };
+        let statements: Vec<&str> = claims.iter().map(String::as_str).collect();
+        let mut out =
+            SourceSupport { supported: Vec::with_capacity(groups.len()), cost: Cost::ZERO, notes: Vec::new() };
+        for (i, passages) in groups.iter().enumerate() {
+            ctx.check()?;
+            let mut notes = Vec::new();
+            match self.judge_with_llm(ctx, judge, "", &statements, passages, &mut notes).await {
+                Ok(v) => {
+                    out.cost += v.cost;
+                    let row = v.supports.iter().map(|s| matches!(s, Some((Support::Supported, _, _)))).collect();
+                    out.supported.push(Some(row));
+                }
+                Err((reason, cost)) => {
+                    ctx.check()?;
+                    out.cost += cost;
+                    out.notes.push(format!("source {}: the LLM support check {reason}", i + 1));
+                    out.supported.push(None);
+                }
+            }
+            out.notes.extend(notes.into_iter().map(|n| format!("source {}: {n}", i + 1)));
+        }
+        Ok(Some(out))
+    }
+
     /// Asks the LLM for verdicts on `statements`; on failure returns the fallback reason and what was spent.
     async fn judge_with_llm(
         &self,
@@ -585,6 +625,18 @@ impl FaithfulnessJudge {
             Support::Unsupported
         }
     }
+}
+
+/// What [`FaithfulnessJudge::support_by_source`] found: per group of passages, which claims it supports (in the
+/// claims' order), or `None` when the LLM could not say.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SourceSupport {
+    /// `supported[group][claim]`.
+    pub supported: Vec<Option<Vec<bool>>>,
+    /// What the LLM calls cost, failed ones included.
+    pub cost: Cost,
+    /// Failures and repairs, naming the group (1-based).
+    pub notes: Vec<String>,
 }
 
 /// An [`Llm`] that adds up what its calls cost, failed structured outputs included.

@@ -4,7 +4,7 @@
 //! counts as one source however many passages support a claim. A claim is **VERIFIED** with at least 3 independent
 //! supporting sources, **LIKELY** with 2, **UNVERIFIED** with at most 1 (the web search protocol's ProofGuard
 //! statuses). Whether a piece of evidence supports a claim is decided by a support function: an LLM judge when one is
-//! configured, [`lexical_support`] otherwise (the table says which).
+//! configured, [`lexically_supports`] otherwise (the table says which).
 
 use std::collections::BTreeSet;
 
@@ -79,12 +79,13 @@ pub struct Triangulation {
     pub support_check: String,
 }
 
-/// Checks every claim against every piece of evidence with `supports` and counts independent sources.
+/// Checks every claim against every piece of evidence with `supports(claim, evidence)` and counts independent
+/// sources.
 pub fn triangulate(
     claims: &[String],
     evidence: &[Evidence],
     support_check: &str,
-    mut supports: impl FnMut(&str, &str) -> bool,
+    mut supports: impl FnMut(&str, &Evidence) -> bool,
 ) -> Triangulation {
     let mut rows = Vec::with_capacity(claims.len());
     // Each distinct supporting source with its best (lowest) tier.
@@ -92,7 +93,7 @@ pub fn triangulate(
     for claim in claims {
         let mut sources = BTreeSet::new();
         for e in evidence {
-            if supports(claim, &e.text) {
+            if supports(claim, e) {
                 let s = e.source();
                 let tier = all_sources.entry(s.clone()).or_insert(e.tier);
                 *tier = (*tier).min(e.tier);
@@ -181,7 +182,7 @@ mod tests {
             Evidence { url: None, text: "vitamin D deficiency causes osteomalacia".into(), tier: 1 },
             Evidence { url: None, text: "vitamin D deficiency causes osteomalacia in adults".into(), tier: 1 },
         ];
-        let table = triangulate(&claims, &evidence, "lexical", lexically_supports);
+        let table = triangulate(&claims, &evidence, "lexical", |c, e| lexically_supports(c, &e.text));
         let rows: Vec<String> = table.rows.iter().map(|r| format!("{:?} {}", r.status, r.sources.join(","))).collect();
         assert_eq!(
             rows,
@@ -196,7 +197,7 @@ mod tests {
 
     #[test]
     fn empty_inputs() {
-        let table = triangulate(&[], &[], "lexical", lexically_supports);
+        let table = triangulate(&[], &[], "lexical", |c, e| lexically_supports(c, &e.text));
         assert_eq!((table.coverage_pct, table.tier1_ratio), (0.0, 0.0));
         assert_eq!(lexical_support("the of", "anything"), 0.0);
     }

@@ -46,6 +46,8 @@ pub enum NoteKind {
     RetryRewrite,
     /// The answer cites a passage number that is not in the context; it is not cited.
     CitationOutOfContext,
+    /// Triangulation's LLM support check fell back to the lexical one (for some sources or all).
+    Triangulation,
 }
 
 /// One degradation of an answer: its kind and the sentence that explains it.
@@ -127,6 +129,7 @@ fn classify(text: &str) -> NoteKind {
         ("judge skipped", NoteKind::JudgeFailed),
         ("retry rewrite", NoteKind::RetryRewrite),
         ("the answer cites a passage", NoteKind::CitationOutOfContext),
+        ("triangulation", NoteKind::Triangulation),
     ];
     if text.contains(": the deadline has passed") {
         return NoteKind::Deadline;
@@ -166,5 +169,6 @@ mod tests {
         check("judge skipped: boom", NoteKind::JudgeFailed);
         check("retry rewrite failed (x); the question is searched again", NoteKind::RetryRewrite);
         check("the answer cites a passage that is not in the context: [7]", NoteKind::CitationOutOfContext);
+        check("triangulation: source 2: the LLM support check failed: down", NoteKind::Triangulation);
     }
 }

@@ -23,6 +23,7 @@ pub(super) enum Stage {
     Judge,
     Retry,
     Rewrite,
+    Triangulate,
 }
 
 impl Stage {
@@ -40,6 +41,7 @@ impl Stage {
             Self::Judge => "judge",
             Self::Retry => "retry",
             Self::Rewrite => "rewrite",
+            Self::Triangulate => "triangulate",
         }
     }
 
@@ -54,6 +56,8 @@ impl Stage {
             Self::Generate => Some("generation skipped: the deadline has passed; the answer is extractive"),
             Self::Judge => Some("judge skipped: the deadline has passed"),
             Self::Retry | Self::Rewrite => Some("retry skipped: the deadline has passed"),
+            // Late, triangulation still runs with the lexical check (it costs no call).
+            Self::Triangulate => None,
             Self::Retrieve | Self::Rerank | Self::Refine | Self::Assemble => None,
         }
     }
@@ -194,8 +198,14 @@ impl Ledger {
 
 impl Run<'_> {
     /// The response: LLM totals from the trace, citations resolved against the context, notes de-duplicated.
-    pub(super) fn finish(self, result: AttemptResult, attempts: Vec<Attempt>) -> AskResponse {
+    pub(super) async fn finish(self, mut result: AttemptResult, attempts: Vec<Attempt>) -> AskResponse {
         let Self { env, mut ledger } = self;
+        let triangulation = if super::stages::tier_web_passages(env.engine, &mut result.context) {
+            let body = env.triangulate_claims(&result.context, result.answer.as_deref(), result.faithfulness.as_ref());
+            ledger.step(Stage::Triangulate, body).await
+        } else {
+            None
+        };
         let trace = ledger.sink.take();
         let mut cost = std::mem::take(&mut ledger.cost);
         // Every call of an LLM client is traced (query transformations included); an LLM that does not trace
@@ -217,13 +227,7 @@ impl Run<'_> {
             }
         }
         cost.total_ms = ledger.started.elapsed().as_secs_f64() * 1e3;
-        let mut context = result.context;
-        let triangulation = super::stages::triangulate(
-            &env.engine.config().web.settings.credibility,
-            &mut context,
-            result.answer.as_deref(),
-            result.faithfulness.as_ref(),
-        );
+        let context = result.context;
         let mut citations = Vec::new();
         for n in result.answer.as_deref().map(ragtune_evaluators::metrics::answer::parse_citations).unwrap_or_default()
         {

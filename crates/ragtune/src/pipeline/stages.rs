@@ -75,14 +75,14 @@ impl Run<'_> {
         }
         let Some(mut result) = best else {
             // The loop runs at least once; an empty result keeps this path panic-free all the same.
-            return self.finish(AttemptResult::empty("no attempt ran"), attempts);
+            return self.finish(AttemptResult::empty("no attempt ran"), attempts).await;
         };
         if let Some(crag) = first_crag {
             // The CRAG metadata describes the first retrieval, the count the final one.
             let final_count = result.crag.final_count;
             result.crag = CragMetadata { final_count, ..crag };
         }
-        self.finish(result, attempts)
+        self.finish(result, attempts).await
     }
 
     /// Answers without retrieval (the closed-book baseline): the LLM alone, or nothing without one.
@@ -100,7 +100,7 @@ impl Run<'_> {
                 None => self.ledger.note(NoteKind::NoLlm, "closed-book answering needs an LLM; none is configured"),
             }
         }
-        self.finish(result, Vec::new())
+        self.finish(result, Vec::new()).await
     }
 
     /// One attempt: retrieve → evaluate → correct → rerank → refine/extract → assemble → generate → judge.
@@ -716,32 +716,92 @@ async fn query_from_llm(
     Ok((text.map(str::to_owned), answer.cost))
 }
 
-/// The answer's claims checked against the context's independent sources, when the context holds web passages
-/// (which get their credibility tier here). Claims are the judge's statements, else the answer's sentences; the
-/// support check is the LLM-free lexical one (`lexical`: at least 70 % of a claim's content words in a passage).
-pub(super) fn triangulate(
-    credibility: &ragtune_web::Credibility,
-    context: &mut [ContextPassage],
-    answer: Option<&str>,
-    faithfulness: Option<&Faithfulness>,
-) -> Option<ragtune_web::triangulation::Triangulation> {
-    use ragtune_web::triangulation::{Evidence, lexically_supports, triangulate};
+/// Gives every web passage of `context` its credibility tier; whether there is any (then the answer is triangulated).
+pub(super) fn tier_web_passages(engine: &crate::Engine, context: &mut [ContextPassage]) -> bool {
+    let credibility = &engine.config().web.settings.credibility;
     for p in context.iter_mut().filter(|p| p.chunk_id.starts_with("web:")) {
         p.tier = Some(ragtune_web::domain_of(&p.doc_id).map_or(3, |d| credibility.tier(&d)));
     }
-    if !context.iter().any(|p| p.tier.is_some()) {
-        return None;
+    context.iter().any(|p| p.tier.is_some())
+}
+
+impl Env<'_> {
+    /// The answer's claims checked against the context's independent sources (registered domains; the corpus is
+    /// one source). Claims are the judge's statements, else the answer's sentences. The support check is the LLM's
+    /// (the judge prompt, one call per source) when the judge is configured to use the LLM and one is there, and the
+    /// LLM-free lexical one otherwise (at least 70 % of a claim's content words in a passage) or for any source the
+    /// LLM could not judge, with a note.
+    pub(super) async fn triangulate_claims(
+        &self,
+        context: &[ContextPassage],
+        answer: Option<&str>,
+        faithfulness: Option<&Faithfulness>,
+    ) -> (Option<ragtune_web::triangulation::Triangulation>, Report) {
+        use ragtune_web::triangulation::{Evidence, lexically_supports, triangulate};
+        let claims: Vec<String> = match (faithfulness.filter(|f| !f.statements.is_empty()), answer) {
+            (Some(f), _) => f.statements.iter().map(|s| s.text.clone()).collect(),
+            (None, Some(a)) => ragtune_evaluators::text::sentences(a).into_iter().map(str::to_owned).collect(),
+            (None, None) => return (None, Report::new("no_answer")),
+        };
+        // The corpus counts as one source, trusted like a tier-1 one.
+        let evidence: Vec<Evidence> = context
+            .iter()
+            .map(|p| Evidence {
+                url: p.tier.map(|_| p.doc_id.clone()),
+                text: p.text.clone(),
+                tier: p.tier.unwrap_or(1),
+            })
+            .collect();
+        let sources: Vec<String> =
+            evidence.iter().map(Evidence::source).collect::<std::collections::BTreeSet<_>>().into_iter().collect();
+        let (mut cost, mut notes) = (Cost::default(), Vec::new());
+        let mut by_llm: std::collections::BTreeMap<&str, Vec<bool>> = std::collections::BTreeMap::new();
+        let use_llm = self.engine.config().pipeline.judge_with_llm && self.engine.llm().is_some() && !claims.is_empty();
+        if use_llm && self.ctx.check().is_ok() {
+            let groups: Vec<Vec<String>> = sources
+                .iter()
+                .map(|s| evidence.iter().filter(|e| &e.source() == s).map(|e| e.text.clone()).collect())
+                .collect();
+            match self.engine.judge().support_by_source(&self.ctx, &claims, &groups).await {
+                Ok(Some(found)) => {
+                    cost = found.cost;
+                    notes.extend(found.notes.into_iter().map(|n| format!("triangulation: {n}")));
+                    for (source, row) in sources.iter().zip(found.supported) {
+                        if let Some(row) = row {
+                            by_llm.insert(source.as_str(), row);
+                        }
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    notes.push(format!("triangulation: the LLM support check stopped ({e}); the lexical check is used"))
+                }
+            }
+        }
+        let label = match (by_llm.len(), sources.len()) {
+            (0, _) => "lexical".to_owned(),
+            (n, total) if n == total => "llm".to_owned(),
+            (n, total) => format!("llm ({n} of {total} sources; lexical for the rest)"),
+        };
+        let mut report = Report::new(if by_llm.is_empty() { "lexical" } else { "llm" }).cost(cost);
+        for note in notes {
+            report = report.note(NoteKind::Triangulation, note);
+        }
+        let claim_index: std::collections::HashMap<&str, usize> =
+            claims.iter().enumerate().map(|(i, c)| (c.as_str(), i)).collect();
+        let table = triangulate(&claims, &evidence, &label, |claim, e| {
+            let source = e.source();
+            match (by_llm.get(source.as_str()), claim_index.get(claim)) {
+                (Some(row), Some(&i)) => row.get(i).copied().unwrap_or(false),
+                _ => lexically_supports(claim, &e.text),
+            }
+        });
+        let report = report
+            .detail("claims", table.rows.len())
+            .detail("sources", sources.len())
+            .detail("coverage_pct", table.coverage_pct);
+        (Some(table), report)
     }
-    let claims: Vec<String> = match faithfulness.filter(|f| !f.statements.is_empty()) {
-        Some(f) => f.statements.iter().map(|s| s.text.clone()).collect(),
-        None => ragtune_evaluators::text::sentences(answer?).into_iter().map(str::to_owned).collect(),
-    };
-    // The corpus counts as one source, trusted like a tier-1 one.
-    let evidence: Vec<Evidence> = context
-        .iter()
-        .map(|p| Evidence { url: p.tier.map(|_| p.doc_id.clone()), text: p.text.clone(), tier: p.tier.unwrap_or(1) })
-        .collect();
-    Some(triangulate(&claims, &evidence, "lexical", lexically_supports))
 }
 
 /// Web results as candidates, ranked as the provider returned them.
