@@ -37,29 +37,54 @@ pub struct CalibrateArgs {
     /// Use only the first N queries.
     #[arg(long, value_name = "N")]
     limit: Option<usize>,
+    /// With a QA dataset (CMU Wikipedia QA): index only this semester's articles (a knowledge split); "retrieval
+    /// succeeded" then means a passage of the question's article in the top K, and the pool is the questions
+    /// evaluations never sample (docs/eval.md, "Calibrating the web trigger").
+    #[arg(long, value_name = "SEMESTER")]
+    local_semester: Option<String>,
 }
 
 pub async fn run(config: Option<&Path>, args: CalibrateArgs) -> anyhow::Result<()> {
-    let CalibrateArgs { dataset, split, retriever, k, target_precision, evaluator, out, cache_dir, limit } = args;
     let cfg = load_config(config, Overrides::default())?;
-    let evaluator: ragtune::EvaluatorKind = evaluator.parse()?;
-    let mut opts = EvalOptions::new(&dataset);
-    opts.split = split.clone();
-    opts.retriever = retriever;
-    opts.embedding = cfg.embedding.clone();
-    opts.hybrid = cfg.hybrid;
-    opts.limit = limit;
-    if let Some(d) = cache_dir {
-        opts.cache_dir = d;
-    }
-    let c =
-        ragtune_eval::run_calibration(&opts, &cfg, evaluator, k, target_precision, &mut |l| eprintln!("{l}")).await?;
-    let name = dataset.canonicalize().ok().and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()));
-    let text = ragtune_eval::calibration_toml(&c, &cfg, evaluator, name.as_deref().unwrap_or("dataset"), &split, k)?;
+    let evaluator: ragtune::EvaluatorKind = args.evaluator.parse()?;
+    let name = args.dataset.canonicalize().ok().and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()));
+    let name = name.as_deref().unwrap_or("dataset");
+    let log = &mut |l: &str| eprintln!("{l}");
+    let cache_dir = args.cache_dir.clone().unwrap_or_else(|| ragtune::ragtune_home().join("eval-cache"));
+    let (c, split) = if ragtune_eval::is_qa_dataset(&args.dataset) {
+        let opts = ragtune_eval::QaEvalOptions {
+            dataset: args.dataset.clone(),
+            experiments: Vec::new(),
+            config: cfg.clone(),
+            limit: args.limit,
+            cache_dir,
+            reindex: false,
+            refinement_check: false,
+            local_semester: args.local_semester.clone(),
+        };
+        let c = ragtune_eval::run_qa_calibration(&opts, evaluator, args.k, args.target_precision, log).await?;
+        let local = args.local_semester.as_ref().map_or_else(String::new, |s| format!(", {s} local"));
+        (c, format!("questions from {}{local}", ragtune_eval::qa::QA_CALIBRATION_FROM))
+    } else {
+        let mut opts = EvalOptions::new(&args.dataset);
+        opts.split.clone_from(&args.split);
+        opts.retriever.clone_from(&args.retriever);
+        opts.embedding = cfg.embedding.clone();
+        opts.hybrid = cfg.hybrid;
+        opts.limit = args.limit;
+        opts.cache_dir = cache_dir;
+        let c = ragtune_eval::run_calibration(&opts, &cfg, evaluator, args.k, args.target_precision, log).await?;
+        (c, args.split.clone())
+    };
+    let text = ragtune_eval::calibration_toml(&c, &cfg, evaluator, name, &split, args.k)?;
+    write_and_report(&args.out, &text, &c)
+}
+
+fn write_and_report(out: &Path, text: &str, c: &ragtune::evaluators::crag::Calibration) -> anyhow::Result<()> {
     if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|e| anyhow::anyhow!("cannot create {}: {e}", dir.display()))?;
     }
-    std::fs::write(&out, &text).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", out.display()))?;
+    std::fs::write(out, text).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", out.display()))?;
     println!(
         "calibrated on {} queries ({} failed retrievals): upper {:.4}, lower {:.4}; INCORRECT precision {:.3}, recall {:.3}, F1 {:.3}; CORRECT precision {:.3} on {:.1} % of queries",
         c.samples,

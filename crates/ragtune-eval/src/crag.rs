@@ -148,14 +148,26 @@ pub async fn run_calibration(
     log: &mut dyn FnMut(&str),
 ) -> Result<Calibration> {
     let (_, judged, _, _) = retrieve_split(opts, config, k, log).await?;
+    let judged: Vec<(String, Vec<Candidate>, bool)> =
+        judged.into_iter().map(|j| (j.text, j.candidates, j.succeeded)).collect();
+    calibrate_evaluator(config, evaluator, &judged, target_precision).await
+}
+
+/// Fits `evaluator`'s thresholds on judged retrievals: `(query, candidates, retrieval succeeded)`.
+pub(crate) async fn calibrate_evaluator(
+    config: &ragtune::Config,
+    evaluator: EvaluatorKind,
+    judged: &[(String, Vec<Candidate>, bool)],
+    target_precision: f32,
+) -> Result<Calibration> {
     let evaluator: Box<dyn RelevanceEvaluator> = match evaluator {
         EvaluatorKind::Model => Box::new(model_evaluator(config)?),
         EvaluatorKind::Heuristic => Box::new(HeuristicEvaluator::new(config.crag.heuristic.clone())?),
     };
     let mut samples = Vec::with_capacity(judged.len());
-    for j in &judged {
-        let judgement = evaluator.evaluate(&Ctx::new(), &j.text, &j.candidates).await?;
-        samples.push(CalibrationSample { score: judgement.score, succeeded: j.succeeded });
+    for (text, candidates, succeeded) in judged {
+        let judgement = evaluator.evaluate(&Ctx::new(), text, candidates).await?;
+        samples.push(CalibrationSample { score: judgement.score, succeeded: *succeeded });
     }
     calibrate(&samples, target_precision)
 }

@@ -47,6 +47,6 @@ pub mod rerank;
 pub mod retrieval;
 
 pub use crag::{CragEvalReport, calibration_toml, crag_table, run_calibration, run_crag_eval};
-pub use qa::{QaEvalOptions, QaEvalReport, is_qa_dataset, qa_table, run_qa_eval};
+pub use qa::{QaEvalOptions, QaEvalReport, is_qa_dataset, qa_table, run_qa_calibration, run_qa_eval};
 pub use rerank::{RerankEvalOptions, RerankEvalReport, evaluate_reranking, rerank_table};
 pub use retrieval::{EvalOptions, EvalReport, run_eval, summary_table};

@@ -352,14 +352,21 @@ fn sample(questions: &[QaQuestion], limit: Option<usize>) -> Vec<&QaQuestion> {
     all
 }
 
-/// Runs the evaluation.
-///
-/// # Errors
-/// A missing dataset, an unknown experiment, an experiment that needs an LLM without one, index failures.
-pub async fn run_qa_eval(opts: &QaEvalOptions, log: &mut dyn FnMut(&str)) -> Result<QaEvalReport> {
-    for e in &opts.experiments {
-        apply_experiment(e, &mut opts.config.clone())?;
-    }
+/// A QA dataset with its (cached) index: what an evaluation and a calibration both start from.
+struct Prepared {
+    data: crate::cmu_qa::QaDataset,
+    /// The local semester's article titles, with a knowledge split.
+    local_titles: Option<std::collections::BTreeSet<String>>,
+    name: String,
+    embedder: Option<Arc<dyn Embedder>>,
+    store: StoreConfig,
+    index_seconds: f64,
+    cached: bool,
+}
+
+/// Loads the dataset (only the local semester's articles with a knowledge split) and opens its cached index,
+/// building it first when needed.
+async fn prepare(opts: &QaEvalOptions, log: &mut dyn FnMut(&str)) -> Result<Prepared> {
     let mut data = load_cmu_qa(&opts.dataset, ArticleText::Clean)?;
     // With a knowledge split only the local semester is indexed; the questions of every semester are asked.
     let local_titles: Option<std::collections::BTreeSet<String>> = match &opts.local_semester {
@@ -423,6 +430,63 @@ pub async fn run_qa_eval(opts: &QaEvalOptions, log: &mut dyn FnMut(&str)) -> Res
             index_seconds = started.elapsed().as_secs_f64();
         }
     }
+    Ok(Prepared { data, local_titles, name, embedder, store, index_seconds, cached })
+}
+
+/// Where the calibration pool of a QA dataset starts in the hash order of its questions: evaluations sample from
+/// the front of that order (`--limit`, at most this many), calibration uses only what comes after, so thresholds are
+/// never fitted on a question an evaluation reports.
+pub const QA_CALIBRATION_FROM: usize = 1000;
+
+/// Fits `evaluator`'s two thresholds on the calibration pool of a QA dataset (the questions beyond the first
+/// [`QA_CALIBRATION_FROM`] of the hash order; `opts.limit` caps how many): "retrieval succeeded" means a passage of
+/// the question's article (by title) among the top `k` of the configured strategy. With a knowledge split
+/// (`opts.local_semester`), questions whose article is only "on the web" can never succeed, which is what the
+/// evaluator must learn to flag. Returns the calibration and the number of questions it used.
+///
+/// # Errors
+/// Dataset, index or model failures; a pool where every retrieval succeeded or every one failed.
+pub async fn run_qa_calibration(
+    opts: &QaEvalOptions,
+    evaluator: ragtune::EvaluatorKind,
+    k: usize,
+    target_precision: f32,
+    log: &mut dyn FnMut(&str),
+) -> Result<ragtune::evaluators::crag::Calibration> {
+    let Prepared { data, store, embedder, .. } = prepare(opts, log).await?;
+    let titles: BTreeMap<&str, &str> =
+        data.articles.iter().filter_map(|d| d.title.as_deref().map(|t| (d.id.as_str(), t))).collect();
+    let cfg = Config { store, ..opts.config.clone() };
+    let strategy = cfg.search.strategy;
+    let engine = Engine::open_with_embedder(cfg, embedder).await?;
+    let retriever = engine.retriever(strategy).await?;
+    let mut pool: Vec<&QaQuestion> = sample(&data.questions, None).into_iter().skip(QA_CALIBRATION_FROM).collect();
+    if let Some(n) = opts.limit {
+        pool.truncate(n);
+    }
+    log(&format!("calibrating on {} questions (hash order from {QA_CALIBRATION_FROM})", pool.len()));
+    let mut judged = Vec::with_capacity(pool.len());
+    for q in pool {
+        let query = Query::new(q.question.clone()).with_top_k(k);
+        let candidates = retriever.retrieve(&Ctx::new(), std::slice::from_ref(&query)).await?.pop().unwrap_or_default();
+        let succeeded = candidates
+            .iter()
+            .take(k)
+            .any(|c| titles.get(c.chunk.doc_id.as_str()).is_some_and(|t| *t == q.article_title));
+        judged.push((q.question.clone(), candidates, succeeded));
+    }
+    crate::crag::calibrate_evaluator(&opts.config, evaluator, &judged, target_precision).await
+}
+
+/// Runs the evaluation.
+///
+/// # Errors
+/// A missing dataset, an unknown experiment, an experiment that needs an LLM without one, index failures.
+pub async fn run_qa_eval(opts: &QaEvalOptions, log: &mut dyn FnMut(&str)) -> Result<QaEvalReport> {
+    for e in &opts.experiments {
+        apply_experiment(e, &mut opts.config.clone())?;
+    }
+    let Prepared { data, local_titles, name, embedder, store, index_seconds, cached } = prepare(opts, log).await?;
     let llm = ragtune::load_llm(&opts.config.llm)?;
     let questions = sample(&data.questions, opts.limit);
     let lexical_judge = match &embedder {

@@ -25,11 +25,19 @@ struct Running {
 }
 
 async fn start(settings: ServerSettings) -> Running {
+    start_with(settings, |_| {}).await
+}
+
+/// [`start`] with the configuration changed by `edit` first.
+async fn start_with(settings: ServerSettings, edit: impl FnOnce(&mut ragtune::Config)) -> Running {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = ragtune::Config::default();
     cfg.store.path = dir.path().join("store");
     cfg.embedding.mode = ragtune::EmbeddingMode::Off;
     cfg.llm.url = String::new();
+    // No on-disk LLM cache: every call must reach the endpoint under test.
+    cfg.llm.cache = false;
+    edit(&mut cfg);
     let engine = ragtune::Engine::open(cfg).await.unwrap();
     let server = Server::bind(engine, settings).await.unwrap();
     let port = server.local_addr().port();
@@ -256,4 +264,53 @@ async fn concurrent_writers_lose_nothing() {
             assert_eq!(r.json()["hits"][0]["chunk"]["doc_id"], format!("w{w}-d{i}"), "{}", r.body);
         }
     }
+}
+
+/// An OpenAI-compatible endpoint that accepts connections, reads the request and never answers: an LLM that hangs.
+fn hanging_llm() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        let mut open = Vec::new();
+        for stream in listener.incoming().flatten() {
+            // Kept open (never answered) until the test process ends.
+            open.push(stream);
+        }
+    });
+    url
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deadline_hit_mid_pipeline_still_answers_and_says_what_was_skipped() {
+    let llm = hanging_llm();
+    let s = start_with(loopback(), |cfg| {
+        cfg.llm.url.clone_from(&llm);
+        cfg.llm.timeout_secs = 30.0;
+        cfg.llm.max_retries = 0;
+    })
+    .await;
+    let u = s.url.as_str();
+    assert_eq!(call(u, "PUT", "/v1/documents", &[], Some(documents())).await.status, 200);
+    // Retrieval and evaluation run in milliseconds; generation waits on the hanging LLM until the deadline.
+    let r = call(
+        u,
+        "POST",
+        "/v1/ask",
+        &[],
+        Some(json!({"question": "What causes scurvy?", "deadline_ms": 1500, "trace": true})),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let v = r.json();
+    let notes: Vec<&str> = v["notes"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    assert!(
+        notes.iter().any(|n| n.contains("deadline") || n.contains("generation failed")),
+        "the response says what the deadline cut: {notes:?}"
+    );
+    // What ran before the deadline is in the answer: the retrieved context and an extractive answer from it.
+    assert!(!v["context"].as_array().unwrap().is_empty(), "{v}");
+    assert!(v["context"].to_string().contains("scurvy") || v["context"].to_string().contains("Scurvy"), "{v}");
+    assert_eq!(v["answer_kind"], "extractive", "{v}");
+    let stages: Vec<&str> = v["trace"].as_array().unwrap().iter().filter_map(|e| e["stage"].as_str()).collect();
+    assert!(stages.contains(&"retrieve") && stages.contains(&"generate"), "{stages:?}");
 }
