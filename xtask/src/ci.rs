@@ -8,7 +8,8 @@
 //! `RAGTUNE_LLM_URL` and `RAGTUNE_REQUIRE_LLM=1`; a guard stops it after the tests, and also when a step fails.
 //! A single-node Qdrant server (`cargo xtask qdrant`) is started the same way, with `QDRANT_URL` and
 //! `QDRANT_API_KEY` for the tests, and the `#[ignore]`d Qdrant tests run against it in their own step; without the
-//! server binary the step says why and those tests stay listed as skipped.
+//! server binary the step says why and those tests stay listed as skipped. The browser test of the server's page
+//! (`#[ignore]`d too) runs in its own step against the Chromium that provisioning installs.
 
 use std::time::{Duration, Instant};
 
@@ -66,6 +67,13 @@ pub fn run(args: &[String]) -> Result<()> {
             shell::run(cmd.envs(test_env.iter().copied()))
         })?;
     }
+    // The page's test in a real headless browser is `#[ignore]`d for plain runs (it needs Debian's Chromium, which
+    // provisioning installed above); its screenshot stays in target/tmp/page.png.
+    steps.run("browser-tests", || {
+        let mut cmd = shell.cargo(&["nextest", "run", "--workspace", "--profile", "ci", "--build-jobs", "2"]);
+        cmd.args(["--run-ignored", "only", "-E", "binary_id(ragtune-server::browser)"]);
+        shell::run(cmd.envs(test_env.iter().copied()))
+    })?;
     steps.run("doctests", || {
         shell::run(shell.cargo(&["test", "--workspace", "--doc", "-j2"]).envs(test_env.iter().copied()))
     })?;

@@ -56,27 +56,32 @@ pub fn run(args: &[String]) -> Result<()> {
     if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     }
+    let web = match &web_corpus {
+        Some(corpus) => {
+            // The run's config is the user's `--config` (if any) with the local search server's [web] section added.
+            let mut base = String::new();
+            if let Some(i) = forwarded.iter().position(|a| a == "--config") {
+                let file = forwarded.get(i + 1).context("--config needs a file")?.clone();
+                base = std::fs::read_to_string(&file).with_context(|| format!("cannot read {file}"))?;
+                if base.lines().any(|l| l.trim_start().starts_with("[web")) {
+                    bail!("--web-corpus adds the [web] section itself: {file} already has one");
+                }
+                forwarded.drain(i..i + 2);
+            }
+            let server = crate::websearch::start(&sh, corpus, None)?;
+            let config = out.with_extension("web.toml");
+            std::fs::write(&config, format!("{base}\n{}", crate::websearch::web_toml(&server)))
+                .with_context(|| format!("cannot write {}", config.display()))?;
+            forwarded.extend(["--config".to_owned(), config.display().to_string()]);
+            Some(server)
+        }
+        None => None,
+    };
     let mut cmd = sh.cargo(&["run", "--release", "--quiet", "-j2", "-p", "ragtune-cli", "--", "eval", kind]);
     cmd.args(&forwarded).arg("--out").arg(&out);
     // Relative paths in the arguments are meant relative to where the user stands, not the workspace root.
     cmd.current_dir(std::env::current_dir().context("no working directory")?);
     crate::qdrant::export_recorded(&mut cmd);
-    let web = match &web_corpus {
-        Some(corpus) => {
-            if forwarded.iter().any(|a| a == "--config") {
-                bail!(
-                    "--web-corpus writes the config of the run itself: add its [web] section to your --config instead"
-                );
-            }
-            let server = crate::websearch::start(&sh, corpus, None)?;
-            let config = out.with_extension("web.toml");
-            std::fs::write(&config, crate::websearch::web_toml(&server))
-                .with_context(|| format!("cannot write {}", config.display()))?;
-            cmd.arg("--config").arg(&config);
-            Some(server)
-        }
-        None => None,
-    };
     let outcome = shell::run(&mut cmd);
     if web.is_some() {
         crate::websearch::stop()?;

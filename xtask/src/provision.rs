@@ -64,12 +64,41 @@ pub fn provision(shell: &mut Shell) -> Result<()> {
         ensure_tool(shell, tool, &tools_bin)?;
     }
 
+    // The browser test of the server's page drives Debian's Chromium through ChromeDriver.
+    ensure_browser(shell)?;
     // Models: ONNX Runtime and the embedding model, so model tests run for real in CI.
     crate::models::provision_models()?;
     // The local LLM: the engine and the small model CI serves. `ci` starts the server just before the tests, so
     // that downloads happen here, up front, and the server runs no longer than the tests need it.
     let ci_model = crate::llm::model(crate::llm::CI_MODEL)?;
     crate::llm::provision(shell, ci_model)?;
+    Ok(())
+}
+
+/// Where the browser test finds Chromium and its WebDriver (`crates/ragtune-server/tests/browser.rs`).
+pub const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+
+/// Installs Debian's `chromium` and `chromium-driver` when ChromeDriver is missing (apt, as root).
+fn ensure_browser(shell: &Shell) -> Result<()> {
+    if Path::new(CHROMEDRIVER).is_file() {
+        println!("browser: {CHROMEDRIVER} (already installed)");
+        return Ok(());
+    }
+    let started = Instant::now();
+    println!("browser: installing Debian's chromium and chromium-driver with apt-get");
+    shell::run(shell.cmd("apt-get").args(["update", "-qq"]))
+        .context("apt-get update failed (the browser test needs Debian's chromium; run as root)")?;
+    shell::run(
+        shell
+            .cmd("apt-get")
+            .args(["install", "-y", "-qq", "chromium", "chromium-driver"])
+            .env("DEBIAN_FRONTEND", "noninteractive"),
+    )
+    .context("apt-get install chromium chromium-driver failed")?;
+    if !Path::new(CHROMEDRIVER).is_file() {
+        bail!("apt-get installed chromium-driver but {CHROMEDRIVER} is missing");
+    }
+    println!("browser: installed in {:.1}s", started.elapsed().as_secs_f64());
     Ok(())
 }
 
