@@ -5,7 +5,7 @@ use std::ops::{Add, AddAssign};
 use serde::{Deserialize, Serialize};
 
 /// What a call consumed: LLM or model tokens, documents processed, and calls made.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Cost {
     /// Tokens processed (prompt plus completion for an LLM; input tokens for a model).
     pub tokens: u64,

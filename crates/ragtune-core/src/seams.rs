@@ -99,7 +99,7 @@ pub struct WriteReport {
 }
 
 /// Counts and spaces of a store.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct StoreStats {
     /// Stored chunks (searchable or not).
     pub chunks: u64,
@@ -225,7 +225,7 @@ pub trait Reranker: Send + Sync + Debug {
 }
 
 /// The Corrective-RAG verdict on a retrieval.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum Verdict {
     /// Retrieval is good enough to answer from (the heuristic evaluator's RELEVANT).

@@ -9,7 +9,7 @@ use crate::Cost;
 /// One recorded step of a request.
 ///
 /// Events are deterministic for the same inputs except `elapsed_us`, which is measured.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TraceEvent {
     /// Pipeline stage (`route`, `retrieve`, `evaluate`, `correct`, `rerank`, `assemble`, `generate`, `judge`).
     pub stage: String,

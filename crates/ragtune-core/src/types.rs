@@ -10,7 +10,7 @@ use crate::{Error, Filter, Result};
 pub type Metadata = BTreeMap<String, serde_json::Value>;
 
 /// A source document as loaded by an ingestion loader, before chunking.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Document {
     /// Stable identifier, unique within a corpus (BEIR `_id`, a relative file path, a JSONL `id`).
     pub id: String,
@@ -35,7 +35,7 @@ impl Document {
 }
 
 /// Whether a chunk is a parent section (returned as context) or a passage (searched).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ChunkKind {
     /// A searchable unit: a child chunk of a section, or a whole short document.
@@ -46,7 +46,7 @@ pub enum ChunkKind {
 }
 
 /// A piece of a document: the unit that is indexed, retrieved, reranked and cited.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Chunk {
     /// Unique id within a store (conventionally `"{doc_id}#{n}"`, or the document id for whole documents).
     pub id: String,
@@ -198,7 +198,7 @@ pub enum TextRole {
 }
 
 /// How dense vectors are compared.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Distance {
     /// Cosine similarity (dot product of L2-normalised vectors).
@@ -208,7 +208,7 @@ pub enum Distance {
 }
 
 /// The identity of a dense embedding space. Every stored dense vector records it; mixing spaces is an error.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct EmbeddingSpec {
     /// Model identifier (`sentence-transformers/all-MiniLM-L6-v2`), including any variant (`int8`).
     pub model_id: String,
@@ -221,7 +221,7 @@ pub struct EmbeddingSpec {
 }
 
 /// The identity of a sparse space: which encoder (tokeniser, stemmer, weighting) produced the vectors.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SparseSpec {
     /// Encoder identifier including every parameter that changes the vectors (`bm25/en-snowball/k1=0.9,b=0.4,avgdl=200`).
     pub encoder_id: String,
@@ -310,7 +310,7 @@ pub struct ScoredHit {
 }
 
 /// What one strategy said about a candidate.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SourceScore {
     /// The strategy's own score.
     pub score: f32,
@@ -319,7 +319,7 @@ pub struct SourceScore {
 }
 
 /// A retrieved chunk with its score and where that score came from.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Candidate {
     /// The chunk.
     pub chunk: Chunk,

@@ -36,7 +36,7 @@ use serde_json::Value;
 use crate::text::{self, cosine};
 
 /// How far the context supports a statement (or a whole answer).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum Support {
     /// The statement is stated in the context.
@@ -81,7 +81,7 @@ impl Support {
 }
 
 /// Which judge produced a [`Faithfulness`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum JudgeMethod {
     /// The LLM judge.
@@ -106,7 +106,7 @@ impl JudgeMethod {
 }
 
 /// The verdict on one statement of an answer.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct StatementVerdict {
     /// The statement, citation markers removed.
     pub text: String,
@@ -120,7 +120,7 @@ pub struct StatementVerdict {
 }
 
 /// The faithfulness of an answer to its passages.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Faithfulness {
     /// One verdict per statement, in answer order.
     pub statements: Vec<StatementVerdict>,

@@ -92,7 +92,7 @@ impl RetryConfig {
 }
 
 /// Why an attempt is retried.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum RetryReason {
     /// Retrieval returned nothing.
@@ -106,7 +106,7 @@ pub enum RetryReason {
 }
 
 /// How the next attempt differs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum RetryStrategy {
     /// Retrieve more passages (the next `k` of the schedule).
@@ -129,7 +129,7 @@ pub struct AttemptOutcome {
 }
 
 /// What to do after an attempt.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case", tag = "decision")]
 pub enum RetryDecision {
     /// Keep the answer.

@@ -12,29 +12,16 @@ use axum::routing::{delete, get, post, put};
 use axum::{Json, Router};
 use ragtune::commands::{self, AskOptions, SearchOptions};
 use ragtune::core::{Document, Error, ErrorKind};
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::AppState;
+use crate::openapi::{
+    Deleted, DocumentsBody, ErrorBody, ErrorDetail, Health, Indexed, Ready, SearxResult, SearxResults, Stats,
+    StoreCheck, openapi_document,
+};
 
 /// The page at `/`: one self-contained file, no build step, no CDN.
 const PAGE: &str = include_str!("page.html");
-
-/// Every route: method and path, as `/openapi.json` lists them.
-pub const ROUTES: [(&str, &str); 12] = [
-    ("post", "/v1/ask"),
-    ("post", "/v1/query"),
-    ("post", "/v1/search"),
-    ("put", "/v1/documents"),
-    ("delete", "/v1/documents/{id}"),
-    ("get", "/v1/stats"),
-    ("get", "/healthz"),
-    ("get", "/readyz"),
-    ("get", "/metrics"),
-    ("get", "/openapi.json"),
-    ("get", "/searxng/search"),
-    ("get", "/"),
-];
 
 /// The router over `state`.
 pub fn router(state: AppState) -> Router {
@@ -99,7 +86,7 @@ impl From<Error> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = Json(json!({ "error": { "kind": self.kind, "message": self.message } }));
+        let body = Json(ErrorBody { error: ErrorDetail { kind: self.kind.to_owned(), message: self.message } });
         let mut response = (self.status, body).into_response();
         if self.status == StatusCode::SERVICE_UNAVAILABLE || self.status == StatusCode::TOO_MANY_REQUESTS {
             response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
@@ -184,12 +171,7 @@ pub fn parse_search(bytes: &[u8]) -> ApiResult<(String, SearchOptions)> {
 /// # Errors
 /// 400 for anything else.
 pub fn parse_documents(bytes: &[u8]) -> ApiResult<Vec<Document>> {
-    #[derive(Deserialize)]
-    #[serde(deny_unknown_fields)]
-    struct Batch {
-        documents: Vec<Document>,
-    }
-    let batch: Batch = options(object_of(bytes)?)?;
+    let batch: DocumentsBody = options(object_of(bytes)?)?;
     Ok(batch.documents)
 }
 
@@ -224,7 +206,7 @@ async fn put_documents(State(state): State<AppState>, body: Result<Bytes, BytesR
     if let Ok(s) = commands::stats(&engine).await {
         state.inner.metrics.set_index(s.documents, s.chunks);
     }
-    Ok(Json(json!({ "indexed": report })).into_response())
+    Ok(Json(Indexed { indexed: report }).into_response())
 }
 
 async fn delete_document(State(state): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
@@ -235,32 +217,35 @@ async fn delete_document(State(state): State<AppState>, Path(id): Path<String>) 
     if let Ok(s) = commands::stats(&engine).await {
         state.inner.metrics.set_index(s.documents, s.chunks);
     }
-    Ok(Json(json!({ "deleted": id })).into_response())
+    Ok(Json(Deleted { deleted: id }).into_response())
 }
 
 async fn stats(State(state): State<AppState>) -> ApiResult<Response> {
     let engine = state.inner.engine.read().await;
     let s = commands::stats(&engine).await?;
     state.inner.metrics.set_index(s.documents, s.chunks);
-    Ok(Json(json!({ "store": engine.store_location(), "stats": s, "notes": engine.notes() })).into_response())
+    Ok(Json(Stats { store: engine.store_location(), stats: s, notes: engine.notes().to_vec() }).into_response())
 }
 
 async fn healthz() -> Response {
-    Json(json!({ "status": "ok" })).into_response()
+    Json(Health { status: "ok".into() }).into_response()
 }
 
 /// Ready when the store answers; the models, the LLM and the web are reported, not required.
 async fn readyz(State(state): State<AppState>) -> Response {
     let engine = state.inner.engine.read().await;
     let store = commands::stats(&engine).await;
-    let body = json!({
-        "ready": store.is_ok(),
-        "store": match &store { Ok(s) => json!({"ok": true, "chunks": s.chunks}), Err(e) => json!({"ok": false, "error": e.to_string()}) },
-        "dense_model": engine.embedder().map(|e| e.spec().model_id.clone()),
-        "llm": engine.llm().map(|l| l.name().to_owned()),
-        "web": engine.web().map(|w| w.name().to_owned()),
-        "notes": engine.notes(),
-    });
+    let body = Ready {
+        ready: store.is_ok(),
+        store: match &store {
+            Ok(s) => StoreCheck { ok: true, chunks: Some(s.chunks), error: None },
+            Err(e) => StoreCheck { ok: false, chunks: None, error: Some(e.to_string()) },
+        },
+        dense_model: engine.embedder().map(|e| e.spec().model_id.clone()),
+        llm: engine.llm().map(|l| l.name().to_owned()),
+        web: engine.web().map(|w| w.name().to_owned()),
+        notes: engine.notes().to_vec(),
+    };
     let status = if store.is_ok() { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
     (status, Json(body)).into_response()
 }
@@ -282,64 +267,29 @@ async fn searxng(
     let engine = state.inner.engine.read().await;
     let opts = SearchOptions { top_k: Some(10), ..SearchOptions::default() };
     let hits = commands::search(&engine, q, &opts).await?.hits;
-    let results: Vec<Value> = hits
+    let results: Vec<SearxResult> = hits
         .iter()
         .map(|h| {
             let url = h.chunk.source.clone().filter(|s| s.starts_with("http://") || s.starts_with("https://"));
-            json!({
-                "url": url.unwrap_or_else(|| format!("https://ragtune.invalid/doc/{}", h.chunk.doc_id)),
-                "title": h.chunk.title.clone().unwrap_or_else(|| h.chunk.doc_id.clone()),
-                "content": h.chunk.text,
-                "engine": "ragtune",
-                "score": h.score,
-            })
+            SearxResult {
+                url: url.unwrap_or_else(|| format!("https://ragtune.invalid/doc/{}", h.chunk.doc_id)),
+                title: h.chunk.title.clone().unwrap_or_else(|| h.chunk.doc_id.clone()),
+                content: h.chunk.text.clone(),
+                engine: "ragtune".into(),
+                score: h.score,
+            }
         })
         .collect();
-    Ok(Json(json!({ "query": q, "number_of_results": results.len(), "results": results })).into_response())
+    Ok(Json(SearxResults { query: q.to_owned(), number_of_results: results.len(), results }).into_response())
 }
 
 async fn page() -> Html<&'static str> {
     Html(PAGE)
 }
 
-/// A minimal OpenAPI 3.1 document of the routes (their request fields; responses as JSON objects).
+/// The OpenAPI document, generated from the wire types (`crate::openapi`).
 async fn openapi() -> Response {
     Json(openapi_document()).into_response()
-}
-
-/// The OpenAPI document.
-#[must_use]
-pub fn openapi_document() -> Value {
-    let ask_body = json!({"type": "object", "required": ["question"], "properties": {
-        "question": {"type": "string"}, "use_crag": {"type": "boolean"}, "use_web": {"type": "boolean"},
-        "top_k": {"type": "integer", "minimum": 1}, "deadline_ms": {"type": "integer", "minimum": 1},
-        "trace": {"type": "boolean"}}});
-    let search_body = json!({"type": "object", "required": ["query"], "properties": {
-        "query": {"type": "string"}, "top_k": {"type": "integer", "minimum": 1},
-        "strategy": {"type": "string", "enum": ["auto", "bm25", "dense", "hybrid"]}, "trace": {"type": "boolean"}}});
-    let docs_body = json!({"type": "object", "required": ["documents"], "properties": {"documents": {"type": "array",
-        "items": {"type": "object", "required": ["id", "text"], "properties": {"id": {"type": "string"},
-        "text": {"type": "string"}, "title": {"type": "string"}, "source": {"type": "string"},
-        "metadata": {"type": "object"}}}}}});
-    let error = json!({"type": "object", "properties": {"error": {"type": "object", "properties": {
-        "kind": {"type": "string"}, "message": {"type": "string"}}}}});
-    let mut paths = serde_json::Map::new();
-    for (method, path) in ROUTES {
-        let body = match path {
-            "/v1/ask" | "/v1/query" => Some(ask_body.clone()),
-            "/v1/search" => Some(search_body.clone()),
-            "/v1/documents" => Some(docs_body.clone()),
-            _ => None,
-        };
-        let mut op = json!({"responses": {"200": {"description": "OK"}, "default": {"description": "An error",
-            "content": {"application/json": {"schema": error.clone()}}}}});
-        if let Some(schema) = body {
-            op["requestBody"] = json!({"required": true, "content": {"application/json": {"schema": schema}}});
-        }
-        let entry = paths.entry(path.to_owned()).or_insert_with(|| json!({}));
-        entry[method] = op;
-    }
-    json!({"openapi": "3.1.0", "info": {"title": "ragtune", "version": env!("CARGO_PKG_VERSION")}, "paths": paths})
 }
 
 async fn not_found(request: Request) -> ApiError {
@@ -419,13 +369,37 @@ mod tests {
     }
 
     #[test]
-    fn every_route_is_in_the_openapi_document() {
+    fn every_route_is_in_the_openapi_document_with_schemas_from_the_types() {
         let doc = openapi_document();
-        for (method, path) in ROUTES {
-            assert!(doc["paths"][path][method].is_object(), "{method} {path}");
+        for r in crate::openapi::ROUTES {
+            assert!(doc["paths"][r.path][r.method].is_object(), "{} {}", r.method, r.path);
         }
         let listed: usize = doc["paths"].as_object().unwrap().values().map(|p| p.as_object().unwrap().len()).sum();
-        assert_eq!(listed, ROUTES.len());
+        assert_eq!(listed, crate::openapi::ROUTES.len());
+        // Every reference resolves to a schema in the components.
+        let text = doc.to_string();
+        let schemas = doc["components"]["schemas"].as_object().unwrap();
+        for part in text.split("\"$ref\":\"#/components/schemas/").skip(1) {
+            let name = part.split('"').next().unwrap();
+            assert!(schemas.contains_key(name), "unresolved $ref {name}");
+        }
+        // The bodies are the types': the ask body has the question and the facade's options, the answer the
+        // pipeline's fields, a document its required id and text.
+        let ask = &schemas["AskBody"];
+        assert_eq!(ask["required"], serde_json::json!(["question"]));
+        for field in ["question", "use_crag", "use_web", "top_k", "deadline_ms", "trace"] {
+            assert!(ask["properties"][field].is_object(), "AskBody.{field}: {ask}");
+        }
+        for field in
+            ["answer", "citations", "context", "crag", "faithfulness", "triangulation", "cost", "trace", "notes"]
+        {
+            assert!(schemas["AskResponse"]["properties"][field].is_object(), "AskResponse.{field}");
+        }
+        for field in ["decision", "category", "score", "web_search_used", "web_providers"] {
+            assert!(schemas["CragMetadata"]["properties"][field].is_object(), "CragMetadata.{field}");
+        }
+        let required = schemas["Document"]["required"].as_array().unwrap();
+        assert!(required.contains(&"id".into()) && required.contains(&"text".into()), "{required:?}");
     }
 
     #[test]

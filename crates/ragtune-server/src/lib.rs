@@ -24,6 +24,7 @@
 
 mod api;
 mod metrics;
+pub mod openapi;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -34,8 +35,9 @@ use ragtune::core::{Error, Result};
 use ragtune::{Engine, ServerSettings};
 use tokio::sync::{RwLock, Semaphore};
 
-pub use api::{ApiError, ROUTES, openapi_document, parse_ask, parse_documents, parse_search, router};
+pub use api::{ApiError, parse_ask, parse_documents, parse_search, router};
 pub use metrics::Metrics;
+pub use openapi::{ROUTES, openapi_document};
 
 /// What every handler shares.
 #[derive(Debug, Clone)]

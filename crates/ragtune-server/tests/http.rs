@@ -142,7 +142,8 @@ async fn every_route_answers_over_http() {
     // Every route of the OpenAPI document exists, and every route is in it.
     let doc = call(u, "GET", "/openapi.json", &[], None).await.json();
     let paths = doc["paths"].as_object().unwrap();
-    for (method, path) in ragtune_server::ROUTES {
+    for route in ragtune_server::ROUTES {
+        let (method, path) = (route.method, route.path);
         assert!(paths[path][method].is_object(), "{method} {path} is documented");
         let concrete = path.replace("{id}", "no-such-doc");
         let r = call(u, &method.to_uppercase(), &concrete, &[], None).await;
@@ -150,11 +151,24 @@ async fn every_route_answers_over_http() {
         assert_ne!(r.status, 405, "{method} {path}");
     }
 
+    // The schemas are the types the server really sends: every field of a real answer is a documented property.
+    let schemas = &doc["components"]["schemas"];
+    let answer = call(u, "POST", "/v1/ask", &[], Some(json!({"question": "What causes scurvy?", "trace": true}))).await;
+    for (body, name) in [(answer.json(), "AskResponse"), (answer.json()["crag"].clone(), "CragMetadata")] {
+        for key in body.as_object().unwrap().keys() {
+            assert!(schemas[name]["properties"][key].is_object(), "{name}.{key} is in the OpenAPI document");
+        }
+    }
+    let stats = call(u, "GET", "/v1/stats", &[], None).await.json();
+    for key in stats.as_object().unwrap().keys() {
+        assert!(schemas["Stats"]["properties"][key].is_object(), "Stats.{key}");
+    }
+
     // Metrics: one decision per question answered (ask and query), HTTP counts by route and status.
     let m = call(u, "GET", "/metrics", &[], None).await;
     assert!(m.header("content-type").is_some_and(|c| c.starts_with("text/plain")));
-    assert_eq!(counter_sum(&m.body, "crag_decisions_total"), 2.0, "{}", m.body);
-    assert!(m.body.contains("http_requests_total{route=\"/v1/ask\",status=\"200\"} 1"), "{}", m.body);
+    assert_eq!(counter_sum(&m.body, "crag_decisions_total"), 3.0, "{}", m.body);
+    assert!(m.body.contains("http_requests_total{route=\"/v1/ask\",status=\"200\"} 2"), "{}", m.body);
     assert!(counter_sum(&m.body, "crag_retrieval_latency_seconds_count") >= 2.0, "{}", m.body);
     assert!(m.body.contains("ragtune_index_documents 3"), "after the delete: {}", m.body);
 }

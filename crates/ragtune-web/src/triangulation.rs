@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use crate::canon::{domain_of, registered_domain};
 
 /// How well a claim is corroborated.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum Consensus {
     /// At least three independent sources agree.
@@ -56,7 +56,7 @@ impl Evidence {
 }
 
 /// One row of the table.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ClaimRow {
     /// The claim.
     pub claim: String,
@@ -67,7 +67,7 @@ pub struct ClaimRow {
 }
 
 /// The triangulation table and the protocol's two measures.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Triangulation {
     /// One row per claim, in the claims' order.
     pub rows: Vec<ClaimRow>,

@@ -21,7 +21,7 @@ use crate::pipeline::AskResponse;
 pub const MAX_TOP_K: usize = 1000;
 
 /// Per-request options of `ask` and `query`; unset fields keep the configuration's values.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct AskOptions {
     /// Run Corrective RAG (evaluate the retrieval, correct it); the seed's `useCrag`.
@@ -98,7 +98,7 @@ pub async fn ask(engine: &Engine, question: &str, options: &AskOptions, generate
 }
 
 /// A search request: the query, how many results, and the strategy (the configuration's when unset).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct SearchOptions {
     /// Results to return.

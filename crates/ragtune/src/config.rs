@@ -469,7 +469,7 @@ impl ChunkingSettings {
 }
 
 /// Which retrieval strategy answers queries.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Strategy {
     /// Hybrid when the store has dense vectors and the embedder is available, else BM25.

@@ -32,7 +32,7 @@ pub enum Chunking {
 }
 
 /// What an indexing run did.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct IndexReport {
     /// Documents indexed.
     pub documents: usize,
@@ -49,7 +49,7 @@ pub struct IndexReport {
 }
 
 /// A search answer with its trace.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SearchResponse {
     /// Ranked candidates.
     pub hits: Vec<Candidate>,

@@ -106,6 +106,20 @@ impl<'de> Deserialize<'de> for Note {
     }
 }
 
+/// A note is its sentence in JSON, so its schema is a string.
+impl schemars::JsonSchema for Note {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Note".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "type": "string",
+            "description": "What the question skipped, lost or fell back on, as one sentence."
+        })
+    }
+}
+
 /// The kind of a note from its sentence; [`Note::parse`] explains the rule.
 fn classify(text: &str) -> NoteKind {
     const OPENINGS: &[(&str, NoteKind)] = &[
