@@ -184,10 +184,13 @@ pub struct FastEmbedderConfig {
     pub batch_size: usize,
     /// ONNX Runtime intra-op threads.
     pub intra_threads: usize,
+    /// ONNX Runtime sessions of the model: concurrent calls run on different sessions, and a call with several
+    /// batches spreads them over the sessions (one thread each). 0 means one per core.
+    pub sessions: usize,
 }
 
 impl FastEmbedderConfig {
-    /// Settings for all-MiniLM-L6-v2 in `model_dir` (max length 256, batch 32, 1 thread).
+    /// Settings for all-MiniLM-L6-v2 in `model_dir` (max length 256, batch 32, 1 thread, one session per core).
     pub fn new(model_dir: impl Into<PathBuf>, ort_library: impl Into<PathBuf>) -> Self {
         Self {
             model: ModelSource::LocalDir(model_dir.into()),
@@ -196,6 +199,16 @@ impl FastEmbedderConfig {
             max_length: 256,
             batch_size: 32,
             intra_threads: 1,
+            sessions: 0,
+        }
+    }
+
+    /// The sessions to load: `sessions`, or one per core when it is 0.
+    #[must_use]
+    pub fn session_count(&self) -> usize {
+        match self.sessions {
+            0 => std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
+            n => n,
         }
     }
 }
@@ -207,7 +220,8 @@ impl FastEmbedderConfig {
 /// `embed`/`truncated` trace event. Roles are accepted for asymmetric models (query/passage prefixes); the
 /// default all-MiniLM-L6-v2 embeds queries and passages alike.
 pub struct FastEmbedder {
-    model: Arc<Mutex<TextEmbedding>>,
+    /// The session pool: one loaded model per session.
+    models: Arc<Vec<Mutex<TextEmbedding>>>,
     tokenizer: Arc<tokenizers::Tokenizer>,
     spec: EmbeddingSpec,
     config: FastEmbedderConfig,
@@ -231,38 +245,44 @@ impl FastEmbedder {
     pub fn new(config: FastEmbedderConfig) -> Result<Self> {
         check_sizes(config.max_length, config.batch_size, config.intra_threads)?;
         let env = environment(&config.ort_library)?;
-        let (mut model, hidden_size) = match &config.model {
-            ModelSource::LocalDir(dir) => {
-                let hidden_size = read_hidden_size(dir)?;
-                let model = UserDefinedEmbeddingModel::new(read(&dir.join("model.onnx"))?, tokenizer_files(dir)?)
-                    .with_pooling(Pooling::Mean);
-                let options = InitOptionsUserDefined::new()
-                    .with_max_length(config.max_length)
-                    .with_intra_threads(config.intra_threads)
-                    .with_environment(env);
-                let model = TextEmbedding::try_new_from_user_defined(model, options)
-                    .map_err(model_err(&format!("cannot load the embedding model in {}", dir.display())))?;
-                (model, hidden_size)
-            }
-            #[cfg(feature = "online")]
-            ModelSource::Named { name, cache_dir } => {
-                let info = TextEmbedding::list_supported_models()
-                    .into_iter()
-                    .find(|m| {
-                        m.model_code.eq_ignore_ascii_case(name) || format!("{:?}", m.model).eq_ignore_ascii_case(name)
-                    })
-                    .ok_or_else(|| Error::invalid_input(format!("fastembed has no embedding model named `{name}`")))?;
-                let options = fastembed::TextInitOptions::new(info.model.clone())
-                    .with_max_length(config.max_length)
-                    .with_intra_threads(config.intra_threads)
-                    .with_cache_dir(cache_dir.clone())
-                    .with_show_download_progress(false)
-                    .with_environment(env);
-                let model = TextEmbedding::try_new(options)
-                    .map_err(model_err(&format!("cannot load the embedding model `{name}` from the hub")))?;
-                (model, Some(info.dim))
-            }
+        let load = || -> Result<(TextEmbedding, Option<usize>)> {
+            Ok(match &config.model {
+                ModelSource::LocalDir(dir) => {
+                    let hidden_size = read_hidden_size(dir)?;
+                    let model = UserDefinedEmbeddingModel::new(read(&dir.join("model.onnx"))?, tokenizer_files(dir)?)
+                        .with_pooling(Pooling::Mean);
+                    let options = InitOptionsUserDefined::new()
+                        .with_max_length(config.max_length)
+                        .with_intra_threads(config.intra_threads)
+                        .with_environment(env.clone());
+                    let model = TextEmbedding::try_new_from_user_defined(model, options)
+                        .map_err(model_err(&format!("cannot load the embedding model in {}", dir.display())))?;
+                    (model, hidden_size)
+                }
+                #[cfg(feature = "online")]
+                ModelSource::Named { name, cache_dir } => {
+                    let info = TextEmbedding::list_supported_models()
+                        .into_iter()
+                        .find(|m| {
+                            m.model_code.eq_ignore_ascii_case(name)
+                                || format!("{:?}", m.model).eq_ignore_ascii_case(name)
+                        })
+                        .ok_or_else(|| {
+                            Error::invalid_input(format!("fastembed has no embedding model named `{name}`"))
+                        })?;
+                    let options = fastembed::TextInitOptions::new(info.model.clone())
+                        .with_max_length(config.max_length)
+                        .with_intra_threads(config.intra_threads)
+                        .with_cache_dir(cache_dir.clone())
+                        .with_show_download_progress(false)
+                        .with_environment(env.clone());
+                    let model = TextEmbedding::try_new(options)
+                        .map_err(model_err(&format!("cannot load the embedding model `{name}` from the hub")))?;
+                    (model, Some(info.dim))
+                }
+            })
         };
+        let (mut model, hidden_size) = load()?;
         // The dimension is what the model outputs, checked against its configuration where there is one.
         let probe = model
             .embed(["dimension probe"], None)
@@ -277,7 +297,11 @@ impl FastEmbedder {
         let tokenizer = Arc::new(model.tokenizer.clone());
         let spec =
             EmbeddingSpec { model_id: config.model_id.clone(), dim, normalized: true, distance: Distance::Cosine };
-        Ok(Self { model: Arc::new(Mutex::new(model)), tokenizer, spec, config })
+        let mut models = vec![Mutex::new(model)];
+        for _ in 1..config.session_count() {
+            models.push(Mutex::new(load()?.0));
+        }
+        Ok(Self { models: Arc::new(models), tokenizer, spec, config })
     }
 
     /// The settings.
@@ -322,7 +346,7 @@ impl Embedder for FastEmbedder {
         }
         let started = Instant::now();
         let owned: Vec<String> = texts.iter().map(|t| (*t).to_owned()).collect();
-        let (model, tokenizer, batch) = (self.model.clone(), self.tokenizer.clone(), self.config.batch_size);
+        let (models, tokenizer, batch) = (self.models.clone(), self.tokenizer.clone(), self.config.batch_size);
         let cancel = ctx.clone();
         let (vectors, count, batches) = blocking(move || {
             // Tokenise once to count tokens and truncations, and to batch texts of similar length together:
@@ -333,23 +357,10 @@ impl Embedder for FastEmbedder {
                 tokens: lengths.iter().map(|l| l.0).sum(),
                 truncated: lengths.iter().filter(|l| l.1).count(),
             };
-            let mut out: Vec<Option<Vec<f32>>> = vec![None; owned.len()];
-            let mut batches = 0u64;
-            for ids in length_order(&lengths).chunks(batch) {
-                // A cancelled or late request stops between batches.
-                cancel.check()?;
-                let part: Vec<&str> = ids.iter().map(|&i| owned[i].as_str()).collect();
-                let vs = model
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .embed(&part, Some(part.len()))
-                    .map_err(model_err("embedding failed"))?;
-                for (&i, v) in ids.iter().zip(vs) {
-                    out[i] = Some(v);
-                }
-                batches += 1;
-            }
-            Ok((out.into_iter().flatten().collect::<Vec<_>>(), count, batches))
+            let order = length_order(&lengths);
+            let parts: Vec<&[usize]> = order.chunks(batch).collect();
+            let out = embed_batches(&models, &owned, &parts, &cancel)?;
+            Ok((out, count, parts.len() as u64))
         })
         .await?;
         if vectors.len() != texts.len() {
@@ -387,6 +398,72 @@ impl Embedder for FastEmbedder {
         }
         Ok(vectors)
     }
+}
+
+/// Embeds `parts` (batches of indexes into `texts`) on the session pool and returns the vectors in `texts`'
+/// order. One batch runs on the first free session (a concurrent call takes another); several batches are spread
+/// over up to one worker thread per session, each worker holding its session for the batches it takes.
+fn embed_batches(
+    models: &[Mutex<TextEmbedding>],
+    texts: &[String],
+    parts: &[&[usize]],
+    cancel: &Ctx,
+) -> Result<Vec<Vec<f32>>> {
+    let run = |model: &mut TextEmbedding, ids: &[usize]| -> Result<Vec<Vec<f32>>> {
+        // A cancelled or late request stops between batches.
+        cancel.check()?;
+        let part: Vec<&str> = ids.iter().map(|&i| texts[i].as_str()).collect();
+        model.embed(&part, Some(part.len())).map_err(model_err("embedding failed"))
+    };
+    let mut out: Vec<Option<Vec<f32>>> = vec![None; texts.len()];
+    let workers = models.len().min(parts.len());
+    if workers <= 1 {
+        let mut model = acquire(models);
+        for ids in parts {
+            for (&i, v) in ids.iter().zip(run(&mut model, ids)?) {
+                out[i] = Some(v);
+            }
+        }
+    } else {
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let results: Vec<Result<Vec<(usize, Vec<f32>)>>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = models[..workers]
+                .iter()
+                .map(|session| {
+                    let (next, run) = (&next, &run);
+                    scope.spawn(move || {
+                        let mut model = session.lock().unwrap_or_else(PoisonError::into_inner);
+                        let mut done = Vec::new();
+                        loop {
+                            let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            let Some(ids) = parts.get(k) else { return Ok(done) };
+                            done.extend(ids.iter().copied().zip(run(&mut model, ids)?));
+                        }
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|_| Err(Error::permanent("an embedding worker panicked"))))
+                .collect()
+        });
+        for r in results {
+            for (i, v) in r? {
+                out[i] = Some(v);
+            }
+        }
+    }
+    Ok(out.into_iter().flatten().collect())
+}
+
+/// A free session of the pool, or (all busy) the first one, waited for.
+fn acquire(models: &[Mutex<TextEmbedding>]) -> std::sync::MutexGuard<'_, TextEmbedding> {
+    for m in models {
+        if let Ok(guard) = m.try_lock() {
+            return guard;
+        }
+    }
+    models[0].lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Settings of a [`CrossEncoderReranker`].

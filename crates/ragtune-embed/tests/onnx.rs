@@ -204,3 +204,36 @@ async fn the_cross_encoder_runs_the_real_onnx_path() {
     cancelled.cancel.cancel();
     assert_eq!(reranker.score(&cancelled, "q", &five).await.unwrap_err().kind(), ErrorKind::Cancelled);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_pool_gives_the_same_vectors_in_the_same_order_alone_and_concurrently() {
+    let Some(layout) = provisioned() else { return };
+    let config = |sessions| {
+        let mut c = FastEmbedderConfig::new(layout.minilm_dir(), layout.onnxruntime_library());
+        c.batch_size = 2;
+        c.sessions = sessions;
+        c
+    };
+    let one = FastEmbedder::new(config(1)).unwrap();
+    let pool = std::sync::Arc::new(FastEmbedder::new(config(3)).unwrap());
+    // Texts of different lengths, so batches are formed out of input order and spread over the sessions.
+    let texts: Vec<String> = (0..11).map(|i| format!("text {i} {}", "with more words ".repeat(i % 4))).collect();
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let expected = one.embed(&Ctx::new(), &refs, TextRole::Passage).await.unwrap();
+    let got = pool.embed(&Ctx::new(), &refs, TextRole::Passage).await.unwrap();
+    assert_eq!(got.len(), expected.len());
+    for (a, b) in got.iter().zip(&expected) {
+        assert!(cosine(a, b) > 0.9999, "the same vector whichever session embedded it");
+    }
+    // Concurrent single-text calls, each on whichever session is free.
+    let calls: Vec<_> = (0..6)
+        .map(|i| {
+            let (pool, text) = (pool.clone(), texts[i].clone());
+            tokio::spawn(async move { pool.embed(&Ctx::new(), &[text.as_str()], TextRole::Query).await.unwrap() })
+        })
+        .collect();
+    for (i, call) in calls.into_iter().enumerate() {
+        let v = call.await.unwrap();
+        assert!(cosine(&v[0], &expected[i]) > 0.9999, "call {i}");
+    }
+}

@@ -183,6 +183,9 @@ pub struct ExperimentReport {
     /// With a knowledge split: the questions whose article is local and those only on the web, scored apart.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub split: Option<SplitScores>,
+    /// The triangulation tables of the answers that had web passages, summed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub triangulation: Option<TriangulationCounts>,
     /// Every answer, in question order, for reading the failures behind the averages.
     #[serde(default)]
     pub answers: Vec<AnswerRecord>,
@@ -275,6 +278,68 @@ pub struct AnswerRecord {
     /// Whether web results were added to the context.
     #[serde(default)]
     pub web_used: bool,
+    /// The answer's triangulation table in numbers, when web passages were in its context.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub triangulation: Option<TriangulationCounts>,
+}
+
+/// One answer's triangulation (or, summed, an experiment's): claims by status, coverage and tier-1 ratio.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct TriangulationCounts {
+    /// Answers triangulated (1 for one answer).
+    pub answers: usize,
+    /// Claims checked, and how many were VERIFIED (≥ 3 independent sources), LIKELY (2), UNVERIFIED (≤ 1).
+    pub claims: usize,
+    pub verified: usize,
+    pub likely: usize,
+    pub unverified: usize,
+    /// Coverage: VERIFIED claims in percent of all claims.
+    pub coverage_pct: f64,
+    /// Mean of the answers' tier-1 ratios (tier-1 sources among the supporting sources).
+    pub tier1_ratio: f64,
+    /// The support checks used, with how many answers each decided.
+    #[serde(default)]
+    pub support_checks: BTreeMap<String, usize>,
+}
+
+impl TriangulationCounts {
+    fn of(t: &ragtune::web::triangulation::Triangulation) -> Self {
+        use ragtune::web::triangulation::Consensus;
+        let count = |c: Consensus| t.rows.iter().filter(|r| r.status == c).count();
+        Self {
+            answers: 1,
+            claims: t.rows.len(),
+            verified: count(Consensus::Verified),
+            likely: count(Consensus::Likely),
+            unverified: count(Consensus::Unverified),
+            coverage_pct: t.coverage_pct,
+            tier1_ratio: t.tier1_ratio,
+            support_checks: BTreeMap::from([(t.support_check.clone(), 1)]),
+        }
+    }
+
+    /// The sum over answers (coverage over all claims, tier-1 ratio averaged over answers); `None` without any.
+    fn total<'a>(all: impl Iterator<Item = &'a Self>) -> Option<Self> {
+        let mut sum = Self::default();
+        let mut ratios = 0.0;
+        for t in all {
+            sum.answers += t.answers;
+            sum.claims += t.claims;
+            sum.verified += t.verified;
+            sum.likely += t.likely;
+            sum.unverified += t.unverified;
+            ratios += t.tier1_ratio * t.answers as f64;
+            for (k, v) in &t.support_checks {
+                *sum.support_checks.entry(k.clone()).or_default() += v;
+            }
+        }
+        if sum.answers == 0 {
+            return None;
+        }
+        sum.coverage_pct = if sum.claims == 0 { 0.0 } else { 100.0 * sum.verified as f64 / sum.claims as f64 };
+        sum.tier1_ratio = ratios / sum.answers as f64;
+        Some(sum)
+    }
 }
 
 /// Knowledge refinement on the retrieved passages of every question with a non-yes/no gold answer.
@@ -584,6 +649,7 @@ pub async fn run_qa_eval(opts: &QaEvalOptions, log: &mut dyn FnMut(&str)) -> Res
                 notes: response.notes.iter().map(ToString::to_string).collect(),
                 local: local_titles.as_ref().map(|titles| titles.contains(&q.article_title)),
                 web_used: response.crag.web_search_used,
+                triangulation: response.triangulation.as_ref().map(TriangulationCounts::of),
             });
             if (i + 1) % 10 == 0 {
                 log(&format!(
@@ -610,6 +676,7 @@ pub async fn run_qa_eval(opts: &QaEvalOptions, log: &mut dyn FnMut(&str)) -> Res
         r.llm_calls_per_question = calls as f64 / n;
         r.context_tokens = ctx_tokens as f64 / n;
         r.split = SplitScores::from_answers(&r.answers);
+        r.triangulation = TriangulationCounts::total(r.answers.iter().filter_map(|a| a.triangulation.as_ref()));
         experiments.push(r);
     }
 
@@ -779,6 +846,12 @@ pub fn qa_table(r: &QaEvalReport) -> String {
                 s.web_trigger_rate * 100.0,
                 s.web_used_when_local,
                 s.web_used_when_web_only
+            ));
+        }
+        if let Some(t) = &e.triangulation {
+            out.push_str(&format!(
+                "{:<20} triangulation of {} answers: {} claims, VERIFIED {}, LIKELY {}, UNVERIFIED {}; coverage {:.1} %, tier-1 ratio {:.2}; support check {:?}\n",
+                e.experiment, t.answers, t.claims, t.verified, t.likely, t.unverified, t.coverage_pct, t.tier1_ratio, t.support_checks
             ));
         }
     }

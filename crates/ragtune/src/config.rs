@@ -524,8 +524,11 @@ pub struct EmbeddingSettings {
     pub ort_library: Option<PathBuf>,
     /// Texts per inference call.
     pub batch_size: usize,
-    /// ONNX Runtime intra-op threads (1 is fastest on a busy 2-core machine).
+    /// ONNX Runtime intra-op threads per session (1 is fastest on a busy 2-core machine).
     pub threads: usize,
+    /// ONNX Runtime sessions of the model (0: one per core): concurrent queries run on different sessions, and
+    /// indexing spreads its batches over all of them.
+    pub sessions: usize,
     /// Tokens per text; longer texts are truncated and the truncation is traced.
     pub max_length: usize,
 }
@@ -540,6 +543,7 @@ impl Default for EmbeddingSettings {
             ort_library: None,
             batch_size: model.batch_size,
             threads: model.intra_threads,
+            sessions: model.sessions,
             max_length: model.max_length,
         }
     }

@@ -23,6 +23,7 @@ pub fn load_embedder(settings: &EmbeddingSettings) -> Result<Arc<dyn Embedder>> 
     );
     cfg.batch_size = settings.batch_size;
     cfg.intra_threads = settings.threads;
+    cfg.sessions = settings.sessions;
     cfg.max_length = settings.max_length;
     Ok(Arc::new(FastEmbedder::new(cfg)?))
 }
