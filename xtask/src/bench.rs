@@ -3,7 +3,7 @@
 //! ```text
 //! cargo xtask bench              # every criterion benchmark of the `benches` package (release build)
 //! cargo xtask bench bm25         # one criterion target (bm25, retrieval)
-//! cargo xtask bench embed [--passages N] [--batch-size N] [--threads N]
+//! cargo xtask bench embed [--passages N] [--batch-size N] [--threads N] [--sessions N]
 //!                                # FastEmbedder vs Python onnxruntime on the same model file, same settings
 //! cargo xtask bench store [--retriever dense|bm25] [--batch N] [--qdrant-url URL]
 //!                                # upsert throughput and BM25/dense/hybrid query latency on SciFact of the
@@ -48,6 +48,7 @@ pub fn run(args: &[String]) -> Result<()> {
 
 fn embed(args: &[String]) -> Result<()> {
     let (mut passages, mut batch, mut threads) = ("256".to_owned(), "32".to_owned(), "1".to_owned());
+    let mut sessions = "1".to_owned();
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let v = it.next().with_context(|| format!("{a} needs a value"))?.clone();
@@ -55,7 +56,8 @@ fn embed(args: &[String]) -> Result<()> {
             "--passages" => passages = v,
             "--batch-size" => batch = v,
             "--threads" => threads = v,
-            other => bail!("unknown argument {other} (use --passages, --batch-size, --threads)"),
+            "--sessions" => sessions = v,
+            other => bail!("unknown argument {other} (use --passages, --batch-size, --threads, --sessions)"),
         }
     }
     let home = crate::models::provision_models()?;
@@ -74,7 +76,7 @@ fn embed(args: &[String]) -> Result<()> {
     let common = ["--passages", &passages, "--batch-size", &batch, "--threads", &threads];
     let mut rust = sh.cmd(&exe);
     rust.arg("--model-dir").arg(layout.minilm_dir()).arg("--ort-library").arg(layout.onnxruntime_library());
-    rust.arg("--corpus").arg(&corpus).args(common).arg("--dump").arg(&dump);
+    rust.arg("--corpus").arg(&corpus).args(common).args(["--sessions", &sessions]).arg("--dump").arg(&dump);
     let rust_out = json_line(&mut rust)?;
 
     let python = python_venv(&sh, &home.join("bench-venv"))?;
@@ -96,6 +98,11 @@ fn embed(args: &[String]) -> Result<()> {
     println!("  rust  (fastembed, ort)        {r:>8.1} passages/s");
     println!("  python (onnxruntime, tokenizers) {p:>5.1} passages/s");
     println!("  ratio rust/python             {:>8.2}", if p > 0.0 { r / p } else { f64::NAN });
+    println!(
+        "  rust, {sessions} session(s): single-text queries {:.1}/s one at a time, {:.1}/s with {sessions} in flight",
+        rust_out["queries_per_second_1"].as_f64().unwrap_or(f64::NAN),
+        rust_out["queries_per_second_concurrent"].as_f64().unwrap_or(f64::NAN)
+    );
     println!(
         "  same vectors: cosine min {:.6}, mean {:.6}",
         py_out["cosine_to_rust"]["min"].as_f64().unwrap_or(f64::NAN),

@@ -1,8 +1,9 @@
 //! Embedding throughput of `FastEmbedder` on SciFact passages, for `cargo xtask bench embed`.
 //!
 //! `embed-throughput --model-dir DIR --ort-library FILE --corpus corpus.jsonl [--passages 512] [--batch-size 32]
-//! [--threads 1] [--dump vectors.f32]` prints one JSON line; `--dump` writes the vectors as little-endian f32 so the
-//! Python reference can compare them.
+//! [--threads 1] [--sessions 1] [--dump vectors.f32]` prints one JSON line; `--dump` writes the vectors as
+//! little-endian f32 so the Python reference can compare them. It also embeds 200 single-text queries one at a time
+//! and then `--sessions` at a time (concurrent calls on the session pool) and reports both throughputs.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -14,7 +15,7 @@ use ragtune::embed::{FastEmbedder, FastEmbedderConfig};
 fn main() -> Result<()> {
     let mut args = std::env::args().skip(1);
     let (mut model_dir, mut ort, mut corpus, mut dump) = (None, None, None, None);
-    let (mut passages, mut batch, mut threads) = (512usize, 32usize, 1usize);
+    let (mut passages, mut batch, mut threads, mut sessions) = (512usize, 32usize, 1usize, 1usize);
     while let Some(a) = args.next() {
         let mut value = || args.next().with_context(|| format!("{a} needs a value"));
         match a.as_str() {
@@ -25,6 +26,7 @@ fn main() -> Result<()> {
             "--passages" => passages = value()?.parse()?,
             "--batch-size" => batch = value()?.parse()?,
             "--threads" => threads = value()?.parse()?,
+            "--sessions" => sessions = value()?.parse()?,
             other => bail!("unknown argument {other}"),
         }
     }
@@ -44,8 +46,9 @@ fn main() -> Result<()> {
     let mut cfg = FastEmbedderConfig::new(model_dir, ort);
     cfg.batch_size = batch;
     cfg.intra_threads = threads;
-    let embedder = FastEmbedder::new(cfg)?;
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
+    cfg.sessions = sessions;
+    let embedder = std::sync::Arc::new(FastEmbedder::new(cfg)?);
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(sessions.max(1)).enable_all().build()?;
     let ctx = Ctx::new();
     // Warm-up on one batch, as the Python reference does.
     rt.block_on(embedder.embed(&ctx, &refs[..batch.min(refs.len())], TextRole::Passage))?;
@@ -56,9 +59,38 @@ fn main() -> Result<()> {
         let bytes: Vec<u8> = vectors.iter().flatten().flat_map(|x| x.to_le_bytes()).collect();
         std::fs::write(&path, bytes).with_context(|| format!("cannot write {}", path.display()))?;
     }
+    // Queries: short texts (the first sentence of a passage), one per call, first one at a time, then `sessions`
+    // calls in flight at once.
+    let queries: Vec<String> =
+        texts.iter().take(200).map(|t| t.split(['.', '\n']).next().unwrap_or(t).to_owned()).collect();
+    let per_second = |concurrency: usize| -> Result<f64> {
+        let started = Instant::now();
+        rt.block_on(async {
+            let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            let workers: Vec<_> = (0..concurrency)
+                .map(|_| {
+                    let (embedder, next, queries) = (embedder.clone(), next.clone(), queries.clone());
+                    tokio::spawn(async move {
+                        loop {
+                            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            let Some(q) = queries.get(i) else { return Ok::<_, ragtune::core::Error>(()) };
+                            embedder.embed(&Ctx::new(), &[q.as_str()], TextRole::Query).await?;
+                        }
+                    })
+                })
+                .collect();
+            for w in workers {
+                w.await??;
+            }
+            Ok::<_, anyhow::Error>(())
+        })?;
+        Ok(queries.len() as f64 / started.elapsed().as_secs_f64())
+    };
+    let (c1, cn) = (per_second(1)?, per_second(sessions.max(1))?);
     println!(
         "{}",
-        serde_json::json!({"impl": "rust-fastembed", "passages": texts.len(), "seconds": seconds, "per_second": texts.len() as f64 / seconds})
+        serde_json::json!({"impl": "rust-fastembed", "passages": texts.len(), "seconds": seconds, "per_second": texts.len() as f64 / seconds,
+            "sessions": sessions, "queries": queries.len(), "queries_per_second_1": c1, "queries_per_second_concurrent": cn})
     );
     Ok(())
 }

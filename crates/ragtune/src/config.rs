@@ -529,6 +529,8 @@ pub struct EmbeddingSettings {
     /// ONNX Runtime sessions of the model (0: one per core): concurrent queries run on different sessions, and
     /// indexing spreads its batches over all of them.
     pub sessions: usize,
+    /// Query embeddings kept in memory by text (0: no cache); passages are never cached.
+    pub query_cache: u64,
     /// Tokens per text; longer texts are truncated and the truncation is traced.
     pub max_length: usize,
 }
@@ -544,6 +546,7 @@ impl Default for EmbeddingSettings {
             batch_size: model.batch_size,
             threads: model.intra_threads,
             sessions: model.sessions,
+            query_cache: 10_000,
             max_length: model.max_length,
         }
     }

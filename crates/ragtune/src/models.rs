@@ -25,7 +25,67 @@ pub fn load_embedder(settings: &EmbeddingSettings) -> Result<Arc<dyn Embedder>> 
     cfg.intra_threads = settings.threads;
     cfg.sessions = settings.sessions;
     cfg.max_length = settings.max_length;
-    Ok(Arc::new(FastEmbedder::new(cfg)?))
+    let embedder: Arc<dyn Embedder> = Arc::new(FastEmbedder::new(cfg)?);
+    Ok(match settings.query_cache {
+        0 => embedder,
+        capacity => Arc::new(QueryCache::new(embedder, capacity)),
+    })
+}
+
+/// Query embeddings cached by text (bounded; the least recently used go first): a query embedded again — by the
+/// hybrid retriever and the judge, or for a repeated question — costs no inference. Passages go straight through.
+#[derive(Debug)]
+pub struct QueryCache {
+    inner: Arc<dyn Embedder>,
+    cache: moka::sync::Cache<String, Arc<Vec<f32>>>,
+}
+
+impl QueryCache {
+    /// `inner` with a cache of at most `capacity` query vectors.
+    #[must_use]
+    pub fn new(inner: Arc<dyn Embedder>, capacity: u64) -> Self {
+        Self { inner, cache: moka::sync::Cache::new(capacity) }
+    }
+}
+
+#[async_trait]
+impl Embedder for QueryCache {
+    fn spec(&self) -> &ragtune_core::EmbeddingSpec {
+        self.inner.spec()
+    }
+
+    fn cost_model(&self) -> ragtune_core::CostModel {
+        self.inner.cost_model()
+    }
+
+    async fn embed(&self, ctx: &Ctx, texts: &[&str], role: ragtune_core::TextRole) -> Result<Vec<Vec<f32>>> {
+        if role != ragtune_core::TextRole::Query {
+            return self.inner.embed(ctx, texts, role).await;
+        }
+        let mut out: Vec<Option<Vec<f32>>> =
+            texts.iter().map(|t| self.cache.get(*t).map(|v| v.as_ref().clone())).collect();
+        let missing: Vec<usize> = (0..texts.len()).filter(|&i| out[i].is_none()).collect();
+        let hits = texts.len() - missing.len();
+        if hits > 0 {
+            ctx.trace(ragtune_core::TraceEvent::new("embed", "query_cache_hit").detail("texts", hits));
+        }
+        if !missing.is_empty() {
+            let batch: Vec<&str> = missing.iter().map(|&i| texts[i]).collect();
+            let vectors = self.inner.embed(ctx, &batch, role).await?;
+            if vectors.len() != batch.len() {
+                return Err(Error::corrupt(format!(
+                    "the embedder returned {} vectors for {} texts",
+                    vectors.len(),
+                    batch.len()
+                )));
+            }
+            for (&i, v) in missing.iter().zip(vectors) {
+                self.cache.insert(texts[i].to_owned(), Arc::new(v.clone()));
+                out[i] = Some(v);
+            }
+        }
+        Ok(out.into_iter().flatten().collect())
+    }
 }
 
 /// The LLM the settings describe, wrapped in the disk cache when `llm.cache` is on; `None` when no URL is set.
