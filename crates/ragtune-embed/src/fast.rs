@@ -426,7 +426,7 @@ fn embed_batches(
         }
     } else {
         let next = std::sync::atomic::AtomicUsize::new(0);
-        let results: Vec<Result<Vec<(usize, Vec<f32>)>>> = std::thread::scope(|scope| {
+        let results: Vec<Result<Indexed>> = std::thread::scope(|scope| {
             let handles: Vec<_> = models[..workers]
                 .iter()
                 .map(|session| {
@@ -455,6 +455,9 @@ fn embed_batches(
     }
     Ok(out.into_iter().flatten().collect())
 }
+
+/// Vectors with the index of their text.
+type Indexed = Vec<(usize, Vec<f32>)>;
 
 /// A free session of the pool, or (all busy) the first one, waited for.
 fn acquire(models: &[Mutex<TextEmbedding>]) -> std::sync::MutexGuard<'_, TextEmbedding> {
