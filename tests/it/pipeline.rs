@@ -307,7 +307,9 @@ async fn with_an_llm_triangulation_asks_it_per_source_and_falls_back_to_the_lexi
     let t = r.triangulation.as_ref().expect("a triangulation table");
     assert_eq!(t.support_check, "lexical", "{t:?}");
     assert!(
-        of_kind(&r, NoteKind::Triangulation).iter().any(|n| n.contains("the LLM support check failed")),
+        of_kind(&r, NoteKind::Triangulation)
+            .iter()
+            .any(|n| n.starts_with("triangulation: example.org: the LLM support check failed")),
         "{}",
         notes(&r)
     );

@@ -462,8 +462,9 @@ impl FaithfulnessJudge {
         Ok(result)
     }
 
-    /// Which of `claims` each group of passages supports, asked of the LLM one group at a time (the judge prompt
-    /// with the group as its context): triangulation's LLM support check, where a group is one independent source.
+    /// Which of `claims` each named group of passages supports, asked of the LLM one group at a time (the judge
+    /// prompt with the group as its context): triangulation's LLM support check, where a group is one independent
+    /// source (named by its domain).
     ///
     /// Returns `None` when no LLM is configured. A group whose judging fails (or whose output stays invalid after
     /// one repair) is `None` in [`SourceSupport::supported`], with the reason in the notes: the caller decides how
@@ -475,13 +476,13 @@ impl FaithfulnessJudge {
         &self,
         ctx: &Ctx,
         claims: &[String],
-        groups: &[Vec<String>],
+        groups: &[(String, Vec<String>)],
     ) -> Result<Option<SourceSupport>> {
         let Some(judge) = &self.llm else { return Ok(None) };
         let statements: Vec<&str> = claims.iter().map(String::as_str).collect();
         let mut out =
             SourceSupport { supported: Vec::with_capacity(groups.len()), cost: Cost::ZERO, notes: Vec::new() };
-        for (i, passages) in groups.iter().enumerate() {
+        for (name, passages) in groups {
             ctx.check()?;
             let mut notes = Vec::new();
             match self.judge_with_llm(ctx, judge, "", &statements, passages, &mut notes).await {
@@ -493,11 +494,11 @@ impl FaithfulnessJudge {
                 Err((reason, cost)) => {
                     ctx.check()?;
                     out.cost += cost;
-                    out.notes.push(format!("source {}: the LLM support check {reason}", i + 1));
+                    out.notes.push(format!("{name}: the LLM support check {reason}"));
                     out.supported.push(None);
                 }
             }
-            out.notes.extend(notes.into_iter().map(|n| format!("source {}: {n}", i + 1)));
+            out.notes.extend(notes.into_iter().map(|n| format!("{name}: {n}")));
         }
         Ok(Some(out))
     }
@@ -635,7 +636,7 @@ pub struct SourceSupport {
     pub supported: Vec<Option<Vec<bool>>>,
     /// What the LLM calls cost, failed ones included.
     pub cost: Cost,
-    /// Failures and repairs, naming the group (1-based).
+    /// Failures and repairs, naming the group.
     pub notes: Vec<String>,
 }
 

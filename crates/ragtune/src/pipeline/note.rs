@@ -183,6 +183,6 @@ mod tests {
         check("judge skipped: boom", NoteKind::JudgeFailed);
         check("retry rewrite failed (x); the question is searched again", NoteKind::RetryRewrite);
         check("the answer cites a passage that is not in the context: [7]", NoteKind::CitationOutOfContext);
-        check("triangulation: source 2: the LLM support check failed: down", NoteKind::Triangulation);
+        check("triangulation: example.org: the LLM support check failed: down", NoteKind::Triangulation);
     }
 }

@@ -214,7 +214,7 @@ impl Run<'_> {
         if env.engine.llm().is_none() {
             // No LLM: nothing to count (stage costs of embedders are not LLM calls).
         } else if llm_events.is_empty() {
-            for stage in ["generate", "extract", "judge", "rewrite", "rerank"] {
+            for stage in ["generate", "extract", "judge", "rewrite", "rerank", "triangulate"] {
                 if let Some(c) = cost.stages.get(stage) {
                     cost.tokens += c.tokens;
                     cost.llm_calls += c.calls;

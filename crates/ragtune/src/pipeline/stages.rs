@@ -758,9 +758,9 @@ impl Env<'_> {
         let mut by_llm: std::collections::BTreeMap<&str, Vec<bool>> = std::collections::BTreeMap::new();
         let use_llm = self.engine.config().pipeline.judge_with_llm && self.engine.llm().is_some() && !claims.is_empty();
         if use_llm && self.ctx.check().is_ok() {
-            let groups: Vec<Vec<String>> = sources
+            let groups: Vec<(String, Vec<String>)> = sources
                 .iter()
-                .map(|s| evidence.iter().filter(|e| &e.source() == s).map(|e| e.text.clone()).collect())
+                .map(|s| (s.clone(), evidence.iter().filter(|e| &e.source() == s).map(|e| e.text.clone()).collect()))
                 .collect();
             match self.engine.judge().support_by_source(&self.ctx, &claims, &groups).await {
                 Ok(Some(found)) => {
