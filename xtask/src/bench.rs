@@ -5,6 +5,10 @@
 //! cargo xtask bench bm25         # one criterion target (bm25, retrieval)
 //! cargo xtask bench embed [--passages N] [--batch-size N] [--threads N] [--sessions N]
 //!                                # FastEmbedder vs Python onnxruntime on the same model file, same settings
+//! cargo xtask bench compare [--docs N] [--queries N]
+//!                                # ragtune against a plain Python pipeline (onnxruntime + tokenizers + numpy,
+//!                                # bm25s) on SciFact, same model file, side by side in one run: indexing,
+//!                                # query embedding, dense/hybrid/BM25 query latency, at defaults and at one thread
 //! cargo xtask bench store [--retriever dense|bm25] [--batch N] [--qdrant-url URL]
 //!                                # upsert throughput and BM25/dense/hybrid query latency on SciFact of the
 //!                                # embedded store, a Qdrant node and a 3-node Qdrant cluster, side by side (the
@@ -23,12 +27,17 @@ use ragtune_provision::ModelLayout;
 
 use crate::shell::{self, Shell};
 
-/// Python packages of the reference side, pinned: the same ONNX Runtime as the Rust side loads.
-const PY_REQUIREMENTS: [&str; 3] = ["onnxruntime==1.31.1", "tokenizers==0.23.3", "numpy==2.4.6"];
+/// Python packages of the reference side, pinned: the same ONNX Runtime as the Rust side loads, and `bm25s` (the
+/// fastest Python BM25) with the SciPy it needs.
+const PY_REQUIREMENTS: [&str; 5] =
+    ["onnxruntime==1.31.1", "tokenizers==0.23.3", "numpy==2.4.6", "bm25s==0.3.16", "scipy==1.17.1"];
 
 pub fn run(args: &[String]) -> Result<()> {
     if args.first().is_some_and(|a| a == "embed") {
         return embed(&args[1..]);
+    }
+    if args.first().is_some_and(|a| a == "compare") {
+        return compare(&args[1..]);
     }
     if args.first().is_some_and(|a| a == "store") {
         return store(&args[1..]);
@@ -109,6 +118,74 @@ fn embed(args: &[String]) -> Result<()> {
         py_out["cosine_to_rust"]["mean"].as_f64().unwrap_or(f64::NAN)
     );
     println!("  (2-core machine: compare runs made under the same load; `uptime` now: {})", load());
+    Ok(())
+}
+
+/// `bench compare`: both sides at their defaults, then both at one thread, each pair run back to back.
+fn compare(args: &[String]) -> Result<()> {
+    let (mut docs, mut queries) = ("1000".to_owned(), "300".to_owned());
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let v = it.next().with_context(|| format!("{a} needs a value"))?.clone();
+        match a.as_str() {
+            "--docs" => docs = v,
+            "--queries" => queries = v,
+            other => bail!("unknown argument {other} (use --docs, --queries)"),
+        }
+    }
+    let home = crate::models::provision_models()?;
+    let layout = ModelLayout::new(&home);
+    let sh = Shell::new();
+    let dataset = sh.root().join("../shared/data/beir/scifact");
+    if !dataset.join("corpus.jsonl").is_file() {
+        bail!("the comparison runs on SciFact: {} is missing", dataset.display());
+    }
+    shell::run(&mut sh.cargo(&["build", "--release", "--quiet", "-j2", "-p", "benches", "--bin", "compare"]))?;
+    let exe = sh.target_dir().join("release").join("compare");
+    let python = python_venv(&sh, &home.join("bench-venv"))?;
+    let common = ["--docs", docs.as_str(), "--queries", queries.as_str()];
+    let mut rows = Vec::new();
+    for threads in ["0", "1"] {
+        let before = load();
+        let mut rust = sh.cmd(&exe);
+        rust.arg("--dataset").arg(&dataset).args(common).args(["--threads", threads]);
+        let rust = json_line(&mut rust)?;
+        let mut py = sh.cmd(&python);
+        py.arg(sh.root().join("benches/python/peer.py")).arg("--model-dir").arg(layout.minilm_dir());
+        py.arg("--dataset").arg(&dataset).args(common).args(["--threads", threads]);
+        let py = json_line(&mut py)?;
+        rows.push((threads, rust, py, before, load()));
+    }
+    println!(
+        "\nragtune vs Python peer: SciFact, first {docs} documents, {queries} test queries one at a time, all-MiniLM-L6-v2"
+    );
+    println!("(ratio = ragtune / peer for throughput, peer / ragtune for latency: above 1 means ragtune is faster)");
+    for (threads, r, p, before, after) in &rows {
+        let setting = if *threads == "0" { "defaults".to_owned() } else { format!("{threads} thread each") };
+        println!("\n{setting}  (load average before {before}, after {after})");
+        println!("  {:<30} {:>12} {:>12} {:>8}", "", "ragtune", "peer", "ratio");
+        let num = |v: &serde_json::Value, k: &str| v[k].as_f64().unwrap_or(f64::NAN);
+        let (ri, pi) = (num(r, "index_docs_per_second"), num(p, "index_docs_per_second"));
+        println!("  {:<30} {:>10.1}/s {:>10.1}/s {:>8.2}", "indexing (dense + BM25)", ri, pi, ri / pi);
+        for (label, rk, pk) in [
+            ("query embedding", "embed_ms", "embed_ms"),
+            ("dense query", "dense_ms", "dense_ms"),
+            ("hybrid query (vs peer dense)", "hybrid_ms", "dense_ms"),
+            ("BM25 query (peer: bm25s)", "bm25_ms", "bm25_ms"),
+        ] {
+            for q in ["p50", "p99"] {
+                let (rv, pv) = (r[rk][q].as_f64().unwrap_or(f64::NAN), p[pk][q].as_f64().unwrap_or(f64::NAN));
+                println!("  {:<30} {:>10.3}ms {:>10.3}ms {:>8.2}", format!("{label} {q}"), rv, pv, pv / rv);
+            }
+        }
+        let (c1, c2) = (num(r, "dense_qps_1"), num(r, "dense_qps_2"));
+        println!("  ragtune dense queries/s: {c1:.1} one in flight, {c2:.1} two in flight ({:.2}x)", c2 / c1);
+        println!(
+            "  model load: ragtune {:.2} s, peer {:.2} s",
+            num(r, "model_load_seconds"),
+            num(p, "model_load_seconds")
+        );
+    }
     Ok(())
 }
 

@@ -1,0 +1,137 @@
+"""The Python peer of `cargo xtask bench compare`: what a user would otherwise write for dense + BM25 retrieval.
+
+Dense: the same ONNX file as ragtune through onnxruntime + tokenizers (tokenise with truncation to 256 tokens and
+padding, run, mean-pool over the attention mask, L2-normalise), vectors in a numpy matrix, exact top 10 by a
+matrix-vector product and argpartition. BM25: bm25s (tokenise with English stop words, `retrieve` top 10).
+
+    python peer.py --model-dir DIR --dataset DIR [--docs 1000] [--queries 300] [--threads 0] [--batch-size 32]
+
+`--threads 0` leaves onnxruntime at its defaults (intra-op threads = cores); `--threads T` sets intra-op threads to
+T. Indexing time covers embedding every document and building the BM25 index (the peer's "searchable index"); query
+latencies are one query at a time: embedding only, dense end to end (embed + search), BM25 end to end (tokenise +
+retrieve). Prints one JSON line.
+"""
+
+import argparse
+import json
+import time
+
+import bm25s
+import numpy as np
+import onnxruntime as ort
+from tokenizers import Tokenizer
+
+
+def load_corpus(path: str, n: int) -> list[str]:
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            doc = json.loads(line)
+            title = (doc.get("title") or "").strip()
+            out.append(f"{title}\n{doc['text']}" if title else doc["text"])
+            if len(out) == n:
+                break
+    return out
+
+
+def load_queries(dataset: str, n: int) -> list[str]:
+    judged = set()
+    with open(f"{dataset}/qrels/test.tsv", encoding="utf-8") as f:
+        next(f)
+        for line in f:
+            judged.add(line.split("\t")[0])
+    out = []
+    with open(f"{dataset}/queries.jsonl", encoding="utf-8") as f:
+        for line in f:
+            q = json.loads(line)
+            if q["_id"] in judged:
+                out.append(q["text"])
+    return out[:n]
+
+
+def stats(ms: list[float]) -> dict:
+    a = np.array(ms)
+    return {"p50": float(np.percentile(a, 50)), "p99": float(np.percentile(a, 99)), "mean": float(a.mean())}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--model-dir", required=True)
+    p.add_argument("--dataset", required=True)
+    p.add_argument("--docs", type=int, default=1000)
+    p.add_argument("--queries", type=int, default=300)
+    p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--max-length", type=int, default=256)
+    a = p.parse_args()
+
+    started = time.perf_counter()
+    tok = Tokenizer.from_file(f"{a.model_dir}/tokenizer.json")
+    tok.enable_truncation(a.max_length)
+    tok.enable_padding(pad_id=0, pad_token="[PAD]")
+    opts = ort.SessionOptions()
+    if a.threads > 0:
+        opts.intra_op_num_threads = a.threads
+        opts.inter_op_num_threads = 1
+    sess = ort.InferenceSession(f"{a.model_dir}/model.onnx", opts, providers=["CPUExecutionProvider"])
+    load_seconds = time.perf_counter() - started
+
+    def embed(batch: list[str]) -> np.ndarray:
+        enc = tok.encode_batch(batch)
+        ids = np.array([e.ids for e in enc], dtype=np.int64)
+        mask = np.array([e.attention_mask for e in enc], dtype=np.int64)
+        types = np.array([e.type_ids for e in enc], dtype=np.int64)
+        hidden = sess.run(None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": types})[0]
+        m = mask[:, :, None].astype(np.float32)
+        pooled = (hidden * m).sum(1) / np.clip(m.sum(1), 1e-9, None)
+        return pooled / np.linalg.norm(pooled, axis=1, keepdims=True)
+
+    docs = load_corpus(f"{a.dataset}/corpus.jsonl", a.docs)
+    queries = load_queries(a.dataset, a.queries)
+    embed(docs[:2])  # warm-up, as the Rust side does
+
+    started = time.perf_counter()
+    matrix = np.concatenate([embed(docs[i : i + a.batch_size]) for i in range(0, len(docs), a.batch_size)])
+    retriever = bm25s.BM25()
+    retriever.index(bm25s.tokenize(docs, stopwords="en", show_progress=False), show_progress=False)
+    index_seconds = time.perf_counter() - started
+
+    def dense_search(q: str) -> np.ndarray:
+        scores = matrix @ embed([q])[0]
+        top = np.argpartition(-scores, 10)[:10]
+        return top[np.argsort(-scores[top])]
+
+    def bm25_search(q: str):
+        return retriever.retrieve(bm25s.tokenize([q], stopwords="en", show_progress=False), k=10, show_progress=False)
+
+    def timed(f) -> list[float]:
+        out = []
+        for q in queries:
+            t = time.perf_counter()
+            f(q)
+            out.append((time.perf_counter() - t) * 1000.0)
+        return out
+
+    embed_ms = timed(lambda q: embed([q]))
+    dense_ms = timed(dense_search)
+    bm25_ms = timed(bm25_search)
+    print(
+        json.dumps(
+            {
+                "impl": "python",
+                "threads": a.threads,
+                "docs": len(docs),
+                "queries": len(queries),
+                "model_load_seconds": load_seconds,
+                "index_seconds": index_seconds,
+                "index_docs_per_second": len(docs) / index_seconds,
+                "embed_ms": stats(embed_ms),
+                "dense_ms": stats(dense_ms),
+                "bm25_ms": stats(bm25_ms),
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

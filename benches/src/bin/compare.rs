@@ -1,0 +1,143 @@
+//! The ragtune side of `cargo xtask bench compare` (the Python side is `benches/python/peer.py`).
+//!
+//! `compare --dataset DIR [--docs N] [--queries N] [--threads T]` indexes the first `--docs` documents of a BEIR
+//! dataset (dense + BM25, one passage per document, as `ragtune eval` does) into a fresh embedded store through
+//! [`Engine::index_documents`], then runs the split's test queries one at a time through the public API and
+//! prints one JSON line:
+//!
+//! - `index_docs_per_second`: documents per second to a searchable dense + BM25 index (HNSW included);
+//! - `embed_ms`: one query embedded (`Embedder::embed`, one text);
+//! - `dense_ms`, `hybrid_ms`, `bm25_ms`: one query end to end (`Engine::search_with`, top 10, tokenising and
+//!   embedding included);
+//! - `dense_qps_1`, `dense_qps_2`: dense queries per second with one and two queries in flight.
+//!
+//! `--threads 0` (the default) leaves every setting at ragtune's defaults (a session per core, one intra-op
+//! thread each); `--threads T` runs one ONNX Runtime session with `T` intra-op threads. The query-embedding cache
+//! is off so every query is embedded (the queries are distinct anyway).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use ragtune::core::{Ctx, Query, TextRole};
+use ragtune::{Chunking, Config, Engine, Strategy};
+
+fn main() -> Result<()> {
+    let mut args = std::env::args().skip(1);
+    let (mut dataset, mut docs, mut queries, mut threads) = (None, 1000_usize, 300_usize, 0_usize);
+    while let Some(a) = args.next() {
+        let mut value = || args.next().with_context(|| format!("{a} needs a value"));
+        match a.as_str() {
+            "--dataset" => dataset = Some(value()?),
+            "--docs" => docs = value()?.parse().context("--docs")?,
+            "--queries" => queries = value()?.parse().context("--queries")?,
+            "--threads" => threads = value()?.parse().context("--threads")?,
+            other => bail!("unknown argument {other} (use --dataset, --docs, --queries, --threads)"),
+        }
+    }
+    let dataset = dataset.context("--dataset DIR is required")?;
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    rt.block_on(run(&dataset, docs, queries, threads))
+}
+
+async fn run(dataset: &str, docs: usize, queries: usize, threads: usize) -> Result<()> {
+    let data = ragtune::ingest::load_beir(std::path::Path::new(dataset), "test")?;
+    let corpus: Vec<_> = data.corpus.iter().take(docs).cloned().collect();
+    let texts: Vec<String> = data.queries_with_qrels().iter().take(queries).map(|q| q.text.clone()).collect();
+    let dir = std::env::temp_dir().join(format!("ragtune-compare-{}-{threads}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut config = Config::default();
+    config.store.path.clone_from(&dir);
+    config.embedding.mode = ragtune::EmbeddingMode::On;
+    config.embedding.query_cache = 0;
+    if threads > 0 {
+        (config.embedding.threads, config.embedding.sessions) = (threads, 1);
+    }
+    let load_started = Instant::now();
+    let mut engine = Engine::open(config).await?;
+    let load_seconds = load_started.elapsed().as_secs_f64();
+    let embedder = engine.embedder().context("the embedding model did not load")?.clone();
+    // Warm-up, as the peer does: one batch through the model before timing.
+    embedder.embed(&Ctx::new(), &[texts[0].as_str(), corpus[0].text.as_str()], TextRole::Passage).await?;
+
+    let started = Instant::now();
+    let report = engine.index_documents(&corpus, Chunking::WholeDocuments, &mut |_, _| {}).await?;
+    let index_seconds = started.elapsed().as_secs_f64();
+    eprintln!("compare: indexed {} documents in {index_seconds:.1} s", report.documents);
+
+    let mut embed_ms = Vec::with_capacity(texts.len());
+    for q in &texts {
+        let t = Instant::now();
+        std::hint::black_box(embedder.embed(&Ctx::new(), &[q.as_str()], TextRole::Query).await?);
+        embed_ms.push(t.elapsed().as_secs_f64() * 1000.0);
+    }
+    let latency = |strategy| {
+        let (engine, texts) = (&engine, &texts);
+        async move {
+            let mut ms = Vec::with_capacity(texts.len());
+            for q in texts {
+                let t = Instant::now();
+                std::hint::black_box(engine.search_with(Query::new(q.clone()), strategy).await?);
+                ms.push(t.elapsed().as_secs_f64() * 1000.0);
+            }
+            anyhow::Ok(ms)
+        }
+    };
+    let dense_ms = latency(Strategy::Dense).await?;
+    let hybrid_ms = latency(Strategy::Hybrid).await?;
+    let bm25_ms = latency(Strategy::Bm25).await?;
+    let engine = Arc::new(engine);
+    let dense_qps_1 = throughput(&engine, &texts, 1).await?;
+    let dense_qps_2 = throughput(&engine, &texts, 2).await?;
+    drop(engine);
+    let _ = std::fs::remove_dir_all(&dir);
+    println!(
+        "{}",
+        serde_json::json!({
+            "impl": "ragtune",
+            "threads": threads,
+            "docs": report.documents,
+            "queries": texts.len(),
+            "model_load_seconds": load_seconds,
+            "index_seconds": index_seconds,
+            "index_docs_per_second": report.documents as f64 / index_seconds,
+            "embed_ms": percentiles(embed_ms),
+            "dense_ms": percentiles(dense_ms),
+            "hybrid_ms": percentiles(hybrid_ms),
+            "bm25_ms": percentiles(bm25_ms),
+            "dense_qps_1": dense_qps_1,
+            "dense_qps_2": dense_qps_2,
+        })
+    );
+    Ok(())
+}
+
+/// Dense queries per second with `concurrency` queries in flight (each a task on the runtime).
+async fn throughput(engine: &Arc<Engine>, texts: &[String], concurrency: usize) -> Result<f64> {
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let texts = Arc::new(texts.to_vec());
+    let started = Instant::now();
+    let workers: Vec<_> = (0..concurrency)
+        .map(|_| {
+            let (engine, next, texts) = (engine.clone(), next.clone(), texts.clone());
+            tokio::spawn(async move {
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some(q) = texts.get(i) else { return anyhow::Ok(()) };
+                    engine.search_with(Query::new(q.clone()), Strategy::Dense).await?;
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.await??;
+    }
+    Ok(texts.len() as f64 / started.elapsed().as_secs_f64())
+}
+
+fn percentiles(mut ms: Vec<f64>) -> serde_json::Value {
+    // The same percentile method as the peer's `numpy.percentile` (linear).
+    ms.sort_by(f64::total_cmp);
+    let at = |p: f64| ragtune::evaluators::metrics::percentile(&ms, p);
+    serde_json::json!({ "p50": at(50.0), "p99": at(99.0), "mean": ms.iter().sum::<f64>() / ms.len().max(1) as f64 })
+}
