@@ -2,13 +2,16 @@
 //!
 //! ```text
 //! cargo xtask bench              # every criterion benchmark of the `benches` package (release build)
-//! cargo xtask bench bm25         # one criterion target (bm25, retrieval)
+//! cargo xtask bench bm25         # one criterion target (bm25, retrieval, embed_query)
 //! cargo xtask bench embed [--passages N] [--batch-size N] [--threads N] [--sessions N]
 //!                                # FastEmbedder vs Python onnxruntime on the same model file, same settings
 //! cargo xtask bench compare [--docs N] [--queries N]
 //!                                # ragtune against a plain Python pipeline (onnxruntime + tokenizers + numpy,
 //!                                # bm25s) on SciFact, same model file, side by side in one run: indexing,
 //!                                # query embedding, dense/hybrid/BM25 query latency, at defaults and at one thread
+//! cargo xtask bench answer [--queries N] [--config FILE]
+//!                                # `ask --no-llm` with the model loaded over SciFact test queries: fast path
+//!                                # (no correction) and corrected path p50/p99, each stage's share
 //! cargo xtask bench store [--retriever dense|bm25] [--batch N] [--qdrant-url URL]
 //!                                # upsert throughput and BM25/dense/hybrid query latency on SciFact of the
 //!                                # embedded store, a Qdrant node and a 3-node Qdrant cluster, side by side (the
@@ -35,6 +38,9 @@ const PY_REQUIREMENTS: [&str; 5] =
 pub fn run(args: &[String]) -> Result<()> {
     if args.first().is_some_and(|a| a == "embed") {
         return embed(&args[1..]);
+    }
+    if args.first().is_some_and(|a| a == "answer") {
+        return answer(&args[1..]);
     }
     if args.first().is_some_and(|a| a == "compare") {
         return compare(&args[1..]);
@@ -187,6 +193,21 @@ fn compare(args: &[String]) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// `bench answer`: the LLM-free answer path with the model loaded (the binary parses the arguments).
+fn answer(args: &[String]) -> Result<()> {
+    crate::models::provision_models()?;
+    let sh = Shell::new();
+    let dataset = sh.root().join("../shared/data/beir/scifact");
+    if !dataset.join("corpus.jsonl").is_file() {
+        bail!("the answer benchmark runs on SciFact: {} is missing", dataset.display());
+    }
+    shell::run(&mut sh.cargo(&["build", "--release", "--quiet", "-j2", "-p", "benches", "--bin", "answer-latency"]))?;
+    let mut cmd = sh.cmd(sh.target_dir().join("release").join("answer-latency"));
+    cmd.arg("--dataset").arg(&dataset).args(args);
+    println!("(load average before: {})", load());
+    shell::run(&mut cmd)
 }
 
 fn store(args: &[String]) -> Result<()> {
