@@ -9,6 +9,7 @@ mod pipeline;
 mod qa_eval;
 mod qdrant_faults;
 mod qdrant_parity;
+mod quantized;
 mod query_cache;
 mod rerank;
 mod scifact;

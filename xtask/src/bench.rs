@@ -30,10 +30,11 @@ use ragtune_provision::ModelLayout;
 
 use crate::shell::{self, Shell};
 
-/// Python packages of the reference side, pinned: the same ONNX Runtime as the Rust side loads, and `bm25s` (the
-/// fastest Python BM25) with the SciPy it needs.
-const PY_REQUIREMENTS: [&str; 5] =
-    ["onnxruntime==1.31.1", "tokenizers==0.23.3", "numpy==2.4.6", "bm25s==0.3.16", "scipy==1.17.1"];
+/// Python packages of the reference side, pinned: the same ONNX Runtime as the Rust side loads, `bm25s` (the
+/// fastest Python BM25) with the SciPy it needs, and `onnx` for the quantisation script of `cargo xtask models
+/// --quantized`.
+const PY_REQUIREMENTS: [&str; 6] =
+    ["onnxruntime==1.31.1", "tokenizers==0.23.3", "numpy==2.4.6", "bm25s==0.3.16", "scipy==1.17.1", "onnx==1.23.2"];
 
 pub fn run(args: &[String]) -> Result<()> {
     if args.first().is_some_and(|a| a == "embed") {
@@ -162,12 +163,29 @@ fn compare(args: &[String]) -> Result<()> {
         let py = json_line(&mut py)?;
         rows.push((threads, rust, py, before, load()));
     }
+    // The int8 variant against the same peer run at defaults (the peer keeps the default model file).
+    if ModelLayout::new(&home).minilm_quantized_dir().join("model.onnx").is_file() {
+        let before = load();
+        let mut rust = sh.cmd(&exe);
+        rust.arg("--dataset").arg(&dataset).args(common).args(["--threads", "0", "--quantized"]);
+        let rust = json_line(&mut rust)?;
+        let py = rows[0].2.clone();
+        rows.push(("quantized", rust, py, before, load()));
+    } else {
+        println!("(the quantised model is not built: `cargo xtask models --quantized` adds its row)");
+    }
     println!(
         "\nragtune vs Python peer: SciFact, first {docs} documents, {queries} test queries one at a time, all-MiniLM-L6-v2"
     );
     println!("(ratio = ragtune / peer for throughput, peer / ragtune for latency: above 1 means ragtune is faster)");
     for (threads, r, p, before, after) in &rows {
-        let setting = if *threads == "0" { "defaults".to_owned() } else { format!("{threads} thread each") };
+        let setting = match *threads {
+            "0" => "defaults".to_owned(),
+            "quantized" => {
+                "ragtune with embedding.quantized (int8 model) at defaults vs the peer at defaults".to_owned()
+            }
+            n => format!("{n} thread each"),
+        };
         println!("\n{setting}  (load average before {before}, after {after})");
         println!("  {:<30} {:>12} {:>12} {:>8}", "", "ragtune", "peer", "ratio");
         let num = |v: &serde_json::Value, k: &str| v[k].as_f64().unwrap_or(f64::NAN);
@@ -267,7 +285,7 @@ fn json_line(cmd: &mut std::process::Command) -> Result<serde_json::Value> {
 }
 
 /// A virtual environment with the pinned reference packages, created once.
-fn python_venv(sh: &Shell, dir: &Path) -> Result<PathBuf> {
+pub(crate) fn python_venv(sh: &Shell, dir: &Path) -> Result<PathBuf> {
     let python = dir.join("bin").join("python");
     let stamp = dir.join("requirements.txt");
     let wanted = PY_REQUIREMENTS.join("\n");

@@ -94,6 +94,10 @@ pub const ARTEFACTS: &[Artefact] = &[
     },
 ];
 
+/// The sha256 of the quantised `model.onnx` built by `crates/ragtune-embed/scripts/quantize_minilm.py` from the
+/// pinned model with onnxruntime 1.31.1 (the build is deterministic: another file means other inputs or versions).
+pub const MINILM_QUANTIZED_SHA256: &str = "9e80251537633bab7d98c9a4f07070371d83f1d28e6994a1f5d93c53de3c5454";
+
 /// Where provisioned files live under a home directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ModelLayout {
@@ -122,6 +126,13 @@ impl ModelLayout {
     #[must_use]
     pub fn minilm_dir(&self) -> PathBuf {
         self.home.join("models").join("all-MiniLM-L6-v2")
+    }
+
+    /// The int8 variant of all-MiniLM-L6-v2 that `cargo xtask models --quantized` builds from the provisioned model
+    /// (dynamic per-channel quantisation; [`MINILM_QUANTIZED_SHA256`]).
+    #[must_use]
+    pub fn minilm_quantized_dir(&self) -> PathBuf {
+        self.home.join("models").join("all-MiniLM-L6-v2-int8-dynamic")
     }
 
     /// The manifest.

@@ -10,6 +10,9 @@ use ragtune_provision::ModelLayout;
 
 use crate::config::{EmbeddingSettings, LlmSettings};
 
+/// The identity of the quantised variant in an index (the default model is `…@int8`: int8 weights, fp32 compute).
+pub const QUANTIZED_MODEL_ID: &str = "sentence-transformers/all-MiniLM-L6-v2@int8-dynamic";
+
 /// Loads the dense embedder the settings describe (by default the provisioned all-MiniLM-L6-v2).
 ///
 /// # Errors
@@ -17,10 +20,21 @@ use crate::config::{EmbeddingSettings, LlmSettings};
 /// message says to run `cargo xtask models`); model loading failures.
 pub fn load_embedder(settings: &EmbeddingSettings) -> Result<Arc<dyn Embedder>> {
     let layout = ModelLayout::new(crate::ragtune_home());
+    let provisioned = if settings.quantized { layout.minilm_quantized_dir() } else { layout.minilm_dir() };
+    let model_dir = settings.model_dir.clone().unwrap_or(provisioned);
+    if settings.quantized && !model_dir.join("model.onnx").is_file() {
+        return Err(Error::unavailable(format!(
+            "embedding.quantized is on but {} has no model.onnx: run `cargo xtask models --quantized` to build it",
+            model_dir.display()
+        )));
+    }
     let mut cfg = FastEmbedderConfig::new(
-        settings.model_dir.clone().unwrap_or_else(|| layout.minilm_dir()),
+        model_dir,
         settings.ort_library.clone().unwrap_or_else(|| layout.onnxruntime_library()),
     );
+    if settings.quantized {
+        cfg.model_id = QUANTIZED_MODEL_ID.to_owned();
+    }
     cfg.batch_size = settings.batch_size;
     cfg.intra_threads = settings.threads;
     cfg.sessions = settings.sessions;
