@@ -158,7 +158,7 @@ fn compare(args: &[String]) -> Result<()> {
         rust.arg("--dataset").arg(&dataset).args(common).args(["--threads", threads]);
         let rust = json_line(&mut rust)?;
         let mut py = sh.cmd(&python);
-        py.arg(sh.root().join("benches/python/peer.py")).arg("--model-dir").arg(layout.minilm_dir());
+        py.arg(sh.root().join("crates/ragtune-embed/scripts/peer.py")).arg("--model-dir").arg(layout.minilm_dir());
         py.arg("--dataset").arg(&dataset).args(common).args(["--threads", threads]);
         let py = json_line(&mut py)?;
         rows.push((threads, rust, py, before, load()));

@@ -39,14 +39,16 @@ struct Path {
 }
 
 async fn run(dataset: &str, queries: usize, config: Option<&str>) -> Result<()> {
-    let mut opts = EvalOptions::new(dataset);
-    opts.retriever = "hybrid".to_owned();
-    eprintln!("answer-latency: preparing the hybrid index of {dataset} (cached after the first run)");
-    let report = run_eval(&opts, &mut |l| eprintln!("  {l}")).await?;
     let mut cfg = match config {
         Some(path) => Config::from_file(std::path::Path::new(path))?,
         None => Config::default(),
     };
+    let mut opts = EvalOptions::new(dataset);
+    opts.retriever = "hybrid".to_owned();
+    // The index is built with the configuration's embedding model (the default one, or the quantised variant).
+    opts.embedding = cfg.embedding.clone();
+    eprintln!("answer-latency: preparing the hybrid index of {dataset} (cached after the first run)");
+    let report = run_eval(&opts, &mut |l| eprintln!("  {l}")).await?;
     cfg.store.path = report.store_location.clone().into();
     // No LLM: the extractive answer and the LLM-free judge.
     cfg.llm.url.clear();

@@ -1,4 +1,4 @@
-//! The ragtune side of `cargo xtask bench compare` (the Python side is `benches/python/peer.py`).
+//! The ragtune side of `cargo xtask bench compare` (the Python side is `crates/ragtune-embed/scripts/peer.py`).
 //!
 //! `compare --dataset DIR [--docs N] [--queries N] [--threads T]` indexes the first `--docs` documents of a BEIR
 //! dataset (dense + BM25, one passage per document, as `ragtune eval` does) into a fresh embedded store through

@@ -28,6 +28,31 @@ def load_passages(corpus: str, n: int) -> list[str]:
     return out
 
 
+def make_embedder(model_dir: str, threads: int, max_length: int = 256):
+    """The embedding function FastEmbedder mirrors: tokenise (truncate, pad), run, mean-pool, L2-normalise.
+    `threads` 0 leaves onnxruntime's intra-op threads at its default (the number of cores)."""
+    tok = Tokenizer.from_file(f"{model_dir}/tokenizer.json")
+    tok.enable_truncation(max_length)
+    tok.enable_padding(pad_id=0, pad_token="[PAD]")
+    opts = ort.SessionOptions()
+    if threads > 0:
+        opts.intra_op_num_threads = threads
+        opts.inter_op_num_threads = 1
+    sess = ort.InferenceSession(f"{model_dir}/model.onnx", opts, providers=["CPUExecutionProvider"])
+
+    def embed(batch: list[str]) -> np.ndarray:
+        enc = tok.encode_batch(batch)
+        ids = np.array([e.ids for e in enc], dtype=np.int64)
+        mask = np.array([e.attention_mask for e in enc], dtype=np.int64)
+        types = np.array([e.type_ids for e in enc], dtype=np.int64)
+        hidden = sess.run(None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": types})[0]
+        m = mask[:, :, None].astype(np.float32)
+        pooled = (hidden * m).sum(1) / np.clip(m.sum(1), 1e-9, None)
+        return pooled / np.linalg.norm(pooled, axis=1, keepdims=True)
+
+    return embed
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--model-dir", required=True)
@@ -40,24 +65,8 @@ def main() -> None:
     p.add_argument("--compare", help="raw little-endian f32 vectors from the Rust side, same passages in order")
     a = p.parse_args()
 
-    tok = Tokenizer.from_file(f"{a.model_dir}/tokenizer.json")
-    tok.enable_truncation(a.max_length)
-    tok.enable_padding(pad_id=0, pad_token="[PAD]")
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = a.threads
-    opts.inter_op_num_threads = 1
-    sess = ort.InferenceSession(f"{a.model_dir}/model.onnx", opts, providers=["CPUExecutionProvider"])
+    embed = make_embedder(a.model_dir, a.threads, a.max_length)
     texts = load_passages(a.corpus, a.passages)
-
-    def embed(batch: list[str]) -> np.ndarray:
-        enc = tok.encode_batch(batch)
-        ids = np.array([e.ids for e in enc], dtype=np.int64)
-        mask = np.array([e.attention_mask for e in enc], dtype=np.int64)
-        types = np.array([e.type_ids for e in enc], dtype=np.int64)
-        hidden = sess.run(None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": types})[0]
-        m = mask[:, :, None].astype(np.float32)
-        pooled = (hidden * m).sum(1) / np.clip(m.sum(1), 1e-9, None)
-        return pooled / np.linalg.norm(pooled, axis=1, keepdims=True)
 
     embed(texts[: a.batch_size])  # warm-up, as the Rust side loads and runs once before timing
     start = time.perf_counter()

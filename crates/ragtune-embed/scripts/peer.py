@@ -18,20 +18,9 @@ import time
 
 import bm25s
 import numpy as np
-import onnxruntime as ort
-from tokenizers import Tokenizer
 
-
-def load_corpus(path: str, n: int) -> list[str]:
-    out = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            doc = json.loads(line)
-            title = (doc.get("title") or "").strip()
-            out.append(f"{title}\n{doc['text']}" if title else doc["text"])
-            if len(out) == n:
-                break
-    return out
+# The same embedding steps as the reference script next to this one (and as FastEmbedder).
+from reference_embed import load_passages, make_embedder
 
 
 def load_queries(dataset: str, n: int) -> list[str]:
@@ -66,27 +55,10 @@ def main() -> None:
     a = p.parse_args()
 
     started = time.perf_counter()
-    tok = Tokenizer.from_file(f"{a.model_dir}/tokenizer.json")
-    tok.enable_truncation(a.max_length)
-    tok.enable_padding(pad_id=0, pad_token="[PAD]")
-    opts = ort.SessionOptions()
-    if a.threads > 0:
-        opts.intra_op_num_threads = a.threads
-        opts.inter_op_num_threads = 1
-    sess = ort.InferenceSession(f"{a.model_dir}/model.onnx", opts, providers=["CPUExecutionProvider"])
+    embed = make_embedder(a.model_dir, a.threads, a.max_length)
     load_seconds = time.perf_counter() - started
 
-    def embed(batch: list[str]) -> np.ndarray:
-        enc = tok.encode_batch(batch)
-        ids = np.array([e.ids for e in enc], dtype=np.int64)
-        mask = np.array([e.attention_mask for e in enc], dtype=np.int64)
-        types = np.array([e.type_ids for e in enc], dtype=np.int64)
-        hidden = sess.run(None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": types})[0]
-        m = mask[:, :, None].astype(np.float32)
-        pooled = (hidden * m).sum(1) / np.clip(m.sum(1), 1e-9, None)
-        return pooled / np.linalg.norm(pooled, axis=1, keepdims=True)
-
-    docs = load_corpus(f"{a.dataset}/corpus.jsonl", a.docs)
+    docs = load_passages(f"{a.dataset}/corpus.jsonl", a.docs)
     queries = load_queries(a.dataset, a.queries)
     embed(docs[:2])  # warm-up, as the Rust side does
 
