@@ -12,6 +12,10 @@
 //! cargo xtask bench answer [--queries N] [--config FILE]
 //!                                # `ask --no-llm` with the model loaded over SciFact test queries: fast path
 //!                                # (no correction) and corrected path p50/p99, each stage's share
+//! cargo xtask bench scale [--chunks N] [--queries N] [--dir DIR]
+//!                                # the embedded store on a synthetic corpus of N chunks (default 1,000,000; real
+//!                                # SciFact word distribution and vectors + noise): build, size, open, memory,
+//!                                # BM25/dense exact/HNSW/hybrid latency, HNSW recall@10
 //! cargo xtask bench store [--retriever dense|bm25] [--batch N] [--qdrant-url URL]
 //!                                # upsert throughput and BM25/dense/hybrid query latency on SciFact of the
 //!                                # embedded store, a Qdrant node and a 3-node Qdrant cluster, side by side (the
@@ -39,6 +43,9 @@ const PY_REQUIREMENTS: [&str; 6] =
 pub fn run(args: &[String]) -> Result<()> {
     if args.first().is_some_and(|a| a == "embed") {
         return embed(&args[1..]);
+    }
+    if args.first().is_some_and(|a| a == "scale") {
+        return scale(&args[1..]);
     }
     if args.first().is_some_and(|a| a == "answer") {
         return answer(&args[1..]);
@@ -211,6 +218,28 @@ fn compare(args: &[String]) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// `bench scale`: the binary parses the arguments; a million chunks unless told otherwise.
+fn scale(args: &[String]) -> Result<()> {
+    let sh = Shell::new();
+    let dataset = sh.root().join("../shared/data/beir/scifact");
+    if !dataset.join("corpus.jsonl").is_file() {
+        bail!("the scale benchmark samples SciFact's words and vectors: {} is missing", dataset.display());
+    }
+    crate::models::provision_models()?;
+    shell::run(&mut sh.cargo(&["build", "--release", "--quiet", "-j2", "-p", "benches", "--bin", "scale"]))?;
+    let mut cmd = sh.cmd(sh.target_dir().join("release").join("scale"));
+    cmd.arg("--dataset").arg(&dataset);
+    if !args.iter().any(|a| a == "--chunks") {
+        cmd.args(["--chunks", "1000000"]);
+    }
+    if !args.iter().any(|a| a == "--dir") {
+        cmd.arg("--dir").arg(sh.target_dir().join("tmp").join("scale"));
+    }
+    cmd.args(args);
+    println!("(load average before: {})", load());
+    shell::run(&mut cmd)
 }
 
 /// `bench answer`: the LLM-free answer path with the model loaded (the binary parses the arguments).
