@@ -187,6 +187,10 @@ pub struct FastEmbedderConfig {
     /// ONNX Runtime sessions of the model: concurrent calls run on different sessions, and a call with several
     /// batches spreads them over the sessions (one thread each). 0 means one per core.
     pub sessions: usize,
+    /// Intra-op threads of one more session, used by a call of one batch (a query) when no other call is in
+    /// flight: a lone query gets every core, concurrent ones the sessions above. 0 means one per core; a value
+    /// not above `intra_threads` means no such session.
+    pub lone_threads: usize,
 }
 
 impl FastEmbedderConfig {
@@ -200,6 +204,16 @@ impl FastEmbedderConfig {
             batch_size: 32,
             intra_threads: 1,
             sessions: 0,
+            lone_threads: 0,
+        }
+    }
+
+    /// The lone-call session's threads: `lone_threads`, or one per core when it is 0.
+    #[must_use]
+    pub fn lone_thread_count(&self) -> usize {
+        match self.lone_threads {
+            0 => std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
+            n => n,
         }
     }
 
@@ -222,6 +236,10 @@ impl FastEmbedderConfig {
 pub struct FastEmbedder {
     /// The session pool: one loaded model per session.
     models: Arc<Vec<Mutex<TextEmbedding>>>,
+    /// The session with every core for a lone one-batch call (`lone_threads`), if any.
+    wide: Option<Arc<Mutex<TextEmbedding>>>,
+    /// Calls in flight, to tell a lone call from concurrent ones.
+    in_flight: Arc<std::sync::atomic::AtomicUsize>,
     tokenizer: Arc<tokenizers::Tokenizer>,
     spec: EmbeddingSpec,
     config: FastEmbedderConfig,
@@ -245,7 +263,7 @@ impl FastEmbedder {
     pub fn new(config: FastEmbedderConfig) -> Result<Self> {
         check_sizes(config.max_length, config.batch_size, config.intra_threads)?;
         let env = environment(&config.ort_library)?;
-        let load = || -> Result<(TextEmbedding, Option<usize>)> {
+        let load = |threads: usize| -> Result<(TextEmbedding, Option<usize>)> {
             Ok(match &config.model {
                 ModelSource::LocalDir(dir) => {
                     let hidden_size = read_hidden_size(dir)?;
@@ -253,7 +271,7 @@ impl FastEmbedder {
                         .with_pooling(Pooling::Mean);
                     let options = InitOptionsUserDefined::new()
                         .with_max_length(config.max_length)
-                        .with_intra_threads(config.intra_threads)
+                        .with_intra_threads(threads)
                         .with_environment(env.clone());
                     let model = TextEmbedding::try_new_from_user_defined(model, options)
                         .map_err(model_err(&format!("cannot load the embedding model in {}", dir.display())))?;
@@ -272,7 +290,7 @@ impl FastEmbedder {
                         })?;
                     let options = fastembed::TextInitOptions::new(info.model.clone())
                         .with_max_length(config.max_length)
-                        .with_intra_threads(config.intra_threads)
+                        .with_intra_threads(threads)
                         .with_cache_dir(cache_dir.clone())
                         .with_show_download_progress(false)
                         .with_environment(env.clone());
@@ -282,7 +300,7 @@ impl FastEmbedder {
                 }
             })
         };
-        let (mut model, hidden_size) = load()?;
+        let (mut model, hidden_size) = load(config.intra_threads)?;
         // The dimension is what the model outputs, checked against its configuration where there is one.
         let probe = model
             .embed(["dimension probe"], None)
@@ -299,9 +317,11 @@ impl FastEmbedder {
             EmbeddingSpec { model_id: config.model_id.clone(), dim, normalized: true, distance: Distance::Cosine };
         let mut models = vec![Mutex::new(model)];
         for _ in 1..config.session_count() {
-            models.push(Mutex::new(load()?.0));
+            models.push(Mutex::new(load(config.intra_threads)?.0));
         }
-        Ok(Self { models: Arc::new(models), tokenizer, spec, config })
+        let lone = config.lone_thread_count();
+        let wide = if lone > config.intra_threads { Some(Arc::new(Mutex::new(load(lone)?.0))) } else { None };
+        Ok(Self { models: Arc::new(models), wide, in_flight: Arc::default(), tokenizer, spec, config })
     }
 
     /// The settings.
@@ -348,6 +368,8 @@ impl Embedder for FastEmbedder {
         let owned: Vec<String> = texts.iter().map(|t| (*t).to_owned()).collect();
         let (models, tokenizer, batch) = (self.models.clone(), self.tokenizer.clone(), self.config.batch_size);
         let cancel = ctx.clone();
+        let flight = InFlight::enter(&self.in_flight);
+        let wide = self.wide.clone().filter(|_| flight.alone);
         let (vectors, count, batches) = blocking(move || {
             // Tokenise once to count tokens and truncations, and to batch texts of similar length together:
             // the model pads every text of a batch to the batch's longest, so sorting by length saves the
@@ -359,7 +381,10 @@ impl Embedder for FastEmbedder {
             };
             let order = length_order(&lengths);
             let parts: Vec<&[usize]> = order.chunks(batch).collect();
-            let out = embed_batches(&models, &owned, &parts, &cancel)?;
+            let out = match wide.as_deref().filter(|_| parts.len() == 1).and_then(|w| w.try_lock().ok()) {
+                Some(mut model) => embed_one_batch(&mut model, &owned, parts[0], &cancel)?,
+                None => embed_batches(&models, &owned, &parts, &cancel)?,
+            };
             Ok((out, count, parts.len() as u64))
         })
         .await?;
@@ -454,6 +479,37 @@ fn embed_batches(
         }
     }
     Ok(out.into_iter().flatten().collect())
+}
+
+/// One batch on one session, the vectors in `texts`' order.
+fn embed_one_batch(model: &mut TextEmbedding, texts: &[String], ids: &[usize], cancel: &Ctx) -> Result<Vec<Vec<f32>>> {
+    cancel.check()?;
+    let part: Vec<&str> = ids.iter().map(|&i| texts[i].as_str()).collect();
+    let vectors = model.embed(&part, Some(part.len())).map_err(model_err("embedding failed"))?;
+    let mut out: Vec<Option<Vec<f32>>> = vec![None; texts.len()];
+    for (&i, v) in ids.iter().zip(vectors) {
+        out[i] = Some(v);
+    }
+    Ok(out.into_iter().flatten().collect())
+}
+
+/// A call counted in flight for as long as it lives; `alone` when no other call was in flight as it entered.
+struct InFlight {
+    count: Arc<std::sync::atomic::AtomicUsize>,
+    alone: bool,
+}
+
+impl InFlight {
+    fn enter(count: &Arc<std::sync::atomic::AtomicUsize>) -> Self {
+        let before = count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Self { count: count.clone(), alone: before == 0 }
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.count.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 /// Vectors with the index of their text.

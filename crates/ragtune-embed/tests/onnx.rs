@@ -208,14 +208,17 @@ async fn the_cross_encoder_runs_the_real_onnx_path() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_pool_gives_the_same_vectors_in_the_same_order_alone_and_concurrently() {
     let Some(layout) = provisioned() else { return };
-    let config = |sessions| {
+    let config = |sessions, lone_threads| {
         let mut c = FastEmbedderConfig::new(layout.minilm_dir(), layout.onnxruntime_library());
         c.batch_size = 2;
         c.sessions = sessions;
+        c.lone_threads = lone_threads;
         c
     };
-    let one = FastEmbedder::new(config(1)).unwrap();
-    let pool = std::sync::Arc::new(FastEmbedder::new(config(3)).unwrap());
+    // One session and no lone-call session: every call runs on the same one-thread session.
+    let one = FastEmbedder::new(config(1, 1)).unwrap();
+    // Three sessions plus a two-thread session for lone one-batch calls.
+    let pool = std::sync::Arc::new(FastEmbedder::new(config(3, 2)).unwrap());
     // Texts of different lengths, so batches are formed out of input order and spread over the sessions.
     let texts: Vec<String> = (0..11).map(|i| format!("text {i} {}", "with more words ".repeat(i % 4))).collect();
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
@@ -225,6 +228,9 @@ async fn a_session_pool_gives_the_same_vectors_in_the_same_order_alone_and_concu
     for (a, b) in got.iter().zip(&expected) {
         assert!(cosine(a, b) > 0.9999, "the same vector whichever session embedded it");
     }
+    // A lone single-text call runs on the two-thread session: the same vector.
+    let lone = pool.embed(&Ctx::new(), &[refs[5]], TextRole::Query).await.unwrap();
+    assert!(cosine(&lone[0], &expected[5]) > 0.9999, "the lone-call session gives the same vector");
     // Concurrent single-text calls, each on whichever session is free.
     let calls: Vec<_> = (0..6)
         .map(|i| {

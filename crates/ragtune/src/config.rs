@@ -533,6 +533,11 @@ pub struct EmbeddingSettings {
     /// ONNX Runtime sessions of the model (0: one per core): concurrent queries run on different sessions, and
     /// indexing spreads its batches over all of them.
     pub sessions: usize,
+    /// Intra-op threads of one more session that serves a query when no other call is in flight (0: one per core;
+    /// 1: no such session). A lone query then uses every core; concurrent queries use the `sessions`. Set 1 for a
+    /// server that is always busy: the extra session's threads compete with the others when a call arrives while
+    /// it runs.
+    pub lone_threads: usize,
     /// Query embeddings kept in memory by text (0: no cache); passages are never cached.
     pub query_cache: u64,
     /// Tokens per text; longer texts are truncated and the truncation is traced.
@@ -551,6 +556,7 @@ impl Default for EmbeddingSettings {
             batch_size: model.batch_size,
             threads: model.intra_threads,
             sessions: model.sessions,
+            lone_threads: model.lone_threads,
             query_cache: 10_000,
             max_length: model.max_length,
         }
