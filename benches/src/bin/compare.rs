@@ -58,7 +58,11 @@ async fn run(dataset: &str, docs: usize, queries: usize, threads: usize, quantiz
     config.embedding.query_cache = 0;
     config.embedding.quantized = quantized;
     if threads > 0 {
-        (config.embedding.threads, config.embedding.sessions) = (threads, 1);
+        (config.embedding.threads, config.embedding.sessions, config.embedding.lone_threads) = (threads, 1, 1);
+    }
+    // `RAGTUNE_LONE_THREADS` measures the lone-query session (`embedding.lone_threads`) at defaults.
+    if let Some(n) = std::env::var("RAGTUNE_LONE_THREADS").ok().and_then(|v| v.parse().ok()).filter(|_| threads == 0) {
+        config.embedding.lone_threads = n;
     }
     let load_started = Instant::now();
     let mut engine = Engine::open(config).await?;

@@ -189,7 +189,9 @@ pub struct FastEmbedderConfig {
     pub sessions: usize,
     /// Intra-op threads of one more session, used by a call of one batch (a query) when no other call is in
     /// flight: a lone query gets every core, concurrent ones the sessions above. 0 means one per core; a value
-    /// not above `intra_threads` means no such session.
+    /// not above `intra_threads` (the default, 1) means no such session. It lowers a lone query's latency and
+    /// costs concurrent throughput (its threads compete with the other sessions' when calls overlap; measured
+    /// in docs/performance.md).
     pub lone_threads: usize,
 }
 
@@ -204,7 +206,7 @@ impl FastEmbedderConfig {
             batch_size: 32,
             intra_threads: 1,
             sessions: 0,
-            lone_threads: 0,
+            lone_threads: 1,
         }
     }
 

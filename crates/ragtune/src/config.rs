@@ -534,9 +534,9 @@ pub struct EmbeddingSettings {
     /// indexing spreads its batches over all of them.
     pub sessions: usize,
     /// Intra-op threads of one more session that serves a query when no other call is in flight (0: one per core;
-    /// 1: no such session). A lone query then uses every core; concurrent queries use the `sessions`. Set 1 for a
-    /// server that is always busy: the extra session's threads compete with the others when a call arrives while
-    /// it runs.
+    /// 1, the default: no such session). A lone query then uses every core (lower latency for one user); but when
+    /// calls overlap its threads compete with the other sessions', so concurrent throughput drops (measured in
+    /// docs/performance.md): leave it at 1 for a server.
     pub lone_threads: usize,
     /// Query embeddings kept in memory by text (0: no cache); passages are never cached.
     pub query_cache: u64,
