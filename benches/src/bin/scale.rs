@@ -17,8 +17,8 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use ragtune::core::{
-    Candidate, Chunk, Ctx, Distance, EmbeddingSpec, Record, SearchRequest, SparseEncoder, TextRole, VectorQuery,
-    VectorStore, WriteBatch,
+    Chunk, Ctx, Distance, EmbeddingSpec, Record, SearchRequest, SparseEncoder, TextRole, VectorQuery, VectorStore,
+    WriteBatch,
 };
 use ragtune::store::{EmbeddedStore, StoreOptions};
 use ragtune_eval::retrieval::{EvalOptions, run_eval};
@@ -193,30 +193,7 @@ async fn run(dataset: &str, chunks: usize, queries: usize, dir: &std::path::Path
         top_k: k,
         filter: None,
     };
-    let time = |requests: Vec<Vec<SearchRequest>>| {
-        let store = &store;
-        let ctx = &ctx;
-        async move {
-            let mut ms = Vec::new();
-            let mut lists = Vec::new();
-            for r in requests {
-                let t = Instant::now();
-                let mut got = store.search(ctx, &r).await?;
-                if got.len() == 2 {
-                    let named = |hits: Vec<ragtune::core::ScoredHit>, name: &str| -> Vec<Candidate> {
-                        hits.into_iter().zip(1_u32..).map(|(h, rank)| Candidate::from_hit(h, name, rank)).collect()
-                    };
-                    let d = named(got.pop().unwrap_or_default(), "dense");
-                    let b = named(got.pop().unwrap_or_default(), "bm25");
-                    std::hint::black_box(ragtune::retrieve::rrf_fuse(&[(1.0, b), (1.0, d)], 60.0, 10));
-                }
-                ms.push(t.elapsed().as_secs_f64() * 1000.0);
-                lists.push(got.into_iter().next().unwrap_or_default());
-            }
-            ms.sort_by(f64::total_cmp);
-            anyhow::Ok((ms, lists))
-        }
-    };
+    let time = |calls: Vec<Vec<SearchRequest>>| benches::time_calls(&store, &ctx, calls);
     let (bm25_ms, _) = time(q_sparse.iter().map(|s| vec![sparse(s, 10)]).collect()).await?;
     let (hnsw_ms, hnsw) = time(q_vectors.iter().map(|v| vec![dense(v, 10)]).collect()).await?;
     // More results than `ef_search` asks are answered exactly: the exact top 10 is the head of the top 200.

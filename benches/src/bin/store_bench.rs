@@ -16,9 +16,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
-use ragtune::core::{
-    Candidate, Ctx, Record, SearchRequest, SparseEncoder, TextRole, VectorQuery, VectorStore, WriteBatch,
-};
+use ragtune::core::{Ctx, Record, SearchRequest, SparseEncoder, TextRole, VectorQuery, VectorStore, WriteBatch};
 use ragtune::store::EmbeddedStore;
 use ragtune::{StoreBackend, StoreConfig};
 use ragtune_eval::retrieval::{EvalOptions, run_eval};
@@ -176,27 +174,8 @@ async fn measure(
     eprintln!("store-bench: {name}: {} records written in {upsert_s:.2} s", records.len());
     // Each query is one store call (a hybrid query: both lists in one call, then RRF), timed end to end.
     let time = |calls: Vec<Vec<SearchRequest>>| {
-        let store = &store;
-        let ctx = &ctx;
-        async move {
-            let mut ms = Vec::with_capacity(calls.len());
-            for requests in calls {
-                let t = Instant::now();
-                let mut lists = store.search(ctx, &requests).await?;
-                if lists.len() == 2 {
-                    let named = |hits: Vec<ragtune::core::ScoredHit>, name: &str| -> Vec<Candidate> {
-                        hits.into_iter().zip(1_u32..).map(|(h, rank)| Candidate::from_hit(h, name, rank)).collect()
-                    };
-                    let dense = named(lists.pop().unwrap_or_default(), "dense");
-                    let bm25 = named(lists.pop().unwrap_or_default(), "bm25");
-                    std::hint::black_box(ragtune::retrieve::rrf_fuse(&[(1.0, bm25), (1.0, dense)], 60.0, 10));
-                }
-                ms.push(t.elapsed().as_secs_f64() * 1000.0);
-                std::hint::black_box(lists);
-            }
-            ms.sort_by(f64::total_cmp);
-            anyhow::Ok(ms)
-        }
+        let (store, ctx) = (store, &ctx);
+        async move { benches::time_calls(store, ctx, calls).await.map(|(ms, _)| ms) }
     };
     let req = |v: VectorQuery, top_k: usize| SearchRequest { vector: v, top_k, filter: None };
     let bm25 = time(sparse_queries.iter().map(|q| vec![req(VectorQuery::Sparse(q.clone()), 10)]).collect()).await?;
