@@ -33,3 +33,34 @@ pub async fn time_calls(
     ms.sort_by(f64::total_cmp);
     Ok((ms, out))
 }
+
+/// Runs `work` once per text with `concurrency` calls in flight (each a task on the current runtime, taking the
+/// next text as it finishes one) and returns texts per second.
+///
+/// # Errors
+/// The first error of `work`; a task that panicked.
+pub async fn per_second<F, Fut>(texts: &[String], concurrency: usize, work: F) -> anyhow::Result<f64>
+where
+    F: Fn(String) -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = anyhow::Result<()>> + Send,
+{
+    let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let texts = std::sync::Arc::new(texts.to_vec());
+    let started = Instant::now();
+    let workers: Vec<_> = (0..concurrency.max(1))
+        .map(|_| {
+            let (next, texts, work) = (next.clone(), texts.clone(), work.clone());
+            tokio::spawn(async move {
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some(text) = texts.get(i) else { return anyhow::Ok(()) };
+                    work(text.clone()).await?;
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.await??;
+    }
+    Ok(texts.len() as f64 / started.elapsed().as_secs_f64())
+}

@@ -27,18 +27,10 @@
 //!
 //! Benchmarks that need `../shared/data` say so and measure only what they can without it.
 
-use std::path::{Path, PathBuf};
-
 use anyhow::{Context, Result, bail};
 use ragtune_provision::ModelLayout;
 
 use crate::shell::{self, Shell};
-
-/// Python packages of the reference side, pinned: the same ONNX Runtime as the Rust side loads, `bm25s` (the
-/// fastest Python BM25) with the SciPy it needs, and `onnx` for the quantisation script of `cargo xtask models
-/// --quantized`.
-const PY_REQUIREMENTS: [&str; 6] =
-    ["onnxruntime==1.31.1", "tokenizers==0.23.3", "numpy==2.4.6", "bm25s==0.3.16", "scipy==1.17.1", "onnx==1.23.2"];
 
 pub fn run(args: &[String]) -> Result<()> {
     if args.first().is_some_and(|a| a == "embed") {
@@ -102,7 +94,7 @@ fn embed(args: &[String]) -> Result<()> {
     rust.arg("--corpus").arg(&corpus).args(common).args(["--sessions", &sessions]).arg("--dump").arg(&dump);
     let rust_out = json_line(&mut rust)?;
 
-    let python = python_venv(&sh, &home.join("bench-venv"))?;
+    let python = crate::python::venv(&sh, &home)?;
     let mut py = sh.cmd(&python);
     py.arg(sh.root().join("crates/ragtune-embed/scripts/reference_embed.py"));
     py.arg("--model-dir")
@@ -156,7 +148,7 @@ fn compare(args: &[String]) -> Result<()> {
     }
     shell::run(&mut sh.cargo(&["build", "--release", "--quiet", "-j2", "-p", "benches", "--bin", "compare"]))?;
     let exe = sh.target_dir().join("release").join("compare");
-    let python = python_venv(&sh, &home.join("bench-venv"))?;
+    let python = crate::python::venv(&sh, &home)?;
     let common = ["--docs", docs.as_str(), "--queries", queries.as_str()];
     let mut rows = Vec::new();
     for threads in ["0", "1"] {
@@ -311,22 +303,6 @@ fn json_line(cmd: &mut std::process::Command) -> Result<serde_json::Value> {
     let line = stdout.lines().last().context("no output")?;
     println!("{line}");
     serde_json::from_str(line).with_context(|| format!("not JSON: {line}"))
-}
-
-/// A virtual environment with the pinned reference packages, created once.
-pub(crate) fn python_venv(sh: &Shell, dir: &Path) -> Result<PathBuf> {
-    let python = dir.join("bin").join("python");
-    let stamp = dir.join("requirements.txt");
-    let wanted = PY_REQUIREMENTS.join("\n");
-    if python.is_file() && std::fs::read_to_string(&stamp).is_ok_and(|s| s == wanted) {
-        return Ok(python);
-    }
-    shell::run(sh.cmd("python3").args(["-m", "venv"]).arg(dir))?;
-    shell::run(
-        sh.cmd(&python).args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"]).args(PY_REQUIREMENTS),
-    )?;
-    std::fs::write(&stamp, wanted)?;
-    Ok(python)
 }
 
 fn load() -> String {

@@ -21,6 +21,7 @@ mod layers;
 mod llm;
 mod models;
 mod provision;
+mod python;
 mod qdrant;
 mod shell;
 mod websearch;

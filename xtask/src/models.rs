@@ -58,7 +58,7 @@ pub fn provision_quantized() -> Result<PathBuf> {
     }
     let started = Instant::now();
     let sh = Shell::new();
-    let python = crate::bench::python_venv(&sh, &home.join("bench-venv"))?;
+    let python = crate::python::venv(&sh, &home)?;
     let mut cmd = sh.cmd(&python);
     cmd.arg(sh.root().join("crates/ragtune-embed/scripts/quantize_minilm.py"));
     cmd.arg("--src").arg(layout.minilm_dir()).arg("--out").arg(&out);

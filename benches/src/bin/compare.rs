@@ -126,25 +126,12 @@ async fn run(dataset: &str, docs: usize, queries: usize, threads: usize, quantiz
 
 /// Dense queries per second with `concurrency` queries in flight (each a task on the runtime).
 async fn throughput(engine: &Arc<Engine>, texts: &[String], concurrency: usize) -> Result<f64> {
-    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let texts = Arc::new(texts.to_vec());
-    let started = Instant::now();
-    let workers: Vec<_> = (0..concurrency)
-        .map(|_| {
-            let (engine, next, texts) = (engine.clone(), next.clone(), texts.clone());
-            tokio::spawn(async move {
-                loop {
-                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    let Some(q) = texts.get(i) else { return anyhow::Ok(()) };
-                    engine.search_with(Query::new(q.clone()), Strategy::Dense).await?;
-                }
-            })
-        })
-        .collect();
-    for w in workers {
-        w.await??;
-    }
-    Ok(texts.len() as f64 / started.elapsed().as_secs_f64())
+    let engine = engine.clone();
+    benches::per_second(texts, concurrency, move |q| {
+        let engine = engine.clone();
+        async move { Ok(engine.search_with(Query::new(q), Strategy::Dense).await.map(drop)?) }
+    })
+    .await
 }
 
 fn percentiles(mut ms: Vec<f64>) -> serde_json::Value {

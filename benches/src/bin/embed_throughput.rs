@@ -64,27 +64,11 @@ fn main() -> Result<()> {
     let queries: Vec<String> =
         texts.iter().take(200).map(|t| t.split(['.', '\n']).next().unwrap_or(t).to_owned()).collect();
     let per_second = |concurrency: usize| -> Result<f64> {
-        let started = Instant::now();
-        rt.block_on(async {
-            let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-            let workers: Vec<_> = (0..concurrency)
-                .map(|_| {
-                    let (embedder, next, queries) = (embedder.clone(), next.clone(), queries.clone());
-                    tokio::spawn(async move {
-                        loop {
-                            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                            let Some(q) = queries.get(i) else { return Ok::<_, ragtune::core::Error>(()) };
-                            embedder.embed(&Ctx::new(), &[q.as_str()], TextRole::Query).await?;
-                        }
-                    })
-                })
-                .collect();
-            for w in workers {
-                w.await??;
-            }
-            Ok::<_, anyhow::Error>(())
-        })?;
-        Ok(queries.len() as f64 / started.elapsed().as_secs_f64())
+        let embedder = embedder.clone();
+        rt.block_on(benches::per_second(&queries, concurrency, move |q| {
+            let embedder = embedder.clone();
+            async move { Ok(embedder.embed(&Ctx::new(), &[q.as_str()], TextRole::Query).await.map(drop)?) }
+        }))
     };
     let (c1, cn) = (per_second(1)?, per_second(sessions.max(1))?);
     println!(
