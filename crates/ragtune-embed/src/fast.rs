@@ -383,10 +383,7 @@ impl Embedder for FastEmbedder {
             };
             let order = length_order(&lengths);
             let parts: Vec<&[usize]> = order.chunks(batch).collect();
-            let out = match wide.as_deref().filter(|_| parts.len() == 1).and_then(|w| w.try_lock().ok()) {
-                Some(mut model) => embed_one_batch(&mut model, &owned, parts[0], &cancel)?,
-                None => embed_batches(&models, &owned, &parts, &cancel)?,
-            };
+            let out = embed_batches(&models, wide.as_deref(), &owned, &parts, &cancel)?;
             Ok((out, count, parts.len() as u64))
         })
         .await?;
@@ -428,10 +425,12 @@ impl Embedder for FastEmbedder {
 }
 
 /// Embeds `parts` (batches of indexes into `texts`) on the session pool and returns the vectors in `texts`'
-/// order. One batch runs on the first free session (a concurrent call takes another); several batches are spread
-/// over up to one worker thread per session, each worker holding its session for the batches it takes.
+/// order. One batch runs on `lone` when given and free (the caller passes it for a call made alone), else on the
+/// first free session (a concurrent call takes another); several batches are spread over up to one worker thread
+/// per session, each worker holding its session for the batches it takes.
 fn embed_batches(
     models: &[Mutex<TextEmbedding>],
+    lone: Option<&Mutex<TextEmbedding>>,
     texts: &[String],
     parts: &[&[usize]],
     cancel: &Ctx,
@@ -445,7 +444,9 @@ fn embed_batches(
     let mut out: Vec<Option<Vec<f32>>> = vec![None; texts.len()];
     let workers = models.len().min(parts.len());
     if workers <= 1 {
-        let mut model = acquire(models);
+        // A one-batch call made while no other call was in flight takes the lone-call session when it is free.
+        let lone = lone.filter(|_| parts.len() == 1).and_then(|m| m.try_lock().ok());
+        let mut model = lone.unwrap_or_else(|| acquire(models));
         for ids in parts {
             for (&i, v) in ids.iter().zip(run(&mut model, ids)?) {
                 out[i] = Some(v);
@@ -479,18 +480,6 @@ fn embed_batches(
                 out[i] = Some(v);
             }
         }
-    }
-    Ok(out.into_iter().flatten().collect())
-}
-
-/// One batch on one session, the vectors in `texts`' order.
-fn embed_one_batch(model: &mut TextEmbedding, texts: &[String], ids: &[usize], cancel: &Ctx) -> Result<Vec<Vec<f32>>> {
-    cancel.check()?;
-    let part: Vec<&str> = ids.iter().map(|&i| texts[i].as_str()).collect();
-    let vectors = model.embed(&part, Some(part.len())).map_err(model_err("embedding failed"))?;
-    let mut out: Vec<Option<Vec<f32>>> = vec![None; texts.len()];
-    for (&i, v) in ids.iter().zip(vectors) {
-        out[i] = Some(v);
     }
     Ok(out.into_iter().flatten().collect())
 }
