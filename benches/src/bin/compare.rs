@@ -52,17 +52,15 @@ async fn run(dataset: &str, docs: usize, queries: usize, threads: usize, quantiz
     let texts: Vec<String> = data.queries_with_qrels().iter().take(queries).map(|q| q.text.clone()).collect();
     let dir = std::env::temp_dir().join(format!("ragtune-compare-{}-{threads}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let mut config = Config::default();
+    // The settings the CLI would use (`$RAGTUNE_CONFIG`, `RAGTUNE__SECTION__KEY` overrides: for example
+    // `RAGTUNE__EMBEDDING__LONE_THREADS=0` measures the lone-query session), on a fresh store.
+    let mut config = Config::load(None)?;
     config.store.path.clone_from(&dir);
     config.embedding.mode = ragtune::EmbeddingMode::On;
     config.embedding.query_cache = 0;
     config.embedding.quantized = quantized;
     if threads > 0 {
         (config.embedding.threads, config.embedding.sessions, config.embedding.lone_threads) = (threads, 1, 1);
-    }
-    // `RAGTUNE_LONE_THREADS` measures the lone-query session (`embedding.lone_threads`) at defaults.
-    if let Some(n) = std::env::var("RAGTUNE_LONE_THREADS").ok().and_then(|v| v.parse().ok()).filter(|_| threads == 0) {
-        config.embedding.lone_threads = n;
     }
     let load_started = Instant::now();
     let mut engine = Engine::open(config).await?;
