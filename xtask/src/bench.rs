@@ -127,7 +127,8 @@ fn embed(args: &[String]) -> Result<()> {
     Ok(())
 }
 
-/// `bench compare`: both sides at their defaults, then both at one thread, each pair run back to back.
+/// `bench compare`: for each model file (the int8 variant ragtune uses by default, then the file as shipped), both
+/// sides at their defaults, then both at one thread, each pair run back to back on the same file.
 fn compare(args: &[String]) -> Result<()> {
     let (mut docs, mut queries) = ("1000".to_owned(), "300".to_owned());
     let mut it = args.iter();
@@ -150,41 +151,32 @@ fn compare(args: &[String]) -> Result<()> {
     let exe = sh.target_dir().join("release").join("compare");
     let python = crate::python::venv(&sh, &home)?;
     let common = ["--docs", docs.as_str(), "--queries", queries.as_str()];
+    // (model, threads, ragtune's line, the peer's line, load before, load after)
     let mut rows = Vec::new();
-    for threads in ["0", "1"] {
-        let before = load();
-        let mut rust = sh.cmd(&exe);
-        rust.arg("--dataset").arg(&dataset).args(common).args(["--threads", threads]);
-        let rust = json_line(&mut rust)?;
-        let mut py = sh.cmd(&python);
-        py.arg(sh.root().join("crates/ragtune-embed/scripts/peer.py")).arg("--model-dir").arg(layout.minilm_dir());
-        py.arg("--dataset").arg(&dataset).args(common).args(["--threads", threads]);
-        let py = json_line(&mut py)?;
-        rows.push((threads, rust, py, before, load()));
+    for (model, dir) in [("int8", layout.minilm_quantized_dir()), ("fp32", layout.minilm_dir())] {
+        for threads in ["0", "1"] {
+            let before = load();
+            let mut rust = sh.cmd(&exe);
+            rust.arg("--dataset").arg(&dataset).args(common).args(["--threads", threads]);
+            if model == "fp32" {
+                rust.arg("--fp32");
+            }
+            let rust = json_line(&mut rust)?;
+            let mut py = sh.cmd(&python);
+            py.arg(sh.root().join("crates/ragtune-embed/scripts/peer.py")).arg("--model-dir").arg(&dir);
+            py.arg("--dataset").arg(&dataset).args(common).args(["--threads", threads]);
+            let py = json_line(&mut py)?;
+            rows.push((model, threads, rust, py, before, load()));
+        }
     }
-    // The int8 variant against the same peer run at defaults (the peer keeps the default model file).
-    if ModelLayout::new(&home).minilm_quantized_dir().join("model.onnx").is_file() {
-        let before = load();
-        let mut rust = sh.cmd(&exe);
-        rust.arg("--dataset").arg(&dataset).args(common).args(["--threads", "0", "--quantized"]);
-        let rust = json_line(&mut rust)?;
-        let py = rows[0].2.clone();
-        rows.push(("quantized", rust, py, before, load()));
-    } else {
-        println!("(the quantised model is not built: `cargo xtask models --quantized` adds its row)");
-    }
+    // What a user sees who runs each side as shipped: ragtune's defaults (int8) against the peer at its defaults on
+    // the model file as distributed (fp32 compute); both measured above, in different pairs.
+    let shipped = (rows[0].2.clone(), rows[2].3.clone(), rows[0].4.clone(), rows[2].5.clone());
     println!(
         "\nragtune vs Python peer: SciFact, first {docs} documents, {queries} test queries one at a time, all-MiniLM-L6-v2"
     );
     println!("(ratio = ragtune / peer for throughput, peer / ragtune for latency: above 1 means ragtune is faster)");
-    for (threads, r, p, before, after) in &rows {
-        let setting = match *threads {
-            "0" => "defaults".to_owned(),
-            "quantized" => {
-                "ragtune with embedding.quantized (int8 model) at defaults vs the peer at defaults".to_owned()
-            }
-            n => format!("{n} thread each"),
-        };
+    let print = |setting: String, r: &serde_json::Value, p: &serde_json::Value, before: &str, after: &str| {
         println!("\n{setting}  (load average before {before}, after {after})");
         println!("  {:<30} {:>12} {:>12} {:>8}", "", "ragtune", "peer", "ratio");
         let num = |v: &serde_json::Value, k: &str| v[k].as_f64().unwrap_or(f64::NAN);
@@ -208,7 +200,16 @@ fn compare(args: &[String]) -> Result<()> {
             num(r, "model_load_seconds"),
             num(p, "model_load_seconds")
         );
+    };
+    for (model, threads, r, p, before, after) in &rows {
+        let setting = match *threads {
+            "0" => format!("{model} file, both at defaults"),
+            n => format!("{model} file, {n} thread each"),
+        };
+        print(setting, r, p, before, after);
     }
+    let (r, p, before, after) = &shipped;
+    print("as shipped: ragtune at defaults (int8) vs the peer at defaults on the fp32 file".to_owned(), r, p, before, after);
     Ok(())
 }
 

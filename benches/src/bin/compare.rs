@@ -12,9 +12,9 @@
 //! - `dense_qps_1`, `dense_qps_2`: dense queries per second with one and two queries in flight.
 //!
 //! `--threads 0` (the default) leaves every setting at ragtune's defaults (a session per core, one intra-op
-//! thread each); `--threads T` runs one ONNX Runtime session with `T` intra-op threads. `--quantized` uses the int8
-//! variant of the model (`embedding.quantized`). The query-embedding cache is off so every query is embedded (the
-//! queries are distinct anyway).
+//! thread each, the int8 model); `--threads T` runs one ONNX Runtime session with `T` intra-op threads. `--fp32` runs
+//! the model file as shipped instead of its int8 variant (`embedding.quantized = false`). The query-embedding cache
+//! is off so every query is embedded (the queries are distinct anyway).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -26,10 +26,10 @@ use ragtune::{Chunking, Config, Engine, Strategy};
 fn main() -> Result<()> {
     let mut args = std::env::args().skip(1);
     let (mut dataset, mut docs, mut queries, mut threads) = (None, 1000_usize, 300_usize, 0_usize);
-    let mut quantized = false;
+    let mut fp32 = false;
     while let Some(a) = args.next() {
-        if a == "--quantized" {
-            quantized = true;
+        if a == "--fp32" {
+            fp32 = true;
             continue;
         }
         let mut value = || args.next().with_context(|| format!("{a} needs a value"));
@@ -38,15 +38,15 @@ fn main() -> Result<()> {
             "--docs" => docs = value()?.parse().context("--docs")?,
             "--queries" => queries = value()?.parse().context("--queries")?,
             "--threads" => threads = value()?.parse().context("--threads")?,
-            other => bail!("unknown argument {other} (use --dataset, --docs, --queries, --threads, --quantized)"),
+            other => bail!("unknown argument {other} (use --dataset, --docs, --queries, --threads, --fp32)"),
         }
     }
     let dataset = dataset.context("--dataset DIR is required")?;
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-    rt.block_on(run(&dataset, docs, queries, threads, quantized))
+    rt.block_on(run(&dataset, docs, queries, threads, fp32))
 }
 
-async fn run(dataset: &str, docs: usize, queries: usize, threads: usize, quantized: bool) -> Result<()> {
+async fn run(dataset: &str, docs: usize, queries: usize, threads: usize, fp32: bool) -> Result<()> {
     let data = ragtune::ingest::load_beir(std::path::Path::new(dataset), "test")?;
     let corpus: Vec<_> = data.corpus.iter().take(docs).cloned().collect();
     let texts: Vec<String> = data.queries_with_qrels().iter().take(queries).map(|q| q.text.clone()).collect();
@@ -58,7 +58,10 @@ async fn run(dataset: &str, docs: usize, queries: usize, threads: usize, quantiz
     config.store.path.clone_from(&dir);
     config.embedding.mode = ragtune::EmbeddingMode::On;
     config.embedding.query_cache = 0;
-    config.embedding.quantized = quantized;
+    if fp32 {
+        config.embedding.quantized = false;
+    }
+    let quantized = config.embedding.quantized;
     if threads > 0 {
         (config.embedding.threads, config.embedding.sessions, config.embedding.lone_threads) = (threads, 1, 1);
     }

@@ -271,10 +271,13 @@ impl FastEmbedder {
                     let hidden_size = read_hidden_size(dir)?;
                     let model = UserDefinedEmbeddingModel::new(read(&dir.join("model.onnx"))?, tokenizer_files(dir)?)
                         .with_pooling(Pooling::Mean);
-                    let options = InitOptionsUserDefined::new()
-                        .with_max_length(config.max_length)
-                        .with_intra_threads(threads)
-                        .with_environment(env.clone());
+                    let options = no_spinning(
+                        InitOptionsUserDefined::new()
+                            .with_max_length(config.max_length)
+                            .with_intra_threads(threads)
+                            .with_environment(env.clone()),
+                        threads,
+                    );
                     let model = TextEmbedding::try_new_from_user_defined(model, options)
                         .map_err(model_err(&format!("cannot load the embedding model in {}", dir.display())))?;
                     (model, hidden_size)
@@ -331,6 +334,15 @@ impl FastEmbedder {
     pub fn config(&self) -> &FastEmbedderConfig {
         &self.config
     }
+}
+
+/// Turns off the busy-waiting of a session's intra-op threads when it has more than one.
+///
+/// ONNX Runtime's worker threads spin for a while after each parallel section, waiting for more work. A session of
+/// one thread has no workers (the calling thread computes), but the lone-call session's workers would keep spinning
+/// after its query and take the cores that the one-thread sessions of concurrent queries need.
+fn no_spinning(options: InitOptionsUserDefined, threads: usize) -> InitOptionsUserDefined {
+    if threads > 1 { options.with_session_config("session.intra_op.allow_spinning", "0") } else { options }
 }
 
 /// `hidden_size` from the model directory's `config.json`, when it has one.

