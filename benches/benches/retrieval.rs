@@ -73,6 +73,7 @@ fn dense_search(c: &mut Criterion) {
                         chunk: Chunk::new(format!("c{i}"), format!("d{i}"), "x"),
                         dense: Some(rng.clustered(&centres)),
                         sparse: None,
+                        spans: Vec::new(),
                     })
                     .collect();
                 store.upsert(&ctx, records).await.expect("upsert");

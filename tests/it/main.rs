@@ -14,6 +14,7 @@ mod query_cache;
 mod rerank;
 mod scifact;
 mod strategies;
+mod strip_vectors;
 mod transforms;
 mod web;
 

@@ -53,6 +53,7 @@ async fn scifact_records() -> (Vec<Record>, Vec<SparseVector>, ragtune::core::Sp
             chunk: Chunk::new(format!("{}#0", d.id), d.id.clone(), text.clone()),
             dense: None,
             sparse: Some(v),
+            spans: Vec::new(),
         })
         .collect();
     let queries: Vec<&str> = beir.queries_with_qrels().iter().map(|q| q.text.as_str()).collect();

@@ -104,7 +104,7 @@ pub fn records(doc: u64, version: u64) -> Vec<Record> {
             let sparse = SparseVector::from_pairs(vec![(shared, 0.5), (unique_term(doc, j), 1.0)]);
             // Some text to make pages fill and split: records of a few hundred bytes.
             chunk.metadata.insert("filler".into(), "x".repeat(64 + (mix(doc + j) % 400) as usize).into());
-            Record { chunk, dense: Some(dense_vector(doc, j)), sparse: Some(sparse) }
+            Record { chunk, dense: Some(dense_vector(doc, j)), sparse: Some(sparse), spans: Vec::new() }
         })
         .collect()
 }

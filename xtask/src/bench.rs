@@ -209,7 +209,13 @@ fn compare(args: &[String]) -> Result<()> {
         print(setting, r, p, before, after);
     }
     let (r, p, before, after) = &shipped;
-    print("as shipped: ragtune at defaults (int8) vs the peer at defaults on the fp32 file".to_owned(), r, p, before, after);
+    print(
+        "as shipped: ragtune at defaults (int8) vs the peer at defaults on the fp32 file".to_owned(),
+        r,
+        p,
+        before,
+        after,
+    );
     Ok(())
 }
 

@@ -145,6 +145,7 @@ async fn run(dataset: &str, chunks: usize, queries: usize, dir: &std::path::Path
                     chunk: Chunk::new(format!("c{i:08}"), format!("d{i:08}"), text),
                     dense: Some(noisy(&bases[i % bases.len()], &mut rng, SIGMA)),
                     sparse: Some(sparse),
+                    spans: Vec::new(),
                 })
                 .collect();
             store.write(&ctx, WriteBatch { delete_docs: Vec::new(), upsert }).await?;

@@ -33,11 +33,11 @@ pub use filter::Filter;
 pub use prompt::Prompt;
 pub use seams::{
     Embedder, Llm, LlmRequest, LlmResponse, Message, RelevanceEvaluator, RelevanceJudgement, Reranker, Retriever, Role,
-    SearchRequest, SparseEncoder, StoreStats, VectorQuery, VectorStore, Verdict, WebQuery, WebResult, WebSearch,
-    WriteBatch, WriteReport,
+    SearchRequest, SpanEmbeddings, SparseEncoder, StoreStats, VectorQuery, VectorStore, Verdict, WebQuery, WebResult,
+    WebSearch, WriteBatch, WriteReport,
 };
 pub use trace::TraceEvent;
 pub use types::{
     Candidate, Chunk, ChunkKind, Distance, Document, EmbeddingSpec, Metadata, Query, Record, ScoredHit, Secret,
-    SourceScore, SparseSpec, SparseVector, TextRole, sort_ranked,
+    SourceScore, SpanVector, SparseSpec, SparseVector, TextRole, sort_ranked,
 };

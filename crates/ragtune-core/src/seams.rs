@@ -11,8 +11,8 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    Candidate, Chunk, Cost, CostModel, Ctx, EmbeddingSpec, Filter, Query, Record, Result, ScoredHit, SparseSpec,
-    SparseVector, TextRole,
+    Candidate, Chunk, Cost, CostModel, Ctx, EmbeddingSpec, Filter, Query, Record, Result, ScoredHit, SpanVector,
+    SparseSpec, SparseVector, TextRole,
 };
 
 /// Turns texts into dense vectors of one [`EmbeddingSpec`].
@@ -36,6 +36,38 @@ pub trait Embedder: Send + Sync + Debug {
     /// # Errors
     /// [`Unavailable`](crate::ErrorKind::Unavailable) when the model cannot run; `Cancelled`/`DeadlineExceeded` from `ctx`.
     async fn embed(&self, ctx: &Ctx, texts: &[&str], role: TextRole) -> Result<Vec<Vec<f32>>>;
+
+    /// Whether a text gets the same vector in either [`TextRole`] (a model without query or passage prefixes), so a
+    /// passage's vector may stand for the same text asked as a query.
+    fn role_independent(&self) -> bool {
+        false
+    }
+
+    /// Embeds passages as [`embed`](Self::embed) does (`TextRole::Passage`, the same vectors) and, from the same
+    /// forward pass, one vector per span of each text (`spans[i]` holds byte ranges of `texts[i]`), pooled over the
+    /// span's tokens as the text's vector is pooled over all of them, then L2-normalised. A span is `None` when the
+    /// model saw none of its tokens (past the truncation) or the embedder cannot pool spans; the default embeds the
+    /// texts and pools no span, so callers embed what they need themselves.
+    ///
+    /// # Errors
+    /// As [`embed`](Self::embed); [`InvalidInput`](crate::ErrorKind::InvalidInput) when `spans` and `texts` differ
+    /// in length.
+    async fn embed_spans(&self, ctx: &Ctx, texts: &[&str], spans: &[Vec<(usize, usize)>]) -> Result<SpanEmbeddings> {
+        if spans.len() != texts.len() {
+            return Err(crate::Error::invalid_input(format!("{} span lists for {} texts", spans.len(), texts.len())));
+        }
+        let texts_vectors = self.embed(ctx, texts, TextRole::Passage).await?;
+        Ok(SpanEmbeddings { texts: texts_vectors, spans: spans.iter().map(|s| vec![None; s.len()]).collect() })
+    }
+}
+
+/// What [`Embedder::embed_spans`] returns: each text's vector, and per text one vector (or `None`) per span.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SpanEmbeddings {
+    /// One vector per text, as `embed` gives them.
+    pub texts: Vec<Vec<f32>>,
+    /// Per text, one entry per requested span, in order.
+    pub spans: Vec<Vec<Option<Vec<f32>>>>,
 }
 
 /// Turns texts into sparse vectors of one [`SparseSpec`] (BM25 term weights, SPLADE expansions).
@@ -161,6 +193,17 @@ pub trait VectorStore: Send + Sync + Debug {
     /// # Errors
     /// IO failures.
     async fn stats(&self, ctx: &Ctx) -> Result<StoreStats>;
+
+    /// The span vectors stored with these chunks ([`Record::spans`]), one list per id in order: empty for a chunk
+    /// without any, an id that is not stored, or a store that keeps none (the default). Callers embed what is
+    /// missing themselves.
+    ///
+    /// # Errors
+    /// IO failures.
+    async fn span_vectors(&self, ctx: &Ctx, ids: &[String]) -> Result<Vec<Vec<SpanVector>>> {
+        ctx.check()?;
+        Ok(vec![Vec::new(); ids.len()])
+    }
 
     /// Inserts or replaces records by chunk id.
     ///
@@ -420,6 +463,10 @@ macro_rules! forward_pointer {
             async fn embed(&self, ctx: &Ctx, texts: &[&str], role: TextRole) -> Result<Vec<Vec<f32>>> {
                 (**self).embed(ctx, texts, role).await
             }
+            fn role_independent(&self) -> bool { (**self).role_independent() }
+            async fn embed_spans(&self, ctx: &Ctx, texts: &[&str], spans: &[Vec<(usize, usize)>]) -> Result<SpanEmbeddings> {
+                (**self).embed_spans(ctx, texts, spans).await
+            }
         }
 
         #[async_trait]
@@ -448,6 +495,9 @@ macro_rules! forward_pointer {
             }
             async fn delete_documents(&self, ctx: &Ctx, doc_ids: &[String]) -> Result<WriteReport> {
                 (**self).delete_documents(ctx, doc_ids).await
+            }
+            async fn span_vectors(&self, ctx: &Ctx, ids: &[String]) -> Result<Vec<Vec<SpanVector>>> {
+                (**self).span_vectors(ctx, ids).await
             }
         }
 

@@ -298,6 +298,42 @@ pub struct Record {
     /// are stored and fetchable by id but never returned by a search.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sparse: Option<SparseVector>,
+    /// Vectors of spans of the chunk's text (its knowledge strips), pooled from the same forward pass as `dense`
+    /// and in its space ([`Embedder::embed_spans`](crate::Embedder::embed_spans)); empty when none were computed.
+    /// Stores that keep them return them from [`VectorStore::span_vectors`](crate::VectorStore::span_vectors).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub spans: Vec<SpanVector>,
+}
+
+impl Record {
+    /// A record of `chunk` with these vectors and no span vectors.
+    #[must_use]
+    pub fn new(chunk: Chunk, dense: Option<Vec<f32>>, sparse: Option<SparseVector>) -> Self {
+        Self { chunk, dense, sparse, spans: Vec::new() }
+    }
+}
+
+/// The vector of one span of a chunk's text: bytes `start..end` of [`Chunk::text`], in the chunk's dense space.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SpanVector {
+    /// First byte of the span in the chunk's text.
+    pub start: u32,
+    /// One past the last byte.
+    pub end: u32,
+    /// The span's vector (L2-normalised, the dimension of the dense space).
+    pub vector: Vec<f32>,
+}
+
+impl SpanVector {
+    /// The span's text in `text`, or `None` when the range does not fit it (a span of another version of the text).
+    #[must_use]
+    pub fn text_in<'t>(&self, text: &'t str) -> Option<&'t str> {
+        let (start, end) = (usize::try_from(self.start).ok()?, usize::try_from(self.end).ok()?);
+        if start >= end {
+            return None;
+        }
+        text.get(start..end)
+    }
 }
 
 /// A chunk returned by a store search with its score in that search's space.

@@ -11,12 +11,13 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 use fastembed::{
-    InitOptionsUserDefined, Pooling, RerankInitOptionsUserDefined, TextEmbedding, TextRerank, TokenizerFiles,
-    UserDefinedEmbeddingModel, UserDefinedRerankingModel,
+    InitOptionsUserDefined, OutputKey, Pooling, RerankInitOptionsUserDefined, TextEmbedding, TextRerank,
+    TokenizerFiles, UserDefinedEmbeddingModel, UserDefinedRerankingModel,
 };
 use ort::environment::Environment;
 use ragtune_core::{
-    Candidate, Cost, CostModel, Ctx, Distance, Embedder, EmbeddingSpec, Error, Reranker, Result, TextRole, TraceEvent,
+    Candidate, Cost, CostModel, Ctx, Distance, Embedder, EmbeddingSpec, Error, Reranker, Result, SpanEmbeddings,
+    TextRole, TraceEvent,
 };
 
 static ORT_ENV: Mutex<Option<Environment>> = Mutex::new(None);
@@ -147,17 +148,6 @@ where
         tokens: encodings.iter().map(|e| e.get_attention_mask().iter().map(|&m| u64::from(m)).sum::<u64>()).sum(),
         truncated: encodings.iter().filter(|e| !e.get_overflowing().is_empty()).count(),
     })
-}
-
-/// Per input: the tokens the model sees (attention mask ones) and whether it was cut at `max_length`.
-fn token_lengths(tokenizer: &tokenizers::Tokenizer, inputs: &[String]) -> Result<Vec<(u64, bool)>> {
-    let encodings = tokenizer
-        .encode_batch(inputs.iter().map(String::as_str).collect::<Vec<_>>(), true)
-        .map_err(|e| Error::invalid_input(format!("cannot tokenise the input: {e}")))?;
-    Ok(encodings
-        .iter()
-        .map(|e| (e.get_attention_mask().iter().map(|&m| u64::from(m)).sum::<u64>(), !e.get_overflowing().is_empty()))
-        .collect())
 }
 
 /// The order in which to embed texts of these token lengths: shortest first (stable), so each batch holds texts
@@ -388,27 +378,77 @@ impl Embedder for FastEmbedder {
             // Tokenise once to count tokens and truncations, and to batch texts of similar length together:
             // the model pads every text of a batch to the batch's longest, so sorting by length saves the
             // compute spent on padding (the vectors are the same; they are returned in input order).
-            let lengths = token_lengths(&tokenizer, &owned)?;
-            let count = TokenCount {
-                tokens: lengths.iter().map(|l| l.0).sum(),
-                truncated: lengths.iter().filter(|l| l.1).count(),
-            };
-            let order = length_order(&lengths);
-            let parts: Vec<&[usize]> = order.chunks(batch).collect();
+            let encodings = encode(&tokenizer, &owned)?;
+            let (count, parts) = plan(&encodings, batch);
+            let parts: Vec<&[usize]> = parts.iter().map(Vec::as_slice).collect();
             let out = embed_batches(&models, wide.as_deref(), &owned, &parts, &cancel)?;
             Ok((out, count, parts.len() as u64))
         })
         .await?;
-        if vectors.len() != texts.len() {
-            return Err(Error::corrupt(format!(
-                "the model returned {} vectors for {} texts",
-                vectors.len(),
-                texts.len()
-            )));
-        }
         let mut vectors = vectors;
-        for v in &mut vectors {
-            // fastembed normalises already; normalising again costs nothing and makes the invariant ours.
+        self.check_vectors(&mut vectors, texts.len())?;
+        self.trace(ctx, texts.len(), role, count, batches, started);
+        Ok(vectors)
+    }
+
+    fn role_independent(&self) -> bool {
+        // The model is run on the text alone whatever the role: no query or passage prefixes.
+        true
+    }
+
+    async fn embed_spans(&self, ctx: &Ctx, texts: &[&str], spans: &[Vec<(usize, usize)>]) -> Result<SpanEmbeddings> {
+        ctx.check()?;
+        if spans.len() != texts.len() {
+            return Err(Error::invalid_input(format!("{} span lists for {} texts", spans.len(), texts.len())));
+        }
+        if texts.is_empty() {
+            return Ok(SpanEmbeddings::default());
+        }
+        let started = Instant::now();
+        let owned: Vec<String> = texts.iter().map(|t| (*t).to_owned()).collect();
+        let spans = spans.to_vec();
+        let (models, tokenizer, batch) = (self.models.clone(), self.tokenizer.clone(), self.config.batch_size);
+        let cancel = ctx.clone();
+        let flight = InFlight::enter(&self.in_flight);
+        let wide = self.wide.clone().filter(|_| flight.alone);
+        let (pooled, count, batches) = blocking(move || {
+            let encodings = encode(&tokenizer, &owned)?;
+            let (count, parts) = plan(&encodings, batch);
+            let parts: Vec<&[usize]> = parts.iter().map(Vec::as_slice).collect();
+            let run = |model: &mut TextEmbedding, ids: &[usize]| {
+                let part: Vec<&str> = ids.iter().map(|&i| owned[i].as_str()).collect();
+                let enc: Vec<&tokenizers::Encoding> = ids.iter().map(|&i| &encodings[i]).collect();
+                let sp: Vec<&[(usize, usize)]> = ids.iter().map(|&i| spans[i].as_slice()).collect();
+                pool_with_spans(model, &part, &enc, &sp)
+            };
+            let out = run_batches(&models, wide.as_deref(), owned.len(), &parts, &cancel, &run)?;
+            Ok((out, count, parts.len() as u64))
+        })
+        .await?;
+        let (mut vectors, mut span_vectors): (Vec<Vec<f32>>, Vec<Vec<Option<Vec<f32>>>>) = pooled.into_iter().unzip();
+        self.check_vectors(&mut vectors, texts.len())?;
+        for v in span_vectors.iter_mut().flatten().flatten() {
+            // A span vector is normalised like a text's; one that cannot be is dropped, never stored.
+            let norm = l2_normalize(v);
+            if v.len() != self.spec.dim || !norm.is_finite() || norm == 0.0 {
+                v.clear();
+            }
+        }
+        let span_vectors =
+            span_vectors.into_iter().map(|s| s.into_iter().map(|v| v.filter(|v| !v.is_empty())).collect()).collect();
+        self.trace(ctx, texts.len(), TextRole::Passage, count, batches, started);
+        Ok(SpanEmbeddings { texts: vectors, spans: span_vectors })
+    }
+}
+
+impl FastEmbedder {
+    /// Checks that the model returned one finite, non-zero vector of the space's dimension per text, normalising
+    /// each (fastembed normalises already; normalising again costs nothing and makes the invariant ours).
+    fn check_vectors(&self, vectors: &mut [Vec<f32>], texts: usize) -> Result<()> {
+        if vectors.len() != texts {
+            return Err(Error::corrupt(format!("the model returned {} vectors for {texts} texts", vectors.len())));
+        }
+        for v in vectors.iter_mut() {
             let norm = l2_normalize(v);
             if v.len() != self.spec.dim || !norm.is_finite() || norm == 0.0 {
                 return Err(Error::corrupt(format!(
@@ -418,11 +458,16 @@ impl Embedder for FastEmbedder {
                 )));
             }
         }
+        Ok(())
+    }
+
+    /// The call's `embed` trace event, and an `embed`/`truncated` event when inputs were cut.
+    fn trace(&self, ctx: &Ctx, texts: usize, role: TextRole, count: TokenCount, batches: u64, started: Instant) {
         ctx.trace(
             TraceEvent::new("embed", self.spec.model_id.clone())
-                .detail("texts", texts.len())
+                .detail("texts", texts)
                 .detail("role", format!("{role:?}").to_lowercase())
-                .cost(Cost::new(count.tokens, texts.len() as u64, batches))
+                .cost(Cost::new(count.tokens, texts as u64, batches))
                 .elapsed(started.elapsed()),
         );
         if count.truncated > 0 {
@@ -432,14 +477,32 @@ impl Embedder for FastEmbedder {
                     .detail("max_length", self.config.max_length),
             );
         }
-        Ok(vectors)
     }
 }
 
+/// Tokenises `texts` with the model's tokenizer (fastembed configures its truncation and padding), as the model
+/// will see them.
+fn encode(tokenizer: &tokenizers::Tokenizer, texts: &[String]) -> Result<Vec<tokenizers::Encoding>> {
+    tokenizer
+        .encode_batch(texts.iter().map(String::as_str).collect::<Vec<_>>(), true)
+        .map_err(|e| Error::invalid_input(format!("cannot tokenise the input: {e}")))
+}
+
+/// The tokens the model sees and the truncations of these encodings, and the batches to run them in: texts of
+/// similar length together (see [`length_order`]).
+fn plan(encodings: &[tokenizers::Encoding], batch: usize) -> (TokenCount, Vec<Vec<usize>>) {
+    let lengths: Vec<(u64, bool)> = encodings
+        .iter()
+        .map(|e| (e.get_attention_mask().iter().map(|&m| u64::from(m)).sum::<u64>(), !e.get_overflowing().is_empty()))
+        .collect();
+    let count =
+        TokenCount { tokens: lengths.iter().map(|l| l.0).sum(), truncated: lengths.iter().filter(|l| l.1).count() };
+    let parts = length_order(&lengths).chunks(batch).map(<[usize]>::to_vec).collect();
+    (count, parts)
+}
+
 /// Embeds `parts` (batches of indexes into `texts`) on the session pool and returns the vectors in `texts`'
-/// order. One batch runs on `lone` when given and free (the caller passes it for a call made alone), else on the
-/// first free session (a concurrent call takes another); several batches are spread over up to one worker thread
-/// per session, each worker holding its session for the batches it takes.
+/// order (see [`run_batches`]).
 fn embed_batches(
     models: &[Mutex<TextEmbedding>],
     lone: Option<&Mutex<TextEmbedding>>,
@@ -447,13 +510,34 @@ fn embed_batches(
     parts: &[&[usize]],
     cancel: &Ctx,
 ) -> Result<Vec<Vec<f32>>> {
-    let run = |model: &mut TextEmbedding, ids: &[usize]| -> Result<Vec<Vec<f32>>> {
-        // A cancelled or late request stops between batches.
-        cancel.check()?;
+    run_batches(models, lone, texts.len(), parts, cancel, &|model: &mut TextEmbedding, ids: &[usize]| {
         let part: Vec<&str> = ids.iter().map(|&i| texts[i].as_str()).collect();
         model.embed(&part, Some(part.len())).map_err(model_err("embedding failed"))
+    })
+}
+
+/// Runs `run` on every batch of `parts` (indexes into `n` inputs) on the session pool and returns its outputs in
+/// input order. One batch runs on `lone` when given and free (the caller passes it for a call made alone), else on
+/// the first free session (a concurrent call takes another); several batches are spread over up to one worker
+/// thread per session, each worker holding its session for the batches it takes.
+fn run_batches<T: Send>(
+    models: &[Mutex<TextEmbedding>],
+    lone: Option<&Mutex<TextEmbedding>>,
+    n: usize,
+    parts: &[&[usize]],
+    cancel: &Ctx,
+    run: &BatchFn<'_, T>,
+) -> Result<Vec<T>> {
+    let run = |model: &mut TextEmbedding, ids: &[usize]| -> Result<Vec<T>> {
+        // A cancelled or late request stops between batches.
+        cancel.check()?;
+        let out = run(model, ids)?;
+        if out.len() != ids.len() {
+            return Err(Error::corrupt(format!("the model returned {} outputs for {} texts", out.len(), ids.len())));
+        }
+        Ok(out)
     };
-    let mut out: Vec<Option<Vec<f32>>> = vec![None; texts.len()];
+    let mut out: Vec<Option<T>> = std::iter::repeat_with(|| None).take(n).collect();
     let workers = models.len().min(parts.len());
     if workers <= 1 {
         // A one-batch call made while no other call was in flight takes the lone-call session when it is free.
@@ -466,7 +550,7 @@ fn embed_batches(
         }
     } else {
         let next = std::sync::atomic::AtomicUsize::new(0);
-        let results: Vec<Result<Indexed>> = std::thread::scope(|scope| {
+        let results: Vec<Result<Vec<(usize, T)>>> = std::thread::scope(|scope| {
             let handles: Vec<_> = models[..workers]
                 .iter()
                 .map(|session| {
@@ -496,6 +580,80 @@ fn embed_batches(
     Ok(out.into_iter().flatten().collect())
 }
 
+/// What runs one batch of inputs (their indexes) on a session and returns one output per input.
+type BatchFn<'a, T> = dyn Fn(&mut TextEmbedding, &[usize]) -> Result<Vec<T>> + Sync + 'a;
+
+/// A text's vector and its spans' vectors (`None` for a span the model did not see).
+type Pooled = (Vec<f32>, Vec<Option<Vec<f32>>>);
+
+/// Mean-pools one batch's token vectors over each text and over each of its spans, from one forward pass: the
+/// text's vector exactly as [`TextEmbedding::embed`] computes it (the same pooling over the same output, then the
+/// same normalisation), and a span's from the tokens whose byte offsets overlap it (special and padding tokens
+/// excluded; `None` when truncation cut all of them).
+fn pool_with_spans(
+    model: &mut TextEmbedding,
+    texts: &[&str],
+    encodings: &[&tokenizers::Encoding],
+    spans: &[&[(usize, usize)]],
+) -> Result<Vec<Pooled>> {
+    let precedence: &[OutputKey] = &[OutputKey::OnlyOne, OutputKey::ByName("last_hidden_state")];
+    let output = model.transform(texts, Some(texts.len())).map_err(model_err("embedding failed"))?;
+    let mut out = Vec::with_capacity(texts.len());
+    for batch in output.into_raw() {
+        let pooled = batch.select_and_pool_output(&precedence, Some(Pooling::Mean)).map_err(model_err("pooling"))?;
+        let tokens = batch.select_output(&precedence).map_err(model_err("reading token vectors"))?;
+        let shape = tokens.shape().to_vec();
+        let [rows, seq, dim] = shape[..] else {
+            return Err(Error::corrupt(format!(
+                "the model's token output has shape {shape:?}, not [batch, tokens, dim]"
+            )));
+        };
+        let flat = tokens.as_standard_layout();
+        let flat = flat.as_slice().ok_or_else(|| Error::corrupt("the model's token output is not contiguous"))?;
+        for (b, row) in pooled.rows().into_iter().enumerate() {
+            let i = out.len();
+            let (Some(encoding), Some(text_spans)) = (encodings.get(i), spans.get(i)) else {
+                return Err(Error::corrupt("the model returned more rows than texts"));
+            };
+            if b >= rows {
+                return Err(Error::corrupt("the pooled output has more rows than the token output"));
+            }
+            let text_vector = fastembed_normalize(row.iter().copied());
+            let offsets = encoding.get_offsets();
+            let special = encoding.get_special_tokens_mask();
+            let mask = encoding.get_attention_mask();
+            let span_vectors = text_spans
+                .iter()
+                .map(|&(start, end)| {
+                    let mut sum = vec![0.0f32; dim];
+                    let mut count = 0usize;
+                    for (t, &(a, z)) in offsets.iter().enumerate().take(seq) {
+                        if special.get(t) != Some(&0) || mask.get(t) != Some(&1) || a >= end || z <= start {
+                            continue;
+                        }
+                        let at = (b * seq + t) * dim;
+                        for (acc, x) in sum.iter_mut().zip(&flat[at..at + dim]) {
+                            *acc += x;
+                        }
+                        count += 1;
+                    }
+                    (count > 0).then(|| fastembed_normalize(sum.into_iter().map(|x| x / count as f32)))
+                })
+                .collect();
+            out.push((text_vector, span_vectors));
+        }
+    }
+    Ok(out)
+}
+
+/// fastembed's normalisation (divide by the f32 norm plus 1e-12), so a vector pooled here has the bits of one
+/// that `TextEmbedding::embed` returns.
+fn fastembed_normalize(values: impl Iterator<Item = f32>) -> Vec<f32> {
+    let v: Vec<f32> = values.collect();
+    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    v.iter().map(|&x| x / (norm + 1e-12)).collect()
+}
+
 /// A call counted in flight for as long as it lives; `alone` when no other call was in flight as it entered.
 struct InFlight {
     count: Arc<std::sync::atomic::AtomicUsize>,
@@ -514,9 +672,6 @@ impl Drop for InFlight {
         self.count.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
     }
 }
-
-/// Vectors with the index of their text.
-type Indexed = Vec<(usize, Vec<f32>)>;
 
 /// A free session of the pool, or (all busy) the first one, waited for.
 fn acquire(models: &[Mutex<TextEmbedding>]) -> std::sync::MutexGuard<'_, TextEmbedding> {

@@ -106,6 +106,49 @@ async fn truncation_and_cost_are_traced_and_cancellation_stops_work() {
     assert_eq!(err.kind(), ErrorKind::DeadlineExceeded);
 }
 
+#[tokio::test]
+async fn span_vectors_come_from_the_same_pass_and_text_vectors_are_unchanged() {
+    let Some(e) = embedder() else { return };
+    let ctx = Ctx::new();
+    let first = "Scurvy is a disease resulting from a lack of vitamin C.";
+    let second = "The stock market fell sharply on Monday.";
+    let text = format!("{first} {second}");
+    let long = format!("{} Otters hold hands while they sleep.", "filler words ".repeat(300));
+    let texts = [text.as_str(), "A man is eating food.", long.as_str()];
+    let spans = vec![
+        vec![(0, first.len()), (first.len() + 1, text.len())],
+        Vec::new(),
+        vec![(0, 12), (long.len() - 36, long.len())],
+    ];
+    let got = e.embed_spans(&ctx, &texts, &spans).await.unwrap();
+    // The texts' vectors are the bits `embed` gives (same pooling, same normalisation), so dense retrieval does not
+    // change when indexing also pools strips.
+    let plain = e.embed(&ctx, &texts, TextRole::Passage).await.unwrap();
+    assert_eq!(got.texts, plain);
+    assert_eq!(got.spans.iter().map(Vec::len).collect::<Vec<_>>(), [2, 0, 2]);
+    // A span vector is unit length and close to the span embedded alone (the model read it in its passage), closer
+    // to its own sentence than to the other one.
+    let alone = e.embed(&ctx, &[first, second], TextRole::Passage).await.unwrap();
+    let (a, b) = (got.spans[0][0].as_ref().unwrap(), got.spans[0][1].as_ref().unwrap());
+    assert!((cosine(a, a) - 1.0).abs() < 1e-4);
+    assert!(
+        cosine(a, &alone[0]) > 0.7 && cosine(a, &alone[0]) > cosine(a, &alone[1]) + 0.2,
+        "{}",
+        cosine(a, &alone[0])
+    );
+    assert!(
+        cosine(b, &alone[1]) > 0.7 && cosine(b, &alone[1]) > cosine(b, &alone[0]) + 0.2,
+        "{}",
+        cosine(b, &alone[1])
+    );
+    // Past the 256-token window the model saw nothing of a span: no vector, rather than a made-up one.
+    assert!(got.spans[2][0].is_some());
+    assert!(got.spans[2][1].is_none());
+    let err = e.embed_spans(&ctx, &texts, &spans[..1]).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidInput);
+    assert!(e.role_independent());
+}
+
 fn tiny_cross_encoder() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/tiny-cross-encoder")
 }

@@ -462,7 +462,9 @@ async fn prepare(opts: &QaEvalOptions, log: &mut dyn FnMut(&str)) -> Result<Prep
             Err(e) => return Err(e),
         },
     };
-    let dense_key = embedder.as_ref().map_or_else(|| "none".to_owned(), |e| e.spec().model_id.clone());
+    // Strip vectors are stored with the passages when on, for the strips of `refine.max_strip_words`.
+    let strips = opts.config.embedding.strip_vectors.then_some(opts.config.refine.max_strip_words);
+    let dense_key = embedder.as_ref().map_or_else(|| "none".to_owned(), |e| format!("{}/strips={strips:?}", e.spec().model_id));
     let mut corpus_hash = 0u64;
     for d in &data.articles {
         corpus_hash ^= xxhash_rust::xxh3::xxh3_64(format!("{}\u{0}{}", d.id, d.text).as_bytes());
@@ -756,12 +758,10 @@ pub async fn refinement_check(
     log: &mut dyn FnMut(&str),
 ) -> Result<RefinementReport> {
     let cfg = Config { store: store.clone(), ..base.clone() };
-    let engine = Engine::open_with_embedder(cfg, embedder.clone()).await?;
+    let engine = Engine::open_with_embedder(cfg, embedder).await?;
     let retriever = engine.retriever(base.search.strategy).await?;
-    let mut refiner = Refiner::new(base.refine.clone())?;
-    if let Some(e) = embedder {
-        refiner = refiner.with_embedder(e);
-    }
+    // Validates the settings once; each question gets its own refiner over its own vector memory.
+    Refiner::new(base.refine.clone())?;
     let mut r = RefinementReport::default();
     let mut with_kept = 0usize;
     let mut share_sum = 0.0f64;
@@ -769,6 +769,11 @@ pub async fn refinement_check(
         let query = Query::new(q.question.clone()).with_top_k(5);
         let ctx = Ctx::new();
         let candidates = retriever.retrieve(&ctx, std::slice::from_ref(&query)).await?.pop().unwrap_or_default();
+        // As the pipeline refines: with the strip vectors the store keeps for these passages (the rest embedded).
+        let refiner = match engine.request_vectors(&ctx, &candidates).await {
+            Some(v) => Refiner::new(base.refine.clone())?.with_embedder(v),
+            None => Refiner::new(base.refine.clone())?,
+        };
         let refined = refiner.refine(&ctx, &q.question, &candidates).await?;
         let bearing: Vec<bool> =
             refined.strips.iter().map(|s| q.answers.iter().any(|g| sentence_has_answer(&s.text, g))).collect();

@@ -385,7 +385,10 @@ pub(crate) async fn open_beir_index(
     let corpus_hash = hash_file(&opts.dataset.join("corpus.jsonl"))?;
     let dense_key = embedder.as_ref().map_or_else(
         || "none".to_owned(),
-        |e| format!("{}/{}/max_length={}", e.spec().model_id, e.spec().dim, opts.embedding.max_length),
+        |e| {
+            let (spec, emb) = (e.spec(), &opts.embedding);
+            format!("{}/{}/max_length={}/strips={}", spec.model_id, spec.dim, emb.max_length, emb.strip_vectors)
+        },
     );
     let key = format!(
         "{corpus_hash:016x}-bm25-k1={}-b={}-avgdl={:?}-dense={dense_key}-{chunking}",

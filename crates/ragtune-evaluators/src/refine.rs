@@ -191,14 +191,22 @@ const MIN_CLAUSE_WORDS: usize = 5;
 /// into pieces of at least five words. Every strip is a trimmed, verbatim substring of `text`.
 #[must_use]
 pub fn decompose(text: &str, max_strip_words: usize) -> Vec<String> {
+    strip_spans(text, max_strip_words).into_iter().map(|(s, e)| text[s..e].to_owned()).collect()
+}
+
+/// The byte ranges of [`decompose`]'s strips in `text`, in order: `decompose(text, n)[i] == text[r.0..r.1]` for
+/// the `i`-th range `r`. Indexing uses them to pool a vector per strip from the passage's own forward pass
+/// (`Embedder::embed_spans`), so refinement finds its strips' vectors in the store instead of embedding them.
+#[must_use]
+pub fn strip_spans(text: &str, max_strip_words: usize) -> Vec<(usize, usize)> {
     sentence_ranges(text)
         .into_iter()
         .flat_map(|(start, end)| {
             let sentence = &text[start..end];
             if sentence.split_whitespace().count() > max_strip_words {
-                clause_ranges(sentence).into_iter().map(|(s, e)| sentence[s..e].to_owned()).collect()
+                clause_ranges(sentence).into_iter().map(|(s, e)| (start + s, start + e)).collect()
             } else {
-                vec![sentence.to_owned()]
+                vec![(start, end)]
             }
         })
         .collect()
@@ -517,6 +525,10 @@ mod tests {
             assert!(text.contains(strip.as_str()), "{strip:?} is not a substring of the input");
             assert_eq!(strip.trim(), strip);
         }
+        // The spans are the strips' places in the text, in order and without overlap.
+        let spans = strip_spans(text, max_words);
+        assert_eq!(spans.iter().map(|&(s, e)| &text[s..e]).collect::<Vec<_>>(), got);
+        assert!(spans.windows(2).all(|w| w[0].1 <= w[1].0), "{spans:?}");
     }
 
     fn candidate(id: &str, text: &str) -> Candidate {

@@ -74,7 +74,7 @@ mod tests {
         let mut records = Vec::new();
         for (id, text) in docs {
             let dense = embedder.embed(&ctx, &[text], TextRole::Passage).await.unwrap().pop();
-            records.push(Record { chunk: Chunk::new(id, id, text), dense, sparse: None });
+            records.push(Record { chunk: Chunk::new(id, id, text), dense, sparse: None, spans: Vec::new() });
         }
         store.upsert(&ctx, records).await.unwrap();
         let r = DenseRetriever::new("dense", embedder, store);

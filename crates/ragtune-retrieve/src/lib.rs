@@ -24,7 +24,7 @@
 //! store.ensure_spaces(&ctx, None, Some(encoder.spec())).await?;
 //! let text = "vitamin C prevents scurvy";
 //! let sparse = encoder.encode(&ctx, &[text], TextRole::Passage).await?.pop();
-//! store.upsert(&ctx, vec![Record { chunk: Chunk::new("d1", "d1", text), dense: None, sparse }]).await?;
+//! store.upsert(&ctx, vec![Record { chunk: Chunk::new("d1", "d1", text), dense: None, sparse, spans: Vec::new() }]).await?;
 //!
 //! let bm25 = SparseRetriever::new("bm25", encoder, store);
 //! let hits = bm25.retrieve(&ctx, &[Query::new("what prevents scurvy?")]).await?;

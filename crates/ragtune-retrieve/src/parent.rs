@@ -109,7 +109,10 @@ mod tests {
         store
             .upsert(
                 &ctx,
-                vec![Record { chunk: s1, dense: None, sparse: None }, Record { chunk: s2, dense: None, sparse: None }],
+                vec![
+                    Record { chunk: s1, dense: None, sparse: None, spans: Vec::new() },
+                    Record { chunk: s2, dense: None, sparse: None, spans: Vec::new() },
+                ],
             )
             .await
             .unwrap();

@@ -78,7 +78,7 @@ mod tests {
             let sparse = encoder.encode(&ctx, &[text], TextRole::Passage).await.unwrap().pop();
             let mut chunk = Chunk::new(*id, *id, *text);
             chunk.metadata.insert("first".into(), text.split(' ').next().unwrap_or("").into());
-            records.push(Record { chunk, dense: None, sparse });
+            records.push(Record { chunk, dense: None, sparse, spans: Vec::new() });
         }
         store.upsert(&ctx, records).await.unwrap();
         SparseRetriever::new("bm25", encoder, store)

@@ -1,7 +1,7 @@
 //! Byte encodings of stored values. Little-endian, length-checked on decode: a short or ragged value is
 //! reported as corruption, never a panic.
 
-use ragtune_core::{Chunk, Error, Result, SparseVector};
+use ragtune_core::{Chunk, Error, Result, SpanVector, SparseVector};
 
 pub(crate) fn encode_chunk(chunk: &Chunk) -> Result<Vec<u8>> {
     serde_json::to_vec(chunk).map_err(|e| Error::permanent("cannot serialise chunk").with_source(e))
@@ -45,6 +45,50 @@ pub(crate) fn decode_sparse(key: &str, bytes: &[u8]) -> Result<SparseVector> {
     Ok(v)
 }
 
+/// Span vectors in int8 with one scale per vector (a quarter of f32's bytes; a span vector only ranks strips of
+/// retrieved passages, and the cosine to the f32 vector stays above 0.999): `n: u32, dim: u32`, then per span
+/// `start: u32, end: u32, scale: f32` and `dim` signed bytes. Decoding L2-normalises again.
+pub(crate) fn encode_spans(spans: &[SpanVector]) -> Vec<u8> {
+    let dim = spans.first().map_or(0, |s| s.vector.len());
+    let mut out = Vec::with_capacity(8 + spans.len() * (12 + dim));
+    out.extend_from_slice(&u32::try_from(spans.len()).unwrap_or(u32::MAX).to_le_bytes());
+    out.extend_from_slice(&u32::try_from(dim).unwrap_or(u32::MAX).to_le_bytes());
+    for s in spans {
+        out.extend_from_slice(&s.start.to_le_bytes());
+        out.extend_from_slice(&s.end.to_le_bytes());
+        let max = s.vector.iter().fold(0.0_f32, |m, x| m.max(x.abs()));
+        let scale = if max > 0.0 { max / 127.0 } else { 1.0 };
+        out.extend_from_slice(&scale.to_le_bytes());
+        // The writer validated every vector as finite and of the space's dimension.
+        out.extend(s.vector.iter().map(|x| (x / scale).round().clamp(-127.0, 127.0) as i8 as u8));
+    }
+    out
+}
+
+pub(crate) fn decode_spans(key: &str, bytes: &[u8]) -> Result<Vec<SpanVector>> {
+    let bad = || Error::corrupt(format!("stored span vectors of `{key}` cannot be decoded ({} bytes)", bytes.len()));
+    let word = |at: usize| -> Result<[u8; 4]> { bytes.get(at..at + 4).and_then(|b| b.try_into().ok()).ok_or_else(bad) };
+    let n = u32::from_le_bytes(word(0)?) as usize;
+    let dim = u32::from_le_bytes(word(4)?) as usize;
+    if bytes.len() != 8 + n.checked_mul(12 + dim).ok_or_else(bad)? {
+        return Err(bad());
+    }
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n {
+        let at = 8 + i * (12 + dim);
+        let (start, end) = (u32::from_le_bytes(word(at)?), u32::from_le_bytes(word(at + 4)?));
+        let scale = f32::from_le_bytes(word(at + 8)?);
+        let mut vector: Vec<f32> = bytes[at + 12..at + 12 + dim].iter().map(|&b| f32::from(b as i8) * scale).collect();
+        let norm = vector.iter().map(|x| x * x).sum::<f32>().sqrt();
+        if !(norm.is_finite() && norm > 0.0) {
+            return Err(bad());
+        }
+        vector.iter_mut().for_each(|x| *x /= norm);
+        out.push(SpanVector { start, end, vector });
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -58,5 +102,32 @@ mod tests {
         assert_eq!(decode_dense("k", &encode_dense(&d)).unwrap(), d);
         assert!(decode_dense("k", &[0; 5]).is_err());
         assert!(decode_chunk("k", b"{").is_err());
+    }
+
+    #[test]
+    fn span_vectors_round_trip_within_int8_precision() {
+        let unit = |v: Vec<f32>| {
+            let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+            v.into_iter().map(|x| x / n).collect::<Vec<f32>>()
+        };
+        let spans = vec![
+            SpanVector {
+                start: 0,
+                end: 5,
+                vector: unit((0..384).map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0).collect()),
+            },
+            SpanVector { start: 6, end: 20, vector: unit((0..384).map(|i| (i as f32).sin()).collect()) },
+        ];
+        let back = decode_spans("k", &encode_spans(&spans)).unwrap();
+        assert_eq!(back.len(), 2);
+        for (a, b) in spans.iter().zip(&back) {
+            assert_eq!((a.start, a.end), (b.start, b.end));
+            let cos: f32 = a.vector.iter().zip(&b.vector).map(|(x, y)| x * y).sum();
+            assert!(cos > 0.999, "cosine {cos}");
+        }
+        assert_eq!(decode_spans("k", &encode_spans(&[])).unwrap(), Vec::new());
+        let bytes = encode_spans(&spans);
+        assert!(decode_spans("k", &bytes[..bytes.len() - 1]).is_err());
+        assert!(decode_spans("k", &[1, 0, 0]).is_err());
     }
 }

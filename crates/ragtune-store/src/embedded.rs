@@ -7,8 +7,8 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 use ragtune_core::{
-    Chunk, Ctx, EmbeddingSpec, Error, ErrorKind, Record, Result, ScoredHit, SearchRequest, SparseSpec, StoreStats,
-    VectorQuery, VectorStore, WriteBatch, WriteReport,
+    Chunk, Ctx, EmbeddingSpec, Error, ErrorKind, Record, Result, ScoredHit, SearchRequest, SpanVector, SparseSpec,
+    StoreStats, VectorQuery, VectorStore, WriteBatch, WriteReport,
 };
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
@@ -20,6 +20,9 @@ const META: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("meta");
 const CHUNKS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("chunks");
 const SPARSE: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("sparse");
 const DENSE: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("dense");
+/// Span vectors by chunk id (`codec::encode_spans`); created on first open, so stores written before it existed
+/// open unchanged and simply have none.
+const SPANS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("spans");
 /// The approximate dense index snapshot (key `ANN_KEY`) — derived data, see `ann.rs`.
 const ANN: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("ann");
 /// Chunk ids whose dense vector changed since the snapshot was built.
@@ -184,7 +187,7 @@ impl EmbeddedStore {
                     )));
                 }
             }
-            for t in [CHUNKS, SPARSE, DENSE, ANN] {
+            for t in [CHUNKS, SPARSE, DENSE, SPANS, ANN] {
                 tx.open_table(t).map_err(|e| err("creating tables", e.into()))?;
             }
             tx.open_table(ANN_DIRTY).map_err(|e| err("creating tables", e.into()))?;
@@ -384,6 +387,34 @@ impl Inner {
                 }
                 prepare_dense(v, spec.distance);
             }
+            if !r.spans.is_empty() {
+                let Some(spec) = &state.dense_spec else {
+                    return Err(Error::invalid_input(format!(
+                        "chunk `{id}` has span vectors but the store has no dense space yet: call ensure_spaces first"
+                    )));
+                };
+                for s in &r.spans {
+                    if s.text_in(&r.chunk.text).is_none() {
+                        return Err(Error::invalid_input(format!(
+                            "chunk `{id}` has a span vector for bytes {}..{}, which is not a span of its text ({} bytes)",
+                            s.start,
+                            s.end,
+                            r.chunk.text.len()
+                        )));
+                    }
+                    if s.vector.len() != spec.dim {
+                        return Err(Error::mismatch(format!(
+                            "chunk `{id}` has a span vector of {} dimensions; the store's space `{}` has {}",
+                            s.vector.len(),
+                            spec.model_id,
+                            spec.dim
+                        )));
+                    }
+                    if s.vector.iter().any(|x| !x.is_finite()) || s.vector.iter().all(|&x| x == 0.0) {
+                        return Err(Error::invalid_input(format!("chunk `{id}` has a non-finite or zero span vector")));
+                    }
+                }
+            }
         }
         Ok(())
     }
@@ -412,10 +443,12 @@ impl Inner {
             let mut chunks = tx.open_table(CHUNKS).map_err(|e| self.err("opening chunks", e))?;
             let mut sparse = tx.open_table(SPARSE).map_err(|e| self.err("opening sparse vectors", e))?;
             let mut dense = tx.open_table(DENSE).map_err(|e| self.err("opening dense vectors", e))?;
+            let mut spans = tx.open_table(SPANS).map_err(|e| self.err("opening span vectors", e))?;
             for id in &removed {
                 chunks.remove(id.as_str()).map_err(|e| self.err("deleting", e))?;
                 sparse.remove(id.as_str()).map_err(|e| self.err("deleting", e))?;
                 dense.remove(id.as_str()).map_err(|e| self.err("deleting", e))?;
+                spans.remove(id.as_str()).map_err(|e| self.err("deleting", e))?;
             }
             for &i in last.values() {
                 let r = &batch.upsert[i];
@@ -429,6 +462,12 @@ impl Inner {
                 match &r.dense {
                     Some(v) => dense.insert(id, codec::encode_dense(v).as_slice()).map(drop),
                     None => dense.remove(id).map(drop),
+                }
+                .map_err(|e| self.err("writing", e))?;
+                if r.spans.is_empty() {
+                    spans.remove(id).map(drop)
+                } else {
+                    spans.insert(id, codec::encode_spans(&r.spans).as_slice()).map(drop)
                 }
                 .map_err(|e| self.err("writing", e))?;
             }
@@ -462,6 +501,7 @@ impl Inner {
         let chunks = rx.open_table(CHUNKS).map_err(|e| self.err("opening chunks", e))?;
         let sparse = rx.open_table(SPARSE).map_err(|e| self.err("opening sparse vectors", e))?;
         let dense = rx.open_table(DENSE).map_err(|e| self.err("opening dense vectors", e))?;
+        let spans = rx.open_table(SPANS).map_err(|e| self.err("opening span vectors", e))?;
         let range = match after {
             Some(a) => chunks.range::<&str>((std::ops::Bound::Excluded(a), std::ops::Bound::Unbounded)),
             None => chunks.range::<&str>(..),
@@ -480,9 +520,24 @@ impl Inner {
                 Some(g) => Some(codec::decode_dense(key, g.value())?),
                 None => None,
             };
-            out.push(Record { chunk, dense, sparse });
+            let spans = match spans.get(key).map_err(|e| self.err("reading span vectors", e))? {
+                Some(g) => codec::decode_spans(key, g.value())?,
+                None => Vec::new(),
+            };
+            out.push(Record { chunk, dense, sparse, spans });
         }
         Ok(out)
+    }
+
+    fn span_vectors(&self, ids: &[String]) -> Result<Vec<Vec<SpanVector>>> {
+        let rx = self.db.begin_read().map_err(|e| self.err("starting a read", e))?;
+        let spans = rx.open_table(SPANS).map_err(|e| self.err("opening span vectors", e))?;
+        ids.iter()
+            .map(|id| match spans.get(id.as_str()).map_err(|e| self.err("reading span vectors", e))? {
+                Some(g) => codec::decode_spans(id, g.value()),
+                None => Ok(Vec::new()),
+            })
+            .collect()
     }
 
     fn optimize(&self) -> Result<OptimizeReport> {
@@ -651,5 +706,16 @@ impl VectorStore for EmbeddedStore {
 
     async fn stats(&self, _ctx: &Ctx) -> Result<StoreStats> {
         Ok(self.inner.stats())
+    }
+
+    async fn span_vectors(&self, ctx: &Ctx, ids: &[String]) -> Result<Vec<Vec<SpanVector>>> {
+        ctx.check()?;
+        let (inner, ids) = (self.inner.clone(), ids.to_vec());
+        blocking(move || {
+            // Under the read lock, like `get`: a concurrent write is seen whole or not at all.
+            let _state = inner.read();
+            inner.span_vectors(&ids)
+        })
+        .await
     }
 }

@@ -20,7 +20,7 @@
 //! let ctx = Ctx::new();
 //! store.ensure_spaces(&ctx, None, Some(&SparseSpec { encoder_id: "terms".into(), idf: true })).await?;
 //! let sparse = SparseVector::from_pairs(vec![(7, 1.0)]);
-//! store.upsert(&ctx, vec![Record { chunk: Chunk::new("d1#0", "d1", "seven"), dense: None, sparse: Some(sparse.clone()) }]).await?;
+//! store.upsert(&ctx, vec![Record { chunk: Chunk::new("d1#0", "d1", "seven"), dense: None, sparse: Some(sparse.clone()), spans: Vec::new() }]).await?;
 //! let hits = store.search(&ctx, &[SearchRequest { vector: VectorQuery::Sparse(sparse), top_k: 5, filter: None }]).await?;
 //! assert_eq!(hits[0][0].chunk.id, "d1#0");
 //! # Ok(())

@@ -33,7 +33,7 @@ fn options() -> StoreOptions {
 fn record(i: usize, v: Vec<f32>) -> Record {
     let mut chunk = Chunk::new(format!("c{i:05}"), format!("d{i:05}"), format!("chunk {i}"));
     chunk.metadata.insert("group".into(), (i % 50).into());
-    Record { chunk, dense: Some(v), sparse: None }
+    Record::new(chunk, Some(v), None)
 }
 
 async fn filled(dir: &std::path::Path, n: usize) -> (EmbeddedStore, Vec<Vec<f32>>) {

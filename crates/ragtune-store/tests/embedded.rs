@@ -19,6 +19,7 @@ fn record(id: &str, doc: &str, terms: &[u32], dense: [f32; 2]) -> Record {
         chunk: Chunk::new(id, doc, format!("text of {id}")),
         dense: Some(dense.to_vec()),
         sparse: Some(SparseVector::from_pairs(terms.iter().map(|&t| (t, 1.0)).collect())),
+        spans: Vec::new(),
     }
 }
 
@@ -115,6 +116,7 @@ fn works_without_a_tokio_runtime() {
             chunk: Chunk::new("x", "x", "x"),
             dense: None,
             sparse: Some(SparseVector::from_pairs(vec![(1, 1.0)])),
+            spans: Vec::new(),
         };
         store.upsert(&ctx, vec![r]).await.unwrap();
         store.search(&ctx, &[sparse_query(&[1], 1)]).await.unwrap()
@@ -143,7 +145,7 @@ async fn scan_pages_through_every_record_with_its_vectors_in_id_order() {
     let mut written: Vec<Record> =
         (0..7).map(|i| record(&format!("d{}#{i}", i % 3), &format!("d{}", i % 3), &[i, 100], [1.0, 0.5])).collect();
     // A parent section without vectors is exported too.
-    written.push(Record { chunk: Chunk::new("d0#s", "d0", "section"), dense: None, sparse: None });
+    written.push(Record { chunk: Chunk::new("d0#s", "d0", "section"), dense: None, sparse: None, spans: Vec::new() });
     store.upsert(&ctx, written.clone()).await.unwrap();
 
     let mut pages = Vec::new();
@@ -179,4 +181,48 @@ async fn scan_pages_through_every_record_with_its_vectors_in_id_order() {
             (a, b) => assert_eq!(a, b),
         }
     }
+}
+
+#[tokio::test]
+async fn span_vectors_are_kept_with_their_chunk_replaced_with_it_and_checked() {
+    use ragtune_core::SpanVector;
+    let dir = tempfile::tempdir().unwrap();
+    let ctx = Ctx::new();
+    let unit = |x: f32, y: f32| {
+        let n = (x * x + y * y).sqrt();
+        vec![x / n, y / n]
+    };
+    {
+        let store = EmbeddedStore::open(dir.path()).unwrap();
+        store.ensure_spaces(&ctx, Some(&dense_spec()), Some(&sparse_spec())).await.unwrap();
+        let mut r = record("a#0", "a", &[1], [1.0, 0.0]);
+        r.chunk.text = "First strip. Second strip.".into();
+        r.spans = vec![
+            SpanVector { start: 0, end: 12, vector: unit(1.0, 0.2) },
+            SpanVector { start: 13, end: 26, vector: unit(-0.3, 1.0) },
+        ];
+        store.upsert(&ctx, vec![r, record("b#0", "b", &[1], [0.0, 1.0])]).await.unwrap();
+    }
+    // They survive a reopen, come back in order (int8 precision) and are empty for a chunk without any or unknown.
+    let store = EmbeddedStore::open(dir.path()).unwrap();
+    let ids = ["a#0", "b#0", "nope"].map(String::from);
+    let got = store.span_vectors(&ctx, &ids).await.unwrap();
+    assert_eq!(got.iter().map(Vec::len).collect::<Vec<_>>(), [2, 0, 0]);
+    assert_eq!((got[0][1].start, got[0][1].end), (13, 26));
+    let cos: f32 = got[0][1].vector.iter().zip(unit(-0.3, 1.0)).map(|(a, b)| a * b).sum();
+    assert!(cos > 0.999, "{cos}");
+    // The scan that migrations use carries them too.
+    let scanned = store.scan(None, 10).await.unwrap();
+    assert_eq!(scanned[0].spans.len(), 2);
+    // Replacing the chunk without spans, or deleting its document, removes them with it.
+    store.upsert(&ctx, vec![record("a#0", "a", &[1], [1.0, 0.0])]).await.unwrap();
+    assert!(store.span_vectors(&ctx, &ids[..1]).await.unwrap()[0].is_empty());
+    // A span outside the chunk's text or of another dimension is refused, and nothing of the batch is written.
+    let mut bad = record("c#0", "c", &[1], [1.0, 0.0]);
+    bad.spans = vec![SpanVector { start: 0, end: 99, vector: unit(1.0, 0.0) }];
+    let err = store.upsert(&ctx, vec![bad.clone()]).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
+    bad.spans = vec![SpanVector { start: 0, end: 4, vector: vec![1.0, 0.0, 0.0] }];
+    assert_eq!(store.upsert(&ctx, vec![bad]).await.unwrap_err().kind(), ErrorKind::Mismatch);
+    assert_eq!(store.stats(&ctx).await.unwrap().chunks, 2);
 }

@@ -97,9 +97,14 @@ async fn sparse_idf_follows_deletions_at_once() {
     store.ensure_spaces(&ctx, None, Some(&sparse_spec())).await.unwrap();
     let sparse = |terms: &[(u32, f32)]| Some(SparseVector::from_pairs(terms.to_vec()));
     let records = vec![
-        Record { chunk: Chunk::new("i#a", "ia", "a"), dense: None, sparse: sparse(&[(1, 2.0), (2, 1.0)]) },
-        Record { chunk: Chunk::new("i#b", "ib", "b"), dense: None, sparse: sparse(&[(1, 1.0)]) },
-        Record { chunk: Chunk::new("i#c", "ic", "c"), dense: None, sparse: sparse(&[(3, 1.5)]) },
+        Record {
+            chunk: Chunk::new("i#a", "ia", "a"),
+            dense: None,
+            sparse: sparse(&[(1, 2.0), (2, 1.0)]),
+            spans: Vec::new(),
+        },
+        Record { chunk: Chunk::new("i#b", "ib", "b"), dense: None, sparse: sparse(&[(1, 1.0)]), spans: Vec::new() },
+        Record { chunk: Chunk::new("i#c", "ic", "c"), dense: None, sparse: sparse(&[(3, 1.5)]), spans: Vec::new() },
     ];
     store.upsert(&ctx, records).await.unwrap();
     let q =
@@ -232,7 +237,7 @@ fn hybrid_corpus() -> Vec<Record> {
             chunk.metadata.insert("half".into(), (i % 2).into());
             let vector: Vec<f32> = (0..8).map(|_| rng.next() - 0.5).collect();
             let terms: Vec<(u32, f32)> = (0..6).filter(|t| (i + t) % 3 != 0).map(|t| (t, 0.5 + rng.next())).collect();
-            Record { chunk, dense: Some(vector), sparse: Some(SparseVector::from_pairs(terms)) }
+            Record { chunk, dense: Some(vector), sparse: Some(SparseVector::from_pairs(terms)), spans: Vec::new() }
         })
         .collect()
 }
@@ -406,8 +411,13 @@ async fn a_space_can_be_added_later_and_other_handles_see_it() {
     store.ensure_spaces(&ctx, None, Some(&sparse_spec())).await.unwrap();
     let sparse = |terms: &[(u32, f32)]| Some(SparseVector::from_pairs(terms.to_vec()));
     let first = vec![
-        Record { chunk: Chunk::new("g#0", "g", "zero"), dense: None, sparse: sparse(&[(1, 1.0)]) },
-        Record { chunk: Chunk::new("g#1", "g", "one"), dense: None, sparse: sparse(&[(1, 2.0), (2, 1.0)]) },
+        Record { chunk: Chunk::new("g#0", "g", "zero"), dense: None, sparse: sparse(&[(1, 1.0)]), spans: Vec::new() },
+        Record {
+            chunk: Chunk::new("g#1", "g", "one"),
+            dense: None,
+            sparse: sparse(&[(1, 2.0), (2, 1.0)]),
+            spans: Vec::new(),
+        },
     ];
     store.upsert(&ctx, first).await.unwrap();
     let q =
@@ -423,6 +433,7 @@ async fn a_space_can_be_added_later_and_other_handles_see_it() {
             chunk: Chunk::new("g#0", "g", "zero"),
             dense: Some(vec![1.0, 0.0]),
             sparse: sparse(&[(1, 1.0)]),
+            spans: Vec::new(),
         }],
     };
     let report = store.write(&ctx, batch).await.unwrap();
@@ -541,7 +552,12 @@ async fn a_server_gone_mid_run_is_a_clear_error_and_nothing_is_written_half() {
     };
     let store = QdrantStore::connect(through).await.unwrap();
     store.ensure_spaces(&ctx, Some(&dense_spec(2)), None).await.unwrap();
-    let record = |id: &str, x: f32| Record { chunk: Chunk::new(id, "u", id), dense: Some(vec![x, 1.0]), sparse: None };
+    let record = |id: &str, x: f32| Record {
+        chunk: Chunk::new(id, "u", id),
+        dense: Some(vec![x, 1.0]),
+        sparse: None,
+        spans: Vec::new(),
+    };
     store.upsert(&ctx, vec![record("u#0", 1.0), record("u#1", 0.5)]).await.unwrap();
 
     proxy.down();

@@ -32,6 +32,7 @@
 //!     chunk: ragtune_core::Chunk::new(format!("d{i}#0"), format!("d{i}"), texts[i]),
 //!     dense: Some(v),
 //!     sparse: None,
+//!     spans: Vec::new(),
 //! });
 //! store.upsert(&ctx, records.collect()).await?;
 //! let query = embedder.embed(&ctx, &["what causes scurvy"], TextRole::Query).await?.remove(0);

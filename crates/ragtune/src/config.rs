@@ -544,6 +544,11 @@ pub struct EmbeddingSettings {
     pub query_cache: u64,
     /// Tokens per text; longer texts are truncated and the truncation is traced.
     pub max_length: usize,
+    /// Store a vector per knowledge strip of every passage (`refine.max_strip_words`' decomposition), pooled from
+    /// the passage's own forward pass at indexing time (no extra inference), so that refinement and the LLM-free
+    /// judge embed no strip of a stored passage at query time (docs/pipeline.md). Stores without room for them
+    /// (Qdrant) ignore them.
+    pub strip_vectors: bool,
 }
 
 impl Default for EmbeddingSettings {
@@ -561,6 +566,7 @@ impl Default for EmbeddingSettings {
             lone_threads: model.lone_threads,
             query_cache: 10_000,
             max_length: model.max_length,
+            strip_vectors: true,
         }
     }
 }

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use ragtune_core::{
     Candidate, Chunk, ChunkKind, Ctx, Document, Embedder, Error, ErrorKind, Llm, Query, Record, Result, Retriever,
-    SparseEncoder, StoreStats, TextRole, TraceEvent, TraceSink, VectorStore, WebSearch, WriteBatch,
+    SpanVector, SparseEncoder, StoreStats, TextRole, TraceEvent, TraceSink, VectorStore, WebSearch, WriteBatch,
 };
 use ragtune_embed::{Bm25Config, Bm25Encoder};
 use ragtune_ingest::{ChunkerConfig, LoadIssue, Loaded};
@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::Config;
 use crate::config::{EmbeddingMode, Strategy, Transform};
+use crate::models::RequestVectors;
 use crate::stores::{OpenStore, open_store};
 
 /// How documents become chunks.
@@ -253,6 +254,38 @@ impl Engine {
         self.embedder.as_ref()
     }
 
+    /// The question-scoped vector memory of [`RequestVectors`] over the engine's embedder, seeded with the strip
+    /// vectors the store keeps for `candidates`; `None` without an embedder. A store that cannot be read leaves the
+    /// memory unseeded (the strips are embedded when asked for) and says so in a `refine`/`strip_vectors` trace
+    /// event.
+    pub async fn request_vectors(&self, ctx: &Ctx, candidates: &[Candidate]) -> Option<Arc<RequestVectors>> {
+        let vectors = Arc::new(RequestVectors::new(self.embedder.clone()?));
+        self.seed_strip_vectors(ctx, &vectors, candidates).await;
+        Some(vectors)
+    }
+
+    /// Adds the stored strip vectors of `candidates` to `vectors` (see [`request_vectors`](Self::request_vectors)).
+    pub async fn seed_strip_vectors(&self, ctx: &Ctx, vectors: &RequestVectors, candidates: &[Candidate]) {
+        if candidates.is_empty() {
+            return;
+        }
+        let ids: Vec<String> = candidates.iter().map(|c| c.chunk.id.clone()).collect();
+        match self.store.store.span_vectors(ctx, &ids).await {
+            Ok(spans) => {
+                let added = vectors.seed(candidates, &spans);
+                ctx.trace(
+                    TraceEvent::new("refine", "strip_vectors").detail("chunks", ids.len()).detail("strips", added),
+                );
+            }
+            Err(e) => ctx.trace(
+                TraceEvent::new("refine", "strip_vectors")
+                    .detail("error", e.to_string())
+                    .detail("chunks", ids.len())
+                    .detail("strips", 0),
+            ),
+        }
+    }
+
     /// Why capabilities are off, if any are.
     #[must_use]
     pub fn notes(&self) -> &[String] {
@@ -367,9 +400,33 @@ impl Engine {
             .collect();
         let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
         let mut sparse = encoder.encode(ctx, &refs, TextRole::Passage).await?.into_iter();
-        let mut dense = match &self.embedder {
-            Some(e) => Some(e.embed(ctx, &refs, TextRole::Passage).await?.into_iter()),
-            None => None,
+        let (mut dense, mut strips) = match &self.embedder {
+            Some(e) if self.config.embedding.strip_vectors => {
+                // Each passage's strips (the refinement's own decomposition of the chunk's text) get a vector
+                // pooled from the passage's forward pass, so answering embeds no strip of a stored passage.
+                let (strips, spans) = strip_plan(&docs, &texts, self.config.refine.max_strip_words);
+                let out = e.embed_spans(ctx, &refs, &spans).await?;
+                let strips: Vec<Vec<SpanVector>> = strips
+                    .iter()
+                    .zip(out.spans)
+                    .map(|(strips, vectors)| {
+                        strips
+                            .iter()
+                            .zip(vectors)
+                            .filter_map(|(&(s, e), v)| {
+                                Some(SpanVector {
+                                    start: u32::try_from(s).ok()?,
+                                    end: u32::try_from(e).ok()?,
+                                    vector: v?,
+                                })
+                            })
+                            .collect()
+                    })
+                    .collect();
+                (Some(out.texts.into_iter()), Some(strips.into_iter()))
+            }
+            Some(e) => (Some(e.embed(ctx, &refs, TextRole::Passage).await?.into_iter()), None),
+            None => (None, None),
         };
         let mut batch = WriteBatch::default();
         for (doc_id, chunks) in docs {
@@ -382,9 +439,12 @@ impl Engine {
                 } else {
                     report.sections += 1;
                 }
-                let (s, d) =
-                    if passage { (sparse.next(), dense.as_mut().and_then(Iterator::next)) } else { (None, None) };
-                batch.upsert.push(Record { chunk, dense: d, sparse: s });
+                let (s, d, spans) = if passage {
+                    (sparse.next(), dense.as_mut().and_then(Iterator::next), strips.as_mut().and_then(Iterator::next))
+                } else {
+                    (None, None, None)
+                };
+                batch.upsert.push(Record { chunk, dense: d, sparse: s, spans: spans.unwrap_or_default() });
             }
         }
         self.store.store.write(ctx, batch).await?;
@@ -653,4 +713,22 @@ fn chunk(doc: &Document, chunking: Chunking) -> Result<Vec<Chunk>> {
             }
         }
     }
+}
+
+/// Byte ranges of one text.
+type Spans = Vec<(usize, usize)>;
+
+/// The strips of every passage of `docs` as byte ranges of the chunk's text, and the same ranges in the passage's
+/// indexed text (`texts`, in the same order), which the chunk's text ends (after its title and headers).
+fn strip_plan(docs: &[(String, Vec<Chunk>)], texts: &[String], max_words: usize) -> (Vec<Spans>, Vec<Spans>) {
+    let passages = docs.iter().flat_map(|(_, cs)| cs.iter().filter(|c| c.kind == ChunkKind::Passage));
+    passages
+        .zip(texts)
+        .map(|(c, indexed)| {
+            let strips = ragtune_evaluators::refine::strip_spans(&c.text, max_words);
+            let offset = indexed.len() - c.text.len();
+            let spans = strips.iter().map(|&(s, e)| (s + offset, e + offset)).collect();
+            (strips, spans)
+        })
+        .unzip()
 }

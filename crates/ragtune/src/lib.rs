@@ -53,5 +53,5 @@ pub use config::{
     Transform, TransformSettings, WebConfig, ragtune_home,
 };
 pub use engine::{Chunking, Engine, IndexReport, SearchResponse};
-pub use models::{QUANTIZED_MODEL_ID, QueryCache, load_embedder, load_llm, local_llm_url};
+pub use models::{QUANTIZED_MODEL_ID, QueryCache, RequestVectors, load_embedder, load_llm, local_llm_url};
 pub use pipeline::{AnswerKind, AskResponse, Citation, ContextMethod, ContextPassage, CragCategory, CragMetadata};

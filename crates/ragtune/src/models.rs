@@ -4,7 +4,10 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use ragtune_core::{Ctx, Embedder, Error, Llm, LlmRequest, LlmResponse, Result};
+use ragtune_core::{
+    Candidate, Ctx, Embedder, Error, Llm, LlmRequest, LlmResponse, Result, SpanEmbeddings, SpanVector, TextRole,
+    TraceEvent,
+};
 use ragtune_embed::{FastEmbedder, FastEmbedderConfig};
 use ragtune_provision::ModelLayout;
 
@@ -74,33 +77,137 @@ impl Embedder for QueryCache {
         self.inner.cost_model()
     }
 
-    async fn embed(&self, ctx: &Ctx, texts: &[&str], role: ragtune_core::TextRole) -> Result<Vec<Vec<f32>>> {
-        if role != ragtune_core::TextRole::Query {
+    async fn embed(&self, ctx: &Ctx, texts: &[&str], role: TextRole) -> Result<Vec<Vec<f32>>> {
+        if role != TextRole::Query {
             return self.inner.embed(ctx, texts, role).await;
         }
-        let mut out: Vec<Option<Vec<f32>>> =
-            texts.iter().map(|t| self.cache.get(*t).map(|v| v.as_ref().clone())).collect();
-        let missing: Vec<usize> = (0..texts.len()).filter(|&i| out[i].is_none()).collect();
-        let hits = texts.len() - missing.len();
-        if hits > 0 {
-            ctx.trace(ragtune_core::TraceEvent::new("embed", "query_cache_hit").detail("texts", hits));
+        let lookup = |t: &str| self.cache.get(t);
+        let keep = |t: &str, v: &Arc<Vec<f32>>| self.cache.insert(t.to_owned(), v.clone());
+        embed_through(ctx, self.inner.as_ref(), texts, role, "query_cache_hit", lookup, keep).await
+    }
+
+    fn role_independent(&self) -> bool {
+        self.inner.role_independent()
+    }
+
+    async fn embed_spans(&self, ctx: &Ctx, texts: &[&str], spans: &[Vec<(usize, usize)>]) -> Result<SpanEmbeddings> {
+        self.inner.embed_spans(ctx, texts, spans).await
+    }
+}
+
+/// Embeds `texts` through a cache: the vectors `lookup` knows are not embedded again (one `hit` trace event counts
+/// them), the rest are embedded in one call and handed to `keep`. The one cache path of [`QueryCache`] and
+/// [`RequestVectors`].
+async fn embed_through(
+    ctx: &Ctx,
+    inner: &dyn Embedder,
+    texts: &[&str],
+    role: TextRole,
+    hit: &str,
+    lookup: impl Fn(&str) -> Option<Arc<Vec<f32>>>,
+    keep: impl Fn(&str, &Arc<Vec<f32>>),
+) -> Result<Vec<Vec<f32>>> {
+    let mut out: Vec<Option<Vec<f32>>> = texts.iter().map(|t| lookup(t).map(|v| v.as_ref().clone())).collect();
+    let missing: Vec<usize> = (0..texts.len()).filter(|&i| out[i].is_none()).collect();
+    let hits = texts.len() - missing.len();
+    if hits > 0 {
+        ctx.trace(TraceEvent::new("embed", hit).detail("texts", hits));
+    }
+    if !missing.is_empty() {
+        let batch: Vec<&str> = missing.iter().map(|&i| texts[i]).collect();
+        let vectors = inner.embed(ctx, &batch, role).await?;
+        if vectors.len() != batch.len() {
+            return Err(Error::corrupt(format!(
+                "the embedder returned {} vectors for {} texts",
+                vectors.len(),
+                batch.len()
+            )));
         }
-        if !missing.is_empty() {
-            let batch: Vec<&str> = missing.iter().map(|&i| texts[i]).collect();
-            let vectors = self.inner.embed(ctx, &batch, role).await?;
-            if vectors.len() != batch.len() {
-                return Err(Error::corrupt(format!(
-                    "the embedder returned {} vectors for {} texts",
-                    vectors.len(),
-                    batch.len()
-                )));
-            }
-            for (&i, v) in missing.iter().zip(vectors) {
-                self.cache.insert(texts[i].to_owned(), Arc::new(v.clone()));
-                out[i] = Some(v);
+        for (&i, v) in missing.iter().zip(vectors) {
+            keep(texts[i], &Arc::new(v.clone()));
+            out[i] = Some(v);
+        }
+    }
+    Ok(out.into_iter().flatten().collect())
+}
+
+/// The vectors a [`RequestVectors`] knows, by role (`None` when the embedder is role-independent) and text.
+type Seen = std::collections::HashMap<(Option<TextRole>, String), Arc<Vec<f32>>>;
+
+/// The vectors one question has met, so that nothing is embedded twice while it is answered: seeded with the
+/// strip vectors the store keeps for its candidates ([`seed`](Self::seed)), and filled with every text embedded
+/// through it (refinement's strips, the judge's statements and passages).
+///
+/// A text's vector is shared between roles when the embedder says it is role-independent (a strip embedded as a
+/// passage is the same vector as that sentence judged as a statement). A seeded strip vector was pooled from its
+/// passage's forward pass at indexing time (`Embedder::embed_spans`), so it may differ slightly from the vector of
+/// the strip embedded alone: the strip as the model read it in its passage.
+#[derive(Debug)]
+pub struct RequestVectors {
+    inner: Arc<dyn Embedder>,
+    seen: std::sync::Mutex<Seen>,
+}
+
+impl RequestVectors {
+    /// An empty memory in front of `inner`.
+    #[must_use]
+    pub fn new(inner: Arc<dyn Embedder>) -> Self {
+        Self { inner, seen: std::sync::Mutex::default() }
+    }
+
+    fn key(&self, role: TextRole, text: &str) -> (Option<TextRole>, String) {
+        (if self.inner.role_independent() { None } else { Some(role) }, text.to_owned())
+    }
+
+    fn seen(&self) -> std::sync::MutexGuard<'_, Seen> {
+        self.seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Remembers the stored span vectors of `candidates` (`spans[i]` for `candidates[i]`) as passage vectors of the
+    /// spans' texts; a span that does not fit its chunk's text, or a text seen already, is left alone. Returns how
+    /// many were added.
+    pub fn seed(&self, candidates: &[Candidate], spans: &[Vec<SpanVector>]) -> usize {
+        let dim = self.inner.spec().dim;
+        let mut seen = self.seen();
+        let mut added = 0;
+        for (c, spans) in candidates.iter().zip(spans) {
+            for s in spans.iter().filter(|s| s.vector.len() == dim) {
+                let Some(text) = s.text_in(&c.chunk.text) else { continue };
+                let key = self.key(TextRole::Passage, text);
+                if let std::collections::hash_map::Entry::Vacant(slot) = seen.entry(key) {
+                    slot.insert(Arc::new(s.vector.clone()));
+                    added += 1;
+                }
             }
         }
-        Ok(out.into_iter().flatten().collect())
+        added
+    }
+}
+
+#[async_trait]
+impl Embedder for RequestVectors {
+    fn spec(&self) -> &ragtune_core::EmbeddingSpec {
+        self.inner.spec()
+    }
+
+    fn cost_model(&self) -> ragtune_core::CostModel {
+        self.inner.cost_model()
+    }
+
+    async fn embed(&self, ctx: &Ctx, texts: &[&str], role: TextRole) -> Result<Vec<Vec<f32>>> {
+        let lookup = |t: &str| self.seen().get(&self.key(role, t)).cloned();
+        let keep = |t: &str, v: &Arc<Vec<f32>>| {
+            self.seen().insert(self.key(role, t), v.clone());
+        };
+        embed_through(ctx, self.inner.as_ref(), texts, role, "request_hit", lookup, keep).await
+    }
+
+    fn role_independent(&self) -> bool {
+        self.inner.role_independent()
+    }
+
+    async fn embed_spans(&self, ctx: &Ctx, texts: &[&str], spans: &[Vec<(usize, usize)>]) -> Result<SpanEmbeddings> {
+        self.inner.embed_spans(ctx, texts, spans).await
     }
 }
 

@@ -95,7 +95,12 @@ async fn dense_store(embedder: &HashEmbedder) -> Arc<MemoryStore> {
     ];
     let records = texts
         .iter()
-        .map(|(id, t)| Record { chunk: Chunk::new(*id, *id, *t), dense: Some(embedder.embed_one(t)), sparse: None })
+        .map(|(id, t)| Record {
+            chunk: Chunk::new(*id, *id, *t),
+            dense: Some(embedder.embed_one(t)),
+            sparse: None,
+            spans: Vec::new(),
+        })
         .collect();
     store.upsert(&ctx, records).await.unwrap();
     store

@@ -302,7 +302,7 @@ impl QdrantStore {
                     }
                 }
             }
-            records.push(Record { chunk, dense, sparse });
+            records.push(Record { chunk, dense, sparse, spans: Vec::new() });
         }
         let next = match response.next_page_offset.and_then(|p| p.point_id_options) {
             Some(PointIdOptions::Uuid(u)) => Some(u),

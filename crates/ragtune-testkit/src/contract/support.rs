@@ -125,7 +125,7 @@ pub(crate) fn passage(id: &str, doc_id: &str) -> Chunk {
 }
 
 pub(crate) fn record(chunk: Chunk, dense: Option<Vec<f32>>, sparse: Option<SparseVector>) -> Record {
-    Record { chunk, dense, sparse }
+    Record::new(chunk, dense, sparse)
 }
 
 pub(crate) fn metadata(value: serde_json::Value) -> Metadata {

@@ -2,12 +2,14 @@
 //! ledger, trace and notes, and the one wrapper every stage goes through.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ragtune_core::{Cost, Ctx, TraceEvent, TraceSink};
 
 use super::{AskResponse, Attempt, AttemptResult, Citation, Note, NoteKind, PipelineCost};
 use crate::engine::Engine;
+use crate::models::RequestVectors;
 
 /// The named stages of the pipeline, in the order they run. Each is timed, charged and traced under its name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -113,6 +115,9 @@ pub(super) struct Env<'e> {
     pub(super) ctx: Ctx,
     /// The validated question.
     pub(super) question: String,
+    /// Every vector this question has met (stored strip vectors, embedded strips and statements), so refinement
+    /// and the judge embed nothing twice; `None` without an embedder.
+    pub(super) vectors: Option<Arc<RequestVectors>>,
 }
 
 /// What one question has spent and suffered so far: the cost ledger, the notes and the trace. Every stage goes
@@ -146,7 +151,8 @@ impl<'e> Run<'e> {
         }
         let notes = engine.notes().iter().map(|n| Note::new(NoteKind::Capability, n.clone())).collect();
         let ledger = Ledger { ctx: ctx.clone(), sink, cost: PipelineCost::default(), notes, started };
-        Self { env: Env { engine, ctx, question }, ledger }
+        let vectors = engine.embedder().map(|e| Arc::new(RequestVectors::new(e.clone())));
+        Self { env: Env { engine, ctx, question, vectors }, ledger }
     }
 }
 

@@ -415,8 +415,12 @@ impl Env<'_> {
     async fn refine(&self, candidates: &[Candidate]) -> (Option<Refined>, Report) {
         let refined = match Refiner::new(self.engine.config().refine.clone()) {
             Ok(r) => {
-                let r = match self.engine.embedder() {
-                    Some(e) => r.with_embedder(e.clone()),
+                let r = match &self.vectors {
+                    Some(v) => {
+                        // The candidates' strips were pooled at indexing time: refinement embeds only the rest.
+                        self.engine.seed_strip_vectors(&self.ctx, v, candidates).await;
+                        r.with_embedder(v.clone())
+                    }
                     None => r,
                 };
                 r.refine(&self.ctx, &self.question, candidates).await
@@ -557,7 +561,12 @@ impl Env<'_> {
     /// The faithfulness verdict of `answer` against the context; `None` when the judge failed.
     async fn judge(&self, answer: &str, context: &[ContextPassage]) -> (Option<Faithfulness>, Report) {
         let passages: Vec<String> = context.iter().map(|p| p.text.clone()).collect();
-        match self.engine.judge().judge(&self.ctx, &self.question, answer, &passages).await {
+        let judge = match &self.vectors {
+            // The statements of an extractive answer are refinement strips, whose vectors are known already.
+            Some(v) => self.engine.judge().with_embedder(v.clone()),
+            None => self.engine.judge(),
+        };
+        match judge.judge(&self.ctx, &self.question, answer, &passages).await {
             Ok(f) => {
                 let mut report = Report::new(f.label())
                     .detail("overall", serde_json::to_value(f.overall).unwrap_or_default())
