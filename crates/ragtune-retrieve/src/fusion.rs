@@ -95,7 +95,7 @@ pub const MAX_ADAPTIVE: f32 = 8.0;
 /// With `adaptive > 0` the weights change per query: a list that is guessing — whose best score hardly stands out
 /// from the rest of its own list — counts less, and a list that found something that stands out counts more
 /// (see [`fusion_weights`]). With `adaptive = 0` the weights are the ones given.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct FusionConfig {
     /// How contributions are computed.
     pub method: FusionMethod,
@@ -203,13 +203,15 @@ impl ListStats {
 /// guessing, loses weight to the lists that are not. Lists with fewer than two scores, and every list when all are
 /// flat, keep their weights. The result depends only on the lists themselves, never on their order.
 #[must_use]
-pub fn fusion_weights(lists: &[(f32, Vec<Candidate>)], config: &FusionConfig) -> Vec<f32> {
+pub fn fusion_weights<L: AsRef<[Candidate]>>(lists: &[(f32, L)], config: &FusionConfig) -> Vec<f32> {
     let given = lists.iter().map(|(w, _)| *w);
     if config.adaptive == 0.0 {
         return given.collect();
     }
-    let z: Vec<Option<f64>> =
-        lists.iter().map(|(w, l)| if *w == 0.0 { None } else { ListStats::of(l).and_then(|s| s.top_z()) }).collect();
+    let z: Vec<Option<f64>> = lists
+        .iter()
+        .map(|(w, l)| if *w == 0.0 { None } else { ListStats::of(l.as_ref()).and_then(|s| s.top_z()) })
+        .collect();
     // Summed in ascending order, so the mean does not depend on the order of the lists.
     let mut present: Vec<f64> = z.iter().flatten().copied().collect();
     present.sort_by(f64::total_cmp);
@@ -223,14 +225,14 @@ pub fn fusion_weights(lists: &[(f32, Vec<Candidate>)], config: &FusionConfig) ->
         .collect()
 }
 
-/// Fuses ranked lists; `lists` holds `(weight, candidates in rank order)`.
+/// Fuses ranked lists; `lists` holds `(weight, candidates in rank order)`, the candidates owned or borrowed.
 ///
 /// A list of weight 0 is ignored. Each candidate's score is the sum of its contributions (see [`FusionMethod`]),
 /// added in a canonical order (by strategy name, then value), so the result is the same for any order of `lists`.
 /// Each list's ranks are its positions (1-based); duplicates within a list count once, at their first position.
 /// The scores a score-based method reads are the candidates' `score`s (the producing retriever's).
 #[must_use]
-pub fn fuse(lists: &[(f32, Vec<Candidate>)], config: &FusionConfig, top_k: usize) -> Vec<Candidate> {
+pub fn fuse<L: AsRef<[Candidate]>>(lists: &[(f32, L)], config: &FusionConfig, top_k: usize) -> Vec<Candidate> {
     struct Acc {
         chunk: Chunk,
         contributions: Vec<(String, f32)>,
@@ -243,6 +245,7 @@ pub fn fuse(lists: &[(f32, Vec<Candidate>)], config: &FusionConfig, top_k: usize
         if *given == 0.0 {
             continue;
         }
+        let list = list.as_ref();
         let stats = match config.method {
             FusionMethod::Rrf => None,
             FusionMethod::Convex | FusionMethod::Dbsf => ListStats::of(list),
@@ -286,7 +289,7 @@ pub fn fuse(lists: &[(f32, Vec<Candidate>)], config: &FusionConfig, top_k: usize
 
 /// Fuses ranked lists with weighted RRF: [`fuse`] with [`FusionConfig::rrf`]`(k)`.
 #[must_use]
-pub fn rrf_fuse(lists: &[(f32, Vec<Candidate>)], k: f32, top_k: usize) -> Vec<Candidate> {
+pub fn rrf_fuse<L: AsRef<[Candidate]>>(lists: &[(f32, L)], k: f32, top_k: usize) -> Vec<Candidate> {
     fuse(lists, &FusionConfig::rrf(k), top_k)
 }
 

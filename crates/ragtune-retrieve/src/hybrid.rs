@@ -106,8 +106,8 @@ impl Retriever for HybridRetriever {
             .iter()
             .enumerate()
             .map(|(i, q)| {
-                let lists: Vec<(f32, Vec<Candidate>)> =
-                    per_input.iter().map(|(w, lists)| (*w, lists.get(i).cloned().unwrap_or_default())).collect();
+                let lists: Vec<(f32, &[Candidate])> =
+                    per_input.iter().map(|(w, lists)| (*w, lists.get(i).map_or(&[][..], Vec::as_slice))).collect();
                 if self.config.fusion.adaptive > 0.0 {
                     let w = fusion_weights(&lists, &self.config.fusion);
                     let named: serde_json::Map<String, serde_json::Value> = active
