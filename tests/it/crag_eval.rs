@@ -25,7 +25,7 @@ fn provisioned() -> bool {
 
 /// Eight documents on distinct topics; every query is judged against one of them. At k = 1 the queries asking
 /// for their own topic succeed, and the ones judged against another topic's document fail.
-fn tiny_beir(dir: &Path) {
+pub(crate) fn tiny_beir(dir: &Path) {
     std::fs::create_dir_all(dir.join("qrels")).unwrap();
     let docs = [
         ("d1", "Scurvy", "Scurvy is a disease caused by a lack of vitamin C in the diet of sailors."),

@@ -5,6 +5,7 @@ mod crag_eval;
 mod crash;
 mod engine;
 mod eval;
+mod fusion_fit;
 mod pipeline;
 mod qa_eval;
 mod qdrant_faults;

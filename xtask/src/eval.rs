@@ -117,11 +117,13 @@ pub fn run(args: &[String]) -> Result<()> {
     Ok(())
 }
 
-/// `cargo xtask calibrate`: fits the model-based CRAG evaluator's thresholds on a training split and writes them
-/// into a config file (`ragtune calibrate` in release mode; every argument is forwarded).
+/// `cargo xtask calibrate`: fits the model-based CRAG evaluator's thresholds (or, with `--fusion`, the hybrid
+/// fusion) on a training split and writes them into a config file (`ragtune calibrate` in release mode; every
+/// argument is forwarded).
 ///
 /// ```text
 /// cargo xtask calibrate --dataset ../shared/data/beir/scifact --split train --out configs/crag-calibrated.toml
+/// cargo xtask calibrate --fusion --dataset ../shared/data/beir/scifact --split train
 /// ```
 pub fn calibrate(args: &[String]) -> Result<()> {
     let sh = Shell::new();

@@ -44,6 +44,12 @@ pub struct LlmArgs {
 /// Retrieval and transformation settings the evaluations tune from the command line.
 #[derive(Debug, Default, Clone, clap::Args)]
 pub struct RetrievalTuning {
+    /// How hybrid fuses BM25 and dense: rrf, convex, dbsf (default: the config's, rrf).
+    #[arg(long, value_name = "METHOD")]
+    pub fusion: Option<ragtune::FusionMethod>,
+    /// Strength of hybrid's query-time weights, 0..=8 (default: the config's, 0: fixed weights).
+    #[arg(long, value_name = "X")]
+    pub adaptive: Option<f32>,
     /// RRF constant k for hybrid (default 60).
     #[arg(long = "rrf-k")]
     pub rrf_k: Option<f32>,
@@ -149,6 +155,8 @@ pub fn apply_overrides(cfg: &mut Config, o: Overrides) {
     }
     let (tuning, h, t) = (o.tuning, &mut cfg.hybrid, &mut cfg.transform);
     cfg.embedding.threads = tuning.threads.unwrap_or(cfg.embedding.threads);
+    h.fusion = tuning.fusion.unwrap_or(h.fusion);
+    h.adaptive = tuning.adaptive.unwrap_or(h.adaptive);
     h.k = tuning.rrf_k.unwrap_or(h.k);
     h.depth = tuning.depth.unwrap_or(h.depth);
     h.bm25_weight = tuning.bm25_weight.unwrap_or(h.bm25_weight);

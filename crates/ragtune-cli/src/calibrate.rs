@@ -1,4 +1,5 @@
-//! `ragtune calibrate`: fit a CRAG evaluator's two thresholds on a training split and write them to a config file.
+//! `ragtune calibrate`: fit a CRAG evaluator's two thresholds, or with `--fusion` the hybrid fusion, on a training
+//! split and write them to a config file.
 
 use std::path::{Path, PathBuf};
 
@@ -6,9 +7,14 @@ use ragtune_eval::EvalOptions;
 
 use crate::args::{Overrides, load_config};
 
-/// Fit the model-based CRAG evaluator's two thresholds on a training split and write them to a config file.
+/// Fit the model-based CRAG evaluator's two thresholds (or, with --fusion, the hybrid fusion) on a training split
+/// and write them to a config file.
 #[derive(Debug, clap::Args)]
 pub struct CalibrateArgs {
+    /// Fit the hybrid fusion instead (method, BM25 and dense weights, query-time strength) by mean nDCG@10; the
+    /// RRF k and the depth are the config's `[hybrid]` ones.
+    #[arg(long, conflicts_with_all = ["retriever", "k", "target_precision", "evaluator", "local_semester"])]
+    fusion: bool,
     /// The BEIR dataset directory.
     #[arg(long, value_name = "DIR")]
     dataset: PathBuf,
@@ -28,9 +34,10 @@ pub struct CalibrateArgs {
     /// `heuristic` (the heuristic evaluator's relevant/partial thresholds, its weights as configured).
     #[arg(long, value_name = "NAME", default_value = "model")]
     evaluator: String,
-    /// Where to write the thresholds (a config file `ragtune --config` reads).
-    #[arg(long, value_name = "FILE", default_value = "configs/crag-calibrated.toml")]
-    out: PathBuf,
+    /// Where to write the fitted settings (a config file `ragtune --config` reads; default
+    /// configs/crag-calibrated.toml, with --fusion configs/fusion-calibrated.toml).
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
     /// Where cached indexes live (default: $RAGTUNE_HOME/eval-cache).
     #[arg(long, value_name = "DIR")]
     cache_dir: Option<PathBuf>,
@@ -46,9 +53,13 @@ pub struct CalibrateArgs {
 
 pub async fn run(config: Option<&Path>, args: CalibrateArgs) -> anyhow::Result<()> {
     let cfg = load_config(config, Overrides::default())?;
+    if args.fusion {
+        return fusion(cfg, args).await;
+    }
+    let out = args.out.clone().unwrap_or_else(|| PathBuf::from("configs/crag-calibrated.toml"));
     let evaluator: ragtune::EvaluatorKind = args.evaluator.parse()?;
-    let name = args.dataset.canonicalize().ok().and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()));
-    let name = name.as_deref().unwrap_or("dataset");
+    let name = dataset_name(&args.dataset);
+    let name = name.as_str();
     let log = &mut |l: &str| eprintln!("{l}");
     let cache_dir = args.cache_dir.clone().unwrap_or_else(|| ragtune::ragtune_home().join("eval-cache"));
     let (c, split) = if ragtune_eval::is_qa_dataset(&args.dataset) {
@@ -77,14 +88,52 @@ pub async fn run(config: Option<&Path>, args: CalibrateArgs) -> anyhow::Result<(
         (c, args.split.clone())
     };
     let text = ragtune_eval::calibration_toml(&c, &cfg, evaluator, name, &split, args.k)?;
-    write_and_report(&args.out, &text, &c)
+    write_and_report(&out, &text, &c)
 }
 
-fn write_and_report(out: &Path, text: &str, c: &ragtune::evaluators::crag::Calibration) -> anyhow::Result<()> {
+/// `--fusion`: every train query's BM25 and dense lists once, the fusion grid over them, the best into a file.
+async fn fusion(cfg: ragtune::Config, args: CalibrateArgs) -> anyhow::Result<()> {
+    if ragtune_eval::is_qa_dataset(&args.dataset) {
+        anyhow::bail!(
+            "--fusion needs a BEIR dataset (corpus.jsonl, queries.jsonl, qrels/); {} is a QA dataset",
+            args.dataset.display()
+        );
+    }
+    let name = dataset_name(&args.dataset);
+    let mut opts = EvalOptions::new(&args.dataset);
+    opts.split.clone_from(&args.split);
+    opts.retriever = "hybrid".into();
+    opts.embedding = cfg.embedding.clone();
+    opts.hybrid = cfg.hybrid;
+    opts.limit = args.limit;
+    if let Some(dir) = args.cache_dir {
+        opts.cache_dir = dir;
+    }
+    let fit =
+        ragtune_eval::run_fusion_calibration(&opts, &ragtune_eval::FusionGrid::default(), &mut |l| eprintln!("{l}"))
+            .await?;
+    let out = args.out.unwrap_or_else(|| PathBuf::from("configs/fusion-calibrated.toml"));
+    write_file(&out, &ragtune_eval::fusion_toml(&fit, &name, &args.split))?;
+    print!("{}", ragtune_eval::fusion_table(&fit));
+    println!("wrote {}", out.display());
+    Ok(())
+}
+
+/// The dataset's name in the written file's header: its directory's name.
+fn dataset_name(dir: &Path) -> String {
+    let name = dir.canonicalize().ok().and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()));
+    name.unwrap_or_else(|| "dataset".to_owned())
+}
+
+fn write_file(out: &Path, text: &str) -> anyhow::Result<()> {
     if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|e| anyhow::anyhow!("cannot create {}: {e}", dir.display()))?;
     }
-    std::fs::write(out, text).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", out.display()))?;
+    std::fs::write(out, text).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", out.display()))
+}
+
+fn write_and_report(out: &Path, text: &str, c: &ragtune::evaluators::crag::Calibration) -> anyhow::Result<()> {
+    write_file(out, text)?;
     println!(
         "calibrated on {} queries ({} failed retrievals): upper {:.4}, lower {:.4}; INCORRECT precision {:.3}, recall {:.3}, F1 {:.3}; CORRECT precision {:.3} on {:.1} % of queries",
         c.samples,

@@ -1,5 +1,5 @@
 //! The `ragtune` command-line tool: index documents into the embedded store (or a Qdrant server), search them,
-//! answer questions, evaluate on BEIR and QA datasets, calibrate the CRAG evaluators, and migrate an embedded store
+//! answer questions, evaluate on BEIR and QA datasets, calibrate the CRAG evaluators and the hybrid fusion, and migrate an embedded store
 //! into Qdrant. Exit codes: 0 success, 1 runtime error, 2 usage error.
 //!
 //! One module per command over the shared argument groups of [`args`], where every command-line override of the
@@ -47,7 +47,8 @@ enum Command {
     /// Evaluate retrieval, answers, Corrective-RAG decisions or budgeted reranking:
     /// `eval retrieval | qa | crag | rerank`.
     Eval(eval::EvalArgs),
-    /// Fit the model-based CRAG evaluator's two thresholds on a training split and write them to a config file.
+    /// Fit the model-based CRAG evaluator's two thresholds (or, with --fusion, the hybrid fusion) on a training
+    /// split and write them to a config file.
     Calibrate(calibrate::CalibrateArgs),
     /// Copy an embedded store (chunks, payloads, dense and sparse vectors) into a Qdrant collection or another
     /// embedded store. Idempotent: an interrupted migration can be run again.

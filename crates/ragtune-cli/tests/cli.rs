@@ -104,6 +104,16 @@ fn runtime_errors_exit_with_1_and_say_what_and_where() {
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stderr).contains("unknown evaluator `oracle`"), "{}", text(&out.stderr));
 
+    let out = ragtune(&["calibrate", "--fusion", "--dataset", "nowhere"], dir.path());
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("nowhere"), "{}", text(&out.stderr));
+
+    std::fs::write(dir.path().join("weights.toml"), "[hybrid]\ndense_weight = -0.5\n").unwrap();
+    let out = ragtune(&["--config", "weights.toml", "search", "x"], dir.path());
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(err.contains("weights.toml") && err.contains("[hybrid]: dense_weight must be"), "{err}");
+
     std::fs::write(dir.path().join("bad.toml"), "[bm25]\nk1 = \"high\"\n").unwrap();
     let out = ragtune(&["--config", "bad.toml", "search", "x"], dir.path());
     assert_eq!(out.status.code(), Some(1));
@@ -264,6 +274,7 @@ fn eval_usage_errors_exit_with_2() {
         &["eval", "retrieval", "--dataset", "tiny", "--crag"],
         &["eval", "qa", "--dataset", "tiny", "--retriever", "bm25"],
         &["eval", "nonsense", "--dataset", "tiny"],
+        &["calibrate", "--fusion", "--dataset", "tiny", "--evaluator", "heuristic"],
     ] {
         assert_eq!(ragtune(args, dir.path()).status.code(), Some(2), "{args:?}");
     }
@@ -271,6 +282,10 @@ fn eval_usage_errors_exit_with_2() {
     assert_eq!(out.status.code(), Some(2));
     let err = text(&out.stderr);
     assert!(err.contains("unknown rerank policy `random`; available: greedy, dynamic, uncertainty"), "{err}");
+    let out = ragtune(&["eval", "retrieval", "--dataset", "tiny", "--fusion", "mean"], dir.path());
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(err.contains("unknown fusion method `mean`; available: rrf, convex, dbsf"), "{err}");
 }
 
 #[test]

@@ -5,6 +5,7 @@
 //! - [`rerank`]: the budget efficiency of the reranking controller on the retrieved candidates, per
 //!   [`RerankPolicy`](ragtune::rerank::RerankPolicy) and budget;
 //! - [`crag`]: Corrective-RAG decision statistics and the calibration of the evaluators' thresholds;
+//! - [`fusion`]: the hybrid fusion (method, weights, query-time strength) fitted on a training split;
 //! - [`qa`]: answer-level evaluation on the CMU Wikipedia QA set, read by [`cmu_qa`].
 //!
 //! The crate depends on the facade `ragtune` and reaches the layers through its re-exports. Nothing in the engine
@@ -42,11 +43,13 @@
 
 pub mod cmu_qa;
 pub mod crag;
+pub mod fusion;
 pub mod qa;
 pub mod rerank;
 pub mod retrieval;
 
 pub use crag::{CragEvalReport, calibration_toml, crag_table, run_calibration, run_crag_eval};
+pub use fusion::{FusionFit, FusionGrid, fusion_table, fusion_toml, run_fusion_calibration};
 pub use qa::{QaEvalOptions, QaEvalReport, is_qa_dataset, qa_table, run_qa_calibration, run_qa_eval};
 pub use rerank::{RerankEvalOptions, RerankEvalReport, evaluate_reranking, rerank_table};
 pub use retrieval::{EvalOptions, EvalReport, run_eval, summary_table};

@@ -172,6 +172,9 @@ pub async fn run_eval(opts: &EvalOptions, log: &mut dyn FnMut(&str)) -> Result<E
         )));
     }
     let strategy: Strategy = opts.retriever.parse()?;
+    if strategy == Strategy::Hybrid {
+        opts.hybrid.validate().map_err(|e| e.context("[hybrid]"))?;
+    }
     if opts.top_k == 0 {
         return Err(Error::invalid_input("--top-k must be at least 1"));
     }
@@ -233,8 +236,13 @@ pub async fn run_eval(opts: &EvalOptions, log: &mut dyn FnMut(&str)) -> Result<E
     if strategy == Strategy::Hybrid {
         let h = opts.hybrid;
         config["fusion"] = serde_json::json!({
-            "method": "rrf", "k": h.k, "depth": h.depth, "bm25_weight": h.bm25_weight, "dense_weight": h.dense_weight,
+            "method": h.fusion.name(), "k": h.k, "depth": h.depth, "bm25_weight": h.bm25_weight,
+            "dense_weight": h.dense_weight,
         });
+        // Only when set, so that reports with fixed weights compare with the baselines made before it existed.
+        if h.adaptive > 0.0 {
+            config["fusion"]["adaptive"] = h.adaptive.into();
+        }
     }
 
     let (engine, cached, location, index_seconds) =
@@ -283,18 +291,11 @@ pub async fn run_eval(opts: &EvalOptions, log: &mut dyn FnMut(&str)) -> Result<E
         }
         match result {
             Ok(mut lists) => {
-                // Chunks map to documents; a document counts once, at its best-ranked chunk.
-                let mut seen = HashSet::new();
                 let list = lists.pop().unwrap_or_default();
                 if let Some(r) = &opts.rerank {
                     pools.push((q.id.clone(), q.text.clone(), list.iter().take(r.pool).cloned().collect()));
                 }
-                let run = list
-                    .into_iter()
-                    .filter(|c| seen.insert(c.chunk.doc_id.clone()))
-                    .map(|c| (c.chunk.doc_id, c.score))
-                    .collect();
-                runs.insert(q.id.clone(), run);
+                runs.insert(q.id.clone(), document_run(&list));
             }
             Err(e) => failed.push(format!("{}: {e}", q.id)),
         }
@@ -441,6 +442,13 @@ pub(crate) async fn open_beir_index(
     }
     let index_seconds = started.elapsed().as_secs_f64();
     Ok((engine, cached, location, index_seconds))
+}
+
+/// A ranked list of chunks as a `trec_eval` run of documents: a document counts once, at its best-ranked chunk,
+/// with that chunk's score.
+pub(crate) fn document_run(list: &[ragtune::core::Candidate]) -> Vec<(String, f32)> {
+    let mut seen = HashSet::new();
+    list.iter().filter(|c| seen.insert(c.chunk.doc_id.as_str())).map(|c| (c.chunk.doc_id.clone(), c.score)).collect()
 }
 
 /// A dataset's name for reports and cache keys: its directory's name.

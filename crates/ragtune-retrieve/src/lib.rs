@@ -2,7 +2,9 @@
 //!
 //! - [`SparseRetriever`]: BM25 (or any sparse encoder) over any store;
 //! - [`DenseRetriever`]: any embedder over any store;
-//! - [`HybridRetriever`]: weighted Reciprocal Rank Fusion of any retrievers ([`rrf_fuse`] is the pure function);
+//! - [`HybridRetriever`]: fusion of any retrievers by weighted Reciprocal Rank Fusion, a convex combination of
+//!   normalised scores or distribution-based score fusion, with fixed or query-time weights ([`fuse`] is the pure
+//!   function, in [`fusion`]);
 //! - [`ParentRetriever`]: "snippet then parent" — search passages, return their parent sections.
 //!
 //! - [`transform`]: query transformations around any retriever — HyDE, multi-query fusion, rewrite, synonym
@@ -35,13 +37,15 @@
 //! ```
 
 mod dense;
+pub mod fusion;
 mod hybrid;
 mod parent;
 mod sparse;
 pub mod transform;
 
 pub use dense::DenseRetriever;
-pub use hybrid::{Fused, HybridRetriever, RrfConfig, rrf_fuse};
+pub use fusion::{FusionConfig, FusionMethod, fuse, fusion_weights, rrf_fuse};
+pub use hybrid::{Fused, HybridConfig, HybridRetriever};
 pub use parent::ParentRetriever;
 pub use sparse::SparseRetriever;
 

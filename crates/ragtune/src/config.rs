@@ -571,11 +571,14 @@ impl Default for EmbeddingSettings {
     }
 }
 
-/// Reciprocal Rank Fusion settings of the hybrid strategy.
+/// Fusion settings of the hybrid strategy (BM25 and dense lists; docs/config.md, `[hybrid]`).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct HybridSettings {
-    /// The RRF constant `k`.
+    /// How the lists are fused: `rrf` (ranks), `convex` (min-max normalised scores) or `dbsf` (scores normalised by
+    /// mean and three standard deviations).
+    pub fusion: FusionMethod,
+    /// The RRF constant `k` (`rrf` only).
     pub k: f32,
     /// Candidates taken from each strategy before fusing.
     pub depth: usize,
@@ -583,14 +586,63 @@ pub struct HybridSettings {
     pub bm25_weight: f32,
     /// Weight of the dense list.
     pub dense_weight: f32,
+    /// Strength of the query-time weights: 0 keeps the weights fixed; above 0 a list whose best score hardly stands
+    /// out from the rest of its list (a list that is guessing) counts less for that query (see
+    /// [`ragtune_retrieve::fusion_weights`]).
+    pub adaptive: f32,
 }
 
 impl Default for HybridSettings {
     fn default() -> Self {
-        let rrf = ragtune_retrieve::RrfConfig::default();
-        Self { k: rrf.k, depth: rrf.depth, bm25_weight: 1.0, dense_weight: 1.0 }
+        let hybrid = ragtune_retrieve::HybridConfig::default();
+        Self {
+            fusion: hybrid.fusion.method,
+            k: hybrid.fusion.k,
+            depth: hybrid.depth,
+            bm25_weight: 1.0,
+            dense_weight: 1.0,
+            adaptive: hybrid.fusion.adaptive,
+        }
     }
 }
+
+impl HybridSettings {
+    /// The retrieval layer's settings of a hybrid retriever built from these.
+    #[must_use]
+    pub fn hybrid_config(&self) -> ragtune_retrieve::HybridConfig {
+        ragtune_retrieve::HybridConfig { fusion: self.fusion_config(), depth: self.depth }
+    }
+
+    /// The retrieval layer's fusion settings (method, `k`, `adaptive`): what [`ragtune_retrieve::fuse`] is given.
+    #[must_use]
+    pub fn fusion_config(&self) -> ragtune_retrieve::FusionConfig {
+        ragtune_retrieve::FusionConfig { method: self.fusion, k: self.k, adaptive: self.adaptive }
+    }
+
+    /// Checks the weights, `k`, `adaptive` and `depth`.
+    ///
+    /// # Errors
+    /// [`InvalidInput`](ragtune_core::ErrorKind::InvalidInput) naming the setting: a weight negative or not finite,
+    /// both weights 0, `k` negative, `adaptive` outside its range, `depth` 0.
+    pub fn validate(&self) -> Result<()> {
+        for (name, w) in [("bm25_weight", self.bm25_weight), ("dense_weight", self.dense_weight)] {
+            if !(w.is_finite() && w >= 0.0) {
+                return Err(Error::invalid_input(format!("{name} must be a finite number >= 0, got {w}")));
+            }
+        }
+        if self.bm25_weight == 0.0 && self.dense_weight == 0.0 {
+            return Err(Error::invalid_input("bm25_weight and dense_weight are both 0: nothing would be fused"));
+        }
+        if self.depth == 0 {
+            return Err(Error::invalid_input("depth must be at least 1"));
+        }
+        self.fusion_config().validate()
+    }
+}
+
+/// How the hybrid strategy fuses its lists. The retrieval layer's own type, so the names and the default live
+/// there.
+pub use ragtune_retrieve::FusionMethod;
 
 /// The language model behind query transformations (and, later, evaluation and answers).
 ///
@@ -829,6 +881,7 @@ impl Config {
         self.refine.validate().map_err(section("refine"))?;
         self.judge.validate().map_err(section("judge"))?;
         self.retry.validate().map_err(section("retry"))?;
+        self.hybrid.validate().map_err(section("hybrid"))?;
         let p = &self.pipeline;
         if p.reserve_tokens >= p.max_context_tokens {
             return Err(Error::invalid_input(format!(
@@ -974,8 +1027,24 @@ mod tests {
         );
         let client = ragtune_llm::LlmConfig::default();
         assert_eq!((cfg.llm.max_retries, cfg.llm.endpoint), (client.max_retries, client.endpoint));
-        assert_eq!(cfg.hybrid.k, ragtune_retrieve::RrfConfig::default().k);
+        let hybrid = ragtune_retrieve::HybridConfig::default();
+        assert_eq!(cfg.hybrid.hybrid_config(), hybrid);
+        assert_eq!(cfg.hybrid.fusion, FusionMethod::Rrf);
         assert_eq!(cfg.bm25.k1, ragtune_embed::Bm25Config::default().k1);
+    }
+
+    #[test]
+    fn the_hybrid_fusion_is_read_from_the_file_and_the_environment() {
+        let cfg =
+            Config::from_toml("[hybrid]\nfusion = \"convex\"\nbm25_weight = 0.3\ndense_weight = 0.7\nadaptive = 1.0\n")
+                .unwrap();
+        let h = cfg.hybrid.hybrid_config();
+        assert_eq!((h.fusion.method, h.fusion.adaptive, h.depth), (FusionMethod::Convex, 1.0, 100));
+        assert_eq!((cfg.hybrid.bm25_weight, cfg.hybrid.dense_weight), (0.3, 0.7));
+        let env = [("RAGTUNE__HYBRID__FUSION".to_owned(), "dbsf".to_owned())];
+        assert_eq!(Config::from_toml_with_overrides("", &env).unwrap().hybrid.fusion, FusionMethod::Dbsf);
+        let err = Config::from_toml("[hybrid]\nfusion = \"mean\"\n").unwrap_err();
+        assert!(err.to_string().contains("rrf, convex") || err.to_string().contains("`rrf`"), "{err}");
     }
 
     #[test]
@@ -1022,6 +1091,12 @@ mod tests {
             ("[rerank]\npolicy = \"random\"\n", "policy"),
             ("[retry]\nunsupported_share = 1.5\n", "retry"),
             ("[refine]\nthreshold = 2.0\n", "refine"),
+            ("[hybrid]\ndense_weight = -1.0\n", "[hybrid]: dense_weight must be a finite number >= 0, got -1"),
+            ("[hybrid]\nbm25_weight = 0.0\ndense_weight = 0.0\n", "[hybrid]: bm25_weight and dense_weight are both 0"),
+            ("[hybrid]\nadaptive = 100.0\n", "[hybrid]: adaptive must be between 0 and 8"),
+            ("[hybrid]\nk = -1.0\n", "[hybrid]: k must"),
+            ("[hybrid]\ndepth = 0\n", "[hybrid]: depth must"),
+            ("[hybrid]\nfusion = \"mean\"\n", "fusion"),
         ] {
             let err = Config::from_toml(toml).unwrap_err();
             assert!(err.to_string().contains(expect), "{toml}: {err}");

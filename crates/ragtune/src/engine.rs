@@ -11,7 +11,7 @@ use ragtune_core::{
 };
 use ragtune_embed::{Bm25Config, Bm25Encoder};
 use ragtune_ingest::{ChunkerConfig, LoadIssue, Loaded};
-use ragtune_retrieve::{DenseRetriever, Fused, HybridRetriever, RrfConfig, SparseRetriever};
+use ragtune_retrieve::{DenseRetriever, Fused, HybridRetriever, SparseRetriever};
 use ragtune_store::EmbeddedStore;
 use serde::{Deserialize, Serialize};
 
@@ -532,7 +532,7 @@ impl Engine {
                     Fused { retriever: bm25(self)?, weight: h.bm25_weight },
                     Fused { retriever: dense(self)?, weight: h.dense_weight },
                 ];
-                Ok(Arc::new(HybridRetriever::new("hybrid", inputs, RrfConfig { k: h.k, depth: h.depth })?))
+                Ok(Arc::new(HybridRetriever::new("hybrid", inputs, h.hybrid_config())?))
             }
         }
     }
@@ -597,7 +597,7 @@ impl Engine {
                     Fused { retriever: bm25, weight: h.bm25_weight },
                     Fused { retriever: hyde, weight: h.dense_weight },
                 ];
-                Ok(Arc::new(HybridRetriever::new("hybrid+hyde", inputs, RrfConfig { k: h.k, depth: h.depth })?))
+                Ok(Arc::new(HybridRetriever::new("hybrid+hyde", inputs, h.hybrid_config())?))
             }
             Transform::MultiQuery => {
                 let config = MultiQueryConfig {

@@ -1,0 +1,51 @@
+//! The hybrid fusion fitted on a training split end to end (`ragtune calibrate --fusion`), on the tiny BEIR dataset of
+//! the CRAG test with the real embedding model: the grid's numbers are the ones `ragtune eval retrieval` measures for
+//! the same settings, and the written file makes the evaluation measure the fitted fusion.
+//!
+//! Needs the model provisioned by `cargo xtask models`; without it the test says why it skips, unless
+//! `RAGTUNE_REQUIRE_MODELS=1` (set by `cargo xtask ci`), where a missing model fails it.
+
+use ragtune::Config;
+use ragtune::retrieve::FusionMethod;
+use ragtune_eval::fusion::{FusionGrid, fusion_toml, run_fusion_calibration};
+use ragtune_eval::retrieval::{EvalOptions, run_eval};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn the_fusion_fitted_on_train_is_what_eval_measures_with_the_written_file() {
+    if !crate::models_provisioned() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("tiny");
+    crate::crag_eval::tiny_beir(&data);
+    let mut opts = EvalOptions::new(&data);
+    opts.cache_dir = dir.path().join("cache");
+    opts.split = "train".into();
+    opts.retriever = "hybrid".into();
+    let log = &mut |_: &str| {};
+
+    let fit = run_fusion_calibration(&opts, &FusionGrid::default(), log).await.unwrap();
+    assert_eq!((fit.queries, fit.depth, fit.points.len()), (12, 100, 3 * 4 * 21), "{fit:?}");
+    assert!(fit.best.ndcg_at_10 >= fit.bm25_alone.max(fit.dense_alone), "{fit:?}");
+
+    // The grid fuses with the engine's function: RRF at equal weights is the default hybrid retrieval, and the ends
+    // of the grid are the retrievers alone, each scored as `eval retrieval` scores it.
+    let ndcg = |r: &ragtune_eval::EvalReport| r.metrics["ndcg@10"];
+    let hybrid = run_eval(&opts, log).await.unwrap();
+    let point = |m: FusionMethod, w: f32| {
+        *fit.points.iter().find(|p| p.method == m && p.adaptive == 0.0 && p.dense_weight == w).unwrap()
+    };
+    assert_eq!(ndcg(&hybrid), point(FusionMethod::Rrf, 0.5).ndcg_at_10);
+    for (retriever, alone) in [("bm25", fit.bm25_alone), ("dense", fit.dense_alone)] {
+        let report = run_eval(&EvalOptions { retriever: retriever.into(), ..opts.clone() }, log).await.unwrap();
+        assert_eq!(ndcg(&report), alone, "{retriever}");
+    }
+
+    // The written file, read as `--config` reads it, makes the evaluation measure the fitted fusion.
+    let text = fusion_toml(&fit, "tiny", "train");
+    let cfg = Config::from_toml(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let fitted = run_eval(&EvalOptions { hybrid: cfg.hybrid, ..opts.clone() }, log).await.unwrap();
+    assert_eq!(ndcg(&fitted), fit.best.ndcg_at_10, "{text}");
+    assert_eq!(fitted.config["fusion"]["method"], fit.best.method.name());
+    assert_eq!(fitted.config["fusion"]["dense_weight"], f64::from(fit.best.dense_weight));
+}
