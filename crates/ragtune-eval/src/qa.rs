@@ -464,7 +464,8 @@ async fn prepare(opts: &QaEvalOptions, log: &mut dyn FnMut(&str)) -> Result<Prep
     };
     // Strip vectors are stored with the passages when on, for the strips of `refine.max_strip_words`.
     let strips = opts.config.embedding.strip_vectors.then_some(opts.config.refine.max_strip_words);
-    let dense_key = embedder.as_ref().map_or_else(|| "none".to_owned(), |e| format!("{}/strips={strips:?}", e.spec().model_id));
+    let dense_key =
+        embedder.as_ref().map_or_else(|| "none".to_owned(), |e| format!("{}/strips={strips:?}", e.spec().model_id));
     let mut corpus_hash = 0u64;
     for d in &data.articles {
         corpus_hash ^= xxhash_rust::xxh3::xxh3_64(format!("{}\u{0}{}", d.id, d.text).as_bytes());
