@@ -33,6 +33,14 @@ async fn seeded_strips_and_texts_seen_once_are_not_embedded_again() {
     assert_eq!(second, [model.embed_one("Second strip here."), seeded.clone()]);
     memory.embed(&ctx, &["Second strip here."], TextRole::Passage).await.unwrap();
     assert_eq!(model.calls(), 1);
+    // A passage joined from known strips gets their normalised mean, with no inference; an unknown part, none.
+    assert!(memory.seed_mean("First strip here. Second strip here.", &["First strip here.", "Second strip here."]));
+    let joined = memory.embed(&ctx, &["First strip here. Second strip here."], TextRole::Passage).await.unwrap();
+    let mean: Vec<f32> = seeded.iter().zip(model.embed_one("Second strip here.")).map(|(a, b)| a + b).collect();
+    let norm = mean.iter().map(|x| x * x).sum::<f32>().sqrt();
+    let cos: f32 = joined[0].iter().zip(&mean).map(|(a, b)| a * b / norm).sum();
+    assert!((cos - 1.0).abs() < 1e-5 && model.calls() == 1, "cosine {cos}, calls {}", model.calls());
+    assert!(!memory.seed_mean("other", &["First strip here.", "never seen"]));
     // The fake says nothing about roles, so a query of the same text is another vector and is embedded.
     assert!(!model.role_independent());
     memory.embed(&ctx, &["Second strip here."], TextRole::Query).await.unwrap();
@@ -87,8 +95,10 @@ async fn indexing_stores_strip_vectors_and_answering_embeds_no_stored_strip() {
             .map(|e| e.cost.docs)
             .sum()
     };
+    // Every strip of these short passages lies inside the model's window and was pooled at indexing; the judge's
+    // passages are refined passages, whose vectors are their strips' mean: nothing is embedded but the question.
     let embedded = passages_embedded(&r);
-    assert!(embedded <= r.context.len() as u64, "{embedded} passages embedded for {} in the context", r.context.len());
+    assert_eq!(embedded, 0, "passages embedded while answering: {:?}", r.trace);
 
     // Without stored strip vectors (`embedding.strip_vectors = false`) the same question embeds its strips.
     let dir2 = tempfile::tempdir().unwrap();
@@ -100,5 +110,5 @@ async fn indexing_stores_strip_vectors_and_answering_embeds_no_stored_strip() {
     assert!(plain.store().span_vectors(&Ctx::new(), &ids).await.unwrap().iter().all(Vec::is_empty));
     let r2 = plain.ask("What causes scurvy?").await.unwrap();
     let embedded2 = passages_embedded(&r2);
-    assert!(embedded2 > embedded + 3, "{embedded2} passages embedded without strip vectors, {embedded} with");
+    assert!(embedded2 >= 4, "{embedded2} passages embedded without strip vectors");
 }

@@ -184,6 +184,38 @@ impl RequestVectors {
     }
 }
 
+impl RequestVectors {
+    /// Remembers, as the passage vector of `text`, the normalised mean of the known passage vectors of `parts` (the
+    /// strips a refined passage was joined from), so a judge comparing statements with that passage needs no
+    /// inference. Returns `false`, remembering nothing, when a part is unknown or the mean is zero.
+    ///
+    /// The mean of the strips' vectors stands for the vector of their joined text: both average the same tokens
+    /// (the strips' vectors are themselves token means of one forward pass), up to the strips' lengths and the
+    /// context each was read in, which is close enough for the judge's similarity and costs nothing.
+    pub fn seed_mean(&self, text: &str, parts: &[&str]) -> bool {
+        let mut seen = self.seen();
+        let key = self.key(TextRole::Passage, text);
+        if parts.is_empty() || seen.contains_key(&key) {
+            return false;
+        }
+        let mut sum = vec![0.0f32; self.inner.spec().dim];
+        for p in parts {
+            let Some(v) = seen.get(&self.key(TextRole::Passage, p)) else { return false };
+            if v.len() != sum.len() {
+                return false;
+            }
+            sum.iter_mut().zip(v.iter()).for_each(|(a, x)| *a += x);
+        }
+        let norm = sum.iter().map(|x| x * x).sum::<f32>().sqrt();
+        if !(norm.is_finite() && norm > 0.0) {
+            return false;
+        }
+        sum.iter_mut().for_each(|x| *x /= norm);
+        seen.insert(key, Arc::new(sum));
+        true
+    }
+}
+
 #[async_trait]
 impl Embedder for RequestVectors {
     fn spec(&self) -> &ragtune_core::EmbeddingSpec {

@@ -429,6 +429,18 @@ impl Env<'_> {
         };
         match refined {
             Ok(r) => {
+                if let Some(v) = &self.vectors {
+                    // Each refined passage is its kept strips joined: its vector for the judge is their mean.
+                    for p in &r.passages {
+                        let parts: Vec<&str> = r
+                            .strips
+                            .iter()
+                            .filter(|s| s.kept && s.chunk_id == p.chunk_id)
+                            .map(|s| s.text.as_str())
+                            .collect();
+                        v.seed_mean(&p.text, &parts);
+                    }
+                }
                 let notes = r.notes.iter().map(|n| Note::new(NoteKind::Refinement, format!("refine: {n}"))).collect();
                 let report = Report::new("strips").detail("passages", r.passages.len()).cost(r.cost).notes(notes);
                 (Some(r), report)
