@@ -31,6 +31,10 @@ fn embedded(dir: &std::path::Path, dense: bool) -> Config {
     cfg.embedding.mode = if dense { ragtune::EmbeddingMode::default() } else { ragtune::EmbeddingMode::Off };
     // Extractive answers: the comparison is of the stores, not of an LLM's sampling.
     cfg.llm.url = String::new();
+    // Qdrant keeps no strip vectors (docs/stores.md), so refinement embeds every strip there; the embedded store
+    // does the same here, so that both answer from the same inputs (with stored strip vectors an answer may pick
+    // another strip: they are the strips as read inside their passage).
+    cfg.embedding.strip_vectors = false;
     cfg
 }
 
