@@ -112,3 +112,44 @@ async fn indexing_stores_strip_vectors_and_answering_embeds_no_stored_strip() {
     let embedded2 = passages_embedded(&r2);
     assert!(embedded2 >= 4, "{embedded2} passages embedded without strip vectors");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn strips_past_the_window_are_pooled_from_the_passages_tail_when_asked() {
+    if !crate::models_provisioned() {
+        return;
+    }
+    // About 700 tokens: the model's 256-token window sees the first third.
+    let text: String = (0..60)
+        .map(|i| format!("Sentence number {i} says that otters in river {} hold hands while they sleep. ", i % 7))
+        .collect();
+    let docs = vec![ragtune::core::Document::new("long", text.trim_end())];
+    let strips = ragtune::evaluators::refine::decompose(&docs[0].text, Config::default().refine.max_strip_words);
+    let stored = |past_window: bool| {
+        let docs = docs.clone();
+        async move {
+            let dir = tempfile::tempdir().unwrap();
+            let mut cfg = Config::default();
+            cfg.store.path = dir.path().join("store");
+            cfg.embedding.mode = ragtune::EmbeddingMode::On;
+            cfg.embedding.sessions = 1;
+            cfg.embedding.strip_vectors_past_window = past_window;
+            let mut engine = Engine::open(cfg).await.unwrap();
+            engine.index_documents(&docs, Chunking::WholeDocuments, &mut |_, _| {}).await.unwrap();
+            engine.store().span_vectors(&Ctx::new(), &["long".to_owned()]).await.unwrap().remove(0)
+        }
+    };
+    let first_window = stored(false).await;
+    assert!(
+        !first_window.is_empty() && first_window.len() < strips.len() / 2,
+        "{} of {}",
+        first_window.len(),
+        strips.len()
+    );
+    let all = stored(true).await;
+    assert_eq!(all.len(), strips.len(), "every strip has a vector");
+    // The strips inside the first window are pooled from the same pass either way.
+    assert_eq!(all[..first_window.len()], first_window[..]);
+    for (s, strip) in all.iter().zip(&strips) {
+        assert_eq!(s.text_in(&docs[0].text), Some(strip.as_str()));
+    }
+}

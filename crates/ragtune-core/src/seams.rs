@@ -46,8 +46,8 @@ pub trait Embedder: Send + Sync + Debug {
     /// Embeds passages as [`embed`](Self::embed) does (`TextRole::Passage`, the same vectors) and, from the same
     /// forward pass, one vector per span of each text (`spans[i]` holds byte ranges of `texts[i]`), pooled over the
     /// span's tokens as the text's vector is pooled over all of them, then L2-normalised. A span is `None` when the
-    /// model saw none of its tokens (past the truncation) or the embedder cannot pool spans; the default embeds the
-    /// texts and pools no span, so callers embed what they need themselves.
+    /// model did not see all of its tokens (it reaches past the truncation) or the embedder cannot pool spans; the
+    /// default embeds the texts and pools no span, so callers embed what they need themselves.
     ///
     /// # Errors
     /// As [`embed`](Self::embed); [`InvalidInput`](crate::ErrorKind::InvalidInput) when `spans` and `texts` differ

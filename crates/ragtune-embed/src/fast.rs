@@ -589,7 +589,7 @@ type Pooled = (Vec<f32>, Vec<Option<Vec<f32>>>);
 /// Mean-pools one batch's token vectors over each text and over each of its spans, from one forward pass: the
 /// text's vector exactly as [`TextEmbedding::embed`] computes it (the same pooling over the same output, then the
 /// same normalisation), and a span's from the tokens whose byte offsets overlap it (special and padding tokens
-/// excluded; `None` when truncation cut all of them).
+/// excluded; `None` when truncation cut any of them).
 fn pool_with_spans(
     model: &mut TextEmbedding,
     texts: &[&str],
@@ -622,9 +622,19 @@ fn pool_with_spans(
             let offsets = encoding.get_offsets();
             let special = encoding.get_special_tokens_mask();
             let mask = encoding.get_attention_mask();
+            // Where the model's view of a truncated text ends: a span reaching past it was seen in part only,
+            // and gets no vector rather than one of its first words (the caller may run the rest of the text).
+            let seen_end = if encoding.get_overflowing().is_empty() {
+                usize::MAX
+            } else {
+                offsets.iter().zip(special).filter(|(_, s)| **s == 0).map(|(o, _)| o.1).max().unwrap_or(0)
+            };
             let span_vectors = text_spans
                 .iter()
                 .map(|&(start, end)| {
+                    if end > seen_end {
+                        return None;
+                    }
                     let mut sum = vec![0.0f32; dim];
                     let mut count = 0usize;
                     for (t, &(a, z)) in offsets.iter().enumerate().take(seq) {

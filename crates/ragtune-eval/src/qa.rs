@@ -463,7 +463,8 @@ async fn prepare(opts: &QaEvalOptions, log: &mut dyn FnMut(&str)) -> Result<Prep
         },
     };
     // Strip vectors are stored with the passages when on, for the strips of `refine.max_strip_words`.
-    let strips = opts.config.embedding.strip_vectors.then_some(opts.config.refine.max_strip_words);
+    let emb = &opts.config.embedding;
+    let strips = emb.strip_vectors.then_some((opts.config.refine.max_strip_words, emb.strip_vectors_past_window));
     let dense_key =
         embedder.as_ref().map_or_else(|| "none".to_owned(), |e| format!("{}/strips={strips:?}", e.spec().model_id));
     let mut corpus_hash = 0u64;

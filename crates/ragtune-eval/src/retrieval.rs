@@ -388,7 +388,8 @@ pub(crate) async fn open_beir_index(
         || "none".to_owned(),
         |e| {
             let (spec, emb) = (e.spec(), &opts.embedding);
-            format!("{}/{}/max_length={}/strips={}", spec.model_id, spec.dim, emb.max_length, emb.strip_vectors)
+            let tails = if emb.strip_vectors_past_window { "+tails" } else { "" };
+            format!("{}/{}/max_length={}/strips={}{tails}", spec.model_id, spec.dim, emb.max_length, emb.strip_vectors)
         },
     );
     let key = format!(

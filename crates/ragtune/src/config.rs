@@ -549,6 +549,11 @@ pub struct EmbeddingSettings {
     /// judge embed no strip of a stored passage at query time (docs/pipeline.md). Stores without room for them
     /// (Qdrant) ignore them.
     pub strip_vectors: bool,
+    /// With `strip_vectors`: also pool the strips that lie past the model's window (`max_length` tokens) of a long
+    /// passage, by running the model again on the rest of the passage from its first such strip (its own window,
+    /// and so on). Costs the inference of those tails at indexing time; without it, those strips are embedded when a
+    /// question needs them (docs/performance.md).
+    pub strip_vectors_past_window: bool,
 }
 
 impl Default for EmbeddingSettings {
@@ -567,6 +572,7 @@ impl Default for EmbeddingSettings {
             query_cache: 10_000,
             max_length: model.max_length,
             strip_vectors: true,
+            strip_vectors_past_window: false,
         }
     }
 }

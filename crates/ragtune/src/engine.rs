@@ -406,9 +406,13 @@ impl Engine {
                 // pooled from the passage's forward pass, so answering embeds no strip of a stored passage.
                 let (strips, spans) = strip_plan(&docs, &texts, self.config.refine.max_strip_words);
                 let out = e.embed_spans(ctx, &refs, &spans).await?;
+                let mut pooled = out.spans;
+                if self.config.embedding.strip_vectors_past_window {
+                    tail_windows(ctx, e.as_ref(), &refs, &spans, &mut pooled).await?;
+                }
                 let strips: Vec<Vec<SpanVector>> = strips
                     .iter()
-                    .zip(out.spans)
+                    .zip(pooled)
                     .map(|(strips, vectors)| {
                         strips
                             .iter()
@@ -731,4 +735,48 @@ fn strip_plan(docs: &[(String, Vec<Chunk>)], texts: &[String], max_words: usize)
             (strips, spans)
         })
         .unzip()
+}
+
+/// Pools the strips that the first pass could not (they reach past the model's window): runs the model on the rest of
+/// each such text, from its first strip without a vector, and repeats while windows still give new vectors (a strip
+/// longer than the window never gets one, and stops the loop).
+async fn tail_windows(
+    ctx: &Ctx,
+    embedder: &dyn Embedder,
+    texts: &[&str],
+    spans: &[Spans],
+    pooled: &mut [Vec<Option<Vec<f32>>>],
+) -> Result<()> {
+    // Texts whose first missing strip a window did not fill (it is longer than the window): not run again.
+    let mut stuck = vec![false; pooled.len()];
+    loop {
+        let mut owners: Vec<(usize, usize)> = Vec::new();
+        let mut tails: Vec<&str> = Vec::new();
+        let mut tail_spans: Vec<Spans> = Vec::new();
+        for (i, vectors) in pooled.iter().enumerate() {
+            if stuck[i] {
+                continue;
+            }
+            let Some(first) = vectors.iter().position(Option::is_none) else { continue };
+            let start = spans[i][first].0;
+            let Some(tail) = texts[i].get(start..) else { continue };
+            owners.push((i, first));
+            tails.push(tail);
+            tail_spans.push(spans[i][first..].iter().map(|&(s, e)| (s - start, e - start)).collect());
+        }
+        if tails.is_empty() {
+            return Ok(());
+        }
+        let more = embedder.embed_spans(ctx, &tails, &tail_spans).await?;
+        for ((i, first), vectors) in owners.into_iter().zip(more.spans) {
+            for (k, v) in vectors.into_iter().enumerate() {
+                if let (Some(v), Some(slot)) = (v, pooled[i].get_mut(first + k))
+                    && slot.is_none()
+                {
+                    *slot = Some(v);
+                }
+            }
+            stuck[i] = pooled[i].get(first).is_none_or(Option::is_none);
+        }
+    }
 }
