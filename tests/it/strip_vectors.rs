@@ -134,7 +134,9 @@ async fn strips_past_the_window_are_pooled_from_the_passages_tail_when_asked() {
             cfg.embedding.sessions = 1;
             cfg.embedding.strip_vectors_past_window = past_window;
             let mut engine = Engine::open(cfg).await.unwrap();
-            engine.index_documents(&docs, Chunking::WholeDocuments, &mut |_, _| {}).await.unwrap();
+            let report = engine.index_documents(&docs, Chunking::WholeDocuments, &mut |_, _| {}).await.unwrap();
+            // The passage is longer than the window, and the report says so (only the first pass counts).
+            assert_eq!(report.truncated, 1);
             engine.store().span_vectors(&Ctx::new(), &["long".to_owned()]).await.unwrap().remove(0)
         }
     };

@@ -43,6 +43,13 @@ pub async fn run(config: Option<&Path>, args: IndexArgs) -> anyhow::Result<()> {
         report.store.chunks,
         report.store.documents
     );
+    if report.truncated > 0 {
+        eprintln!(
+            "warning: {} passages are longer than the embedding model's window: their dense vectors see only their \
+             beginning (index with chunking, or lower the chunk size)",
+            report.truncated
+        );
+    }
     if !report.issues.is_empty() {
         eprintln!("{} problems (the rest was indexed):", report.issues.len());
         for issue in report.issues.iter().take(20) {

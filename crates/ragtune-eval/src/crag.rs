@@ -91,7 +91,7 @@ async fn retrieve_split(
         })?),
     };
     let llm = ragtune::load_llm(&config.llm)?;
-    let (engine, _, location, _) =
+    let (engine, _, location, _, _) =
         crate::retrieval::open_beir_index(opts, &name, &data.corpus, embedder, llm, log).await?;
     // The engine evaluating and correcting uses the CRAG settings of `config` on the cached index.
     let engine_cfg = ragtune::Config {

@@ -109,6 +109,10 @@ pub struct EvalReport {
     pub index_cached: bool,
     /// Documents in the corpus.
     pub documents: usize,
+    /// Documents longer than the embedding model's window (`embedding.max_length` tokens), whose dense vector saw
+    /// only their beginning; `None` without dense vectors, or for a cached index older than this count.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub truncated_documents: Option<usize>,
     /// Queries that failed (for example an empty query text); they score 0.
     pub failed_queries: Vec<String>,
     /// Problems met while loading the dataset.
@@ -245,7 +249,7 @@ pub async fn run_eval(opts: &EvalOptions, log: &mut dyn FnMut(&str)) -> Result<E
         }
     }
 
-    let (engine, cached, location, index_seconds) =
+    let (engine, cached, location, index_seconds, truncated_documents) =
         open_beir_index(opts, &name, &data.corpus, embedder.clone(), llm.clone(), log).await?;
 
     let retriever = engine.transformed_retriever(strategy, transform).await?;
@@ -359,6 +363,7 @@ pub async fn run_eval(opts: &EvalOptions, log: &mut dyn FnMut(&str)) -> Result<E
         index_seconds,
         index_cached: cached,
         documents: data.corpus.len(),
+        truncated_documents,
         failed_queries: failed,
         load_issues: data.issues.iter().map(ToString::to_string).collect(),
         store_location: location,
@@ -379,7 +384,7 @@ pub(crate) async fn open_beir_index(
     embedder: Option<std::sync::Arc<dyn ragtune::core::Embedder>>,
     llm: Option<std::sync::Arc<dyn ragtune::core::Llm>>,
     log: &mut dyn FnMut(&str),
-) -> Result<(Engine, bool, String, f64)> {
+) -> Result<(Engine, bool, String, f64, Option<usize>)> {
     let chunking = "whole-documents";
     let data_corpus = corpus;
     // The index depends on the corpus bytes and on everything that changes the stored vectors.
@@ -431,18 +436,37 @@ pub(crate) async fn open_beir_index(
     };
     let mut engine = Engine::open_with_embedder(cfg, embedder.clone()).await?.with_llm(llm.clone());
     let started = Instant::now();
-    if cached {
+    // Documents the model truncated: counted when indexing, kept in the completion marker for later runs (`None`
+    // for a cache written before the count existed).
+    let dense = embedder.is_some();
+    let truncated = if cached {
         log(&format!("using the cached index {location}"));
+        std::fs::read(&marker)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+            .and_then(|v| v["truncated"].as_u64())
+            .and_then(|n| usize::try_from(n).ok())
     } else {
         log(&format!("indexing {} documents into {location}", data_corpus.len()));
-        engine.index_documents(data_corpus, Chunking::WholeDocuments, &mut |_, _| {}).await?;
+        let report = engine.index_documents(data_corpus, Chunking::WholeDocuments, &mut |_, _| {}).await?;
         if opts.store == StoreBackend::Embedded {
-            std::fs::write(&marker, serde_json::to_vec_pretty(&serde_json::json!({ "key": key })).unwrap_or_default())
+            let marked = serde_json::json!({ "key": key, "truncated": report.truncated });
+            std::fs::write(&marker, serde_json::to_vec_pretty(&marked).unwrap_or_default())
                 .map_err(|e| Error::permanent(format!("cannot write {}", marker.display())).with_source(e))?;
         }
+        Some(report.truncated)
     }
+    .filter(|_| dense);
     let index_seconds = started.elapsed().as_secs_f64();
-    Ok((engine, cached, location, index_seconds))
+    if let Some(n) = truncated.filter(|&n| n > 0) {
+        log(&format!(
+            "warning: {n} of {} documents are longer than the embedding model's {}-token window: their dense vectors \
+             see only their beginning (chunk long documents so that every passage fits)",
+            data_corpus.len(),
+            opts.embedding.max_length
+        ));
+    }
+    Ok((engine, cached, location, index_seconds, truncated))
 }
 
 /// A ranked list of chunks as a `trec_eval` run of documents: a document counts once, at its best-ranked chunk,

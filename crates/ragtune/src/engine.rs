@@ -45,6 +45,10 @@ pub struct IndexReport {
     pub issues: Vec<String>,
     /// Wall time in seconds.
     pub seconds: f64,
+    /// Passages longer than the embedding model's window (`embedding.max_length` tokens): their dense vector was
+    /// computed from their beginning only. Chunk long documents so that every passage fits.
+    #[serde(default)]
+    pub truncated: usize,
     /// The store after indexing.
     pub store: StoreStats,
 }
@@ -400,12 +404,15 @@ impl Engine {
             .collect();
         let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
         let mut sparse = encoder.encode(ctx, &refs, TextRole::Passage).await?.into_iter();
+        // The passages' own embedding call is traced into a sink of its own, to count what the model truncated.
+        let sink = TraceSink::new();
+        let counting = ctx.clone().with_trace(sink.clone());
         let (mut dense, mut strips) = match &self.embedder {
             Some(e) if self.config.embedding.strip_vectors => {
                 // Each passage's strips (the refinement's own decomposition of the chunk's text) get a vector
                 // pooled from the passage's forward pass, so answering embeds no strip of a stored passage.
                 let (strips, spans) = strip_plan(&docs, &texts, self.config.refine.max_strip_words);
-                let out = e.embed_spans(ctx, &refs, &spans).await?;
+                let out = e.embed_spans(&counting, &refs, &spans).await?;
                 let mut pooled = out.spans;
                 if self.config.embedding.strip_vectors_past_window {
                     tail_windows(ctx, e.as_ref(), &refs, &spans, &mut pooled).await?;
@@ -429,9 +436,17 @@ impl Engine {
                     .collect();
                 (Some(out.texts.into_iter()), Some(strips.into_iter()))
             }
-            Some(e) => (Some(e.embed(ctx, &refs, TextRole::Passage).await?.into_iter()), None),
+            Some(e) => (Some(e.embed(&counting, &refs, TextRole::Passage).await?.into_iter()), None),
             None => (None, None),
         };
+        // The embedder reports the passages it had to cut in an `embed`/`truncated` trace event.
+        report.truncated += sink
+            .take()
+            .iter()
+            .filter(|e| e.stage == "embed" && e.action == "truncated")
+            .filter_map(|e| e.detail.get("texts").and_then(serde_json::Value::as_u64))
+            .map(|n| usize::try_from(n).unwrap_or(usize::MAX))
+            .sum::<usize>();
         let mut batch = WriteBatch::default();
         for (doc_id, chunks) in docs {
             report.documents += 1;
