@@ -369,23 +369,11 @@ impl Embedder for FastEmbedder {
             return Ok(Vec::new());
         }
         let started = Instant::now();
-        let owned: Vec<String> = texts.iter().map(|t| (*t).to_owned()).collect();
-        let (models, tokenizer, batch) = (self.models.clone(), self.tokenizer.clone(), self.config.batch_size);
-        let cancel = ctx.clone();
-        let flight = InFlight::enter(&self.in_flight);
-        let wide = self.wide.clone().filter(|_| flight.alone);
-        let (vectors, count, batches) = blocking(move || {
-            // Tokenise once to count tokens and truncations, and to batch texts of similar length together:
-            // the model pads every text of a batch to the batch's longest, so sorting by length saves the
-            // compute spent on padding (the vectors are the same; they are returned in input order).
-            let encodings = encode(&tokenizer, &owned)?;
-            let (count, parts) = plan(&encodings, batch);
-            let parts: Vec<&[usize]> = parts.iter().map(Vec::as_slice).collect();
-            let out = embed_batches(&models, wide.as_deref(), &owned, &parts, &cancel)?;
-            Ok((out, count, parts.len() as u64))
-        })
-        .await?;
-        let mut vectors = vectors;
+        let run = |model: &mut TextEmbedding, ids: &[usize], texts: &[String], _: &[tokenizers::Encoding]| {
+            let part: Vec<&str> = ids.iter().map(|&i| texts[i].as_str()).collect();
+            model.embed(&part, Some(part.len())).map_err(model_err("embedding failed"))
+        };
+        let (mut vectors, count, batches) = self.call(ctx, texts, run).await?;
         self.check_vectors(&mut vectors, texts.len())?;
         self.trace(ctx, texts.len(), role, count, batches, started);
         Ok(vectors)
@@ -405,26 +393,15 @@ impl Embedder for FastEmbedder {
             return Ok(SpanEmbeddings::default());
         }
         let started = Instant::now();
-        let owned: Vec<String> = texts.iter().map(|t| (*t).to_owned()).collect();
         let spans = spans.to_vec();
-        let (models, tokenizer, batch) = (self.models.clone(), self.tokenizer.clone(), self.config.batch_size);
-        let cancel = ctx.clone();
-        let flight = InFlight::enter(&self.in_flight);
-        let wide = self.wide.clone().filter(|_| flight.alone);
-        let (pooled, count, batches) = blocking(move || {
-            let encodings = encode(&tokenizer, &owned)?;
-            let (count, parts) = plan(&encodings, batch);
-            let parts: Vec<&[usize]> = parts.iter().map(Vec::as_slice).collect();
-            let run = |model: &mut TextEmbedding, ids: &[usize]| {
-                let part: Vec<&str> = ids.iter().map(|&i| owned[i].as_str()).collect();
+        let run =
+            move |model: &mut TextEmbedding, ids: &[usize], texts: &[String], encodings: &[tokenizers::Encoding]| {
+                let part: Vec<&str> = ids.iter().map(|&i| texts[i].as_str()).collect();
                 let enc: Vec<&tokenizers::Encoding> = ids.iter().map(|&i| &encodings[i]).collect();
                 let sp: Vec<&[(usize, usize)]> = ids.iter().map(|&i| spans[i].as_slice()).collect();
                 pool_with_spans(model, &part, &enc, &sp)
             };
-            let out = run_batches(&models, wide.as_deref(), owned.len(), &parts, &cancel, &run)?;
-            Ok((out, count, parts.len() as u64))
-        })
-        .await?;
+        let (pooled, count, batches) = self.call(ctx, texts, run).await?;
         let (mut vectors, mut span_vectors): (Vec<Vec<f32>>, Vec<Vec<Option<Vec<f32>>>>) = pooled.into_iter().unzip();
         self.check_vectors(&mut vectors, texts.len())?;
         for v in span_vectors.iter_mut().flatten().flatten() {
@@ -438,6 +415,36 @@ impl Embedder for FastEmbedder {
             span_vectors.into_iter().map(|s| s.into_iter().map(|v| v.filter(|v| !v.is_empty())).collect()).collect();
         self.trace(ctx, texts.len(), TextRole::Passage, count, batches, started);
         Ok(SpanEmbeddings { texts: vectors, spans: span_vectors })
+    }
+}
+
+impl FastEmbedder {
+    /// One model call over `texts`, off the async executor: tokenises them once (to count tokens and truncations,
+    /// and to batch texts of similar length together: the model pads every text of a batch to the batch's longest,
+    /// so sorting by length saves the compute spent on padding), then runs `run` on each batch (the indexes of its
+    /// texts) on the session pool, and returns its outputs in input order with the tokens and the batch count.
+    async fn call<T, F>(&self, ctx: &Ctx, texts: &[&str], run: F) -> Result<(Vec<T>, TokenCount, u64)>
+    where
+        T: Send + 'static,
+        F: Fn(&mut TextEmbedding, &[usize], &[String], &[tokenizers::Encoding]) -> Result<Vec<T>>
+            + Send
+            + Sync
+            + 'static,
+    {
+        let owned: Vec<String> = texts.iter().map(|t| (*t).to_owned()).collect();
+        let (models, tokenizer, batch) = (self.models.clone(), self.tokenizer.clone(), self.config.batch_size);
+        let cancel = ctx.clone();
+        let flight = InFlight::enter(&self.in_flight);
+        let wide = self.wide.clone().filter(|_| flight.alone);
+        blocking(move || {
+            let encodings = encode(&tokenizer, &owned)?;
+            let (count, parts) = plan(&encodings, batch);
+            let parts: Vec<&[usize]> = parts.iter().map(Vec::as_slice).collect();
+            let batch_run = |model: &mut TextEmbedding, ids: &[usize]| run(model, ids, &owned, &encodings);
+            let out = run_batches(&models, wide.as_deref(), owned.len(), &parts, &cancel, &batch_run)?;
+            Ok((out, count, parts.len() as u64))
+        })
+        .await
     }
 }
 
@@ -499,21 +506,6 @@ fn plan(encodings: &[tokenizers::Encoding], batch: usize) -> (TokenCount, Vec<Ve
         TokenCount { tokens: lengths.iter().map(|l| l.0).sum(), truncated: lengths.iter().filter(|l| l.1).count() };
     let parts = length_order(&lengths).chunks(batch).map(<[usize]>::to_vec).collect();
     (count, parts)
-}
-
-/// Embeds `parts` (batches of indexes into `texts`) on the session pool and returns the vectors in `texts`'
-/// order (see [`run_batches`]).
-fn embed_batches(
-    models: &[Mutex<TextEmbedding>],
-    lone: Option<&Mutex<TextEmbedding>>,
-    texts: &[String],
-    parts: &[&[usize]],
-    cancel: &Ctx,
-) -> Result<Vec<Vec<f32>>> {
-    run_batches(models, lone, texts.len(), parts, cancel, &|model: &mut TextEmbedding, ids: &[usize]| {
-        let part: Vec<&str> = ids.iter().map(|&i| texts[i].as_str()).collect();
-        model.embed(&part, Some(part.len())).map_err(model_err("embedding failed"))
-    })
 }
 
 /// Runs `run` on every batch of `parts` (indexes into `n` inputs) on the session pool and returns its outputs in
