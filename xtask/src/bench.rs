@@ -12,7 +12,7 @@
 //! cargo xtask bench answer [--queries N] [--config FILE]
 //!                                # `ask --no-llm` with the model loaded over SciFact test queries: fast path
 //!                                # (no correction) and corrected path p50/p99, each stage's share
-//! cargo xtask bench scale [--chunks N] [--queries N] [--dir DIR]
+//! cargo xtask bench scale [--chunks N] [--queries N] [--dir DIR] [--keep] [--reuse]
 //!                                # the embedded store on a synthetic corpus of N chunks (default 1,000,000; real
 //!                                # SciFact word distribution and vectors + noise): build, size, open, memory,
 //!                                # BM25/dense exact/HNSW/hybrid latency, HNSW recall@10

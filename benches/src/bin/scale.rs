@@ -1,6 +1,6 @@
 //! The embedded store at scale, for `cargo xtask bench scale`.
 //!
-//! `scale --dataset DIR [--chunks N] [--queries N] [--dir DIR]` builds a synthetic corpus of `--chunks` chunks
+//! `scale --dataset DIR [--chunks N] [--queries N] [--dir DIR] [--keep] [--reuse]` builds a synthetic corpus of `--chunks` chunks
 //! (default 100,000) and measures the embedded store on it: build time (writes, then the HNSW build), size on disk,
 //! time to open and resident memory after open, and query latency p50/p99 of BM25, dense exact, dense HNSW and
 //! hybrid (both lists of depth 100 in one store call, fused by RRF into the top 10), plus HNSW recall@10 against
@@ -12,6 +12,11 @@
 //! evaluation index, built by `ragtune eval` on first use) plus Gaussian-like noise, normalised, so the vectors
 //! keep the model's geometry (clusters of near neighbours) instead of being uniform noise. Queries are six words of
 //! a chunk's text and a noisy copy of a chunk's vector. Deterministic: a fixed seed. The last line is JSON.
+//!
+//! The store is deleted at the end unless `--keep` is given. `--reuse` skips the build and measures the store an
+//! earlier `--keep` run of the same `--chunks` left in `--dir` (open,
+//! memory, queries; the build time is reported as not measured): the queries are drawn from the same chunks with
+//! other noise, so their numbers are comparable with, not identical to, the building run's.
 
 use std::time::Instant;
 
@@ -25,7 +30,8 @@ use ragtune_eval::retrieval::{EvalOptions, run_eval};
 
 fn main() -> Result<()> {
     let mut args = std::env::args().skip(1);
-    let (mut dataset, mut chunks, mut queries, mut dir) = (None, 100_000_usize, 200_usize, None);
+    let (mut dataset, mut chunks, mut queries, mut dir, mut reuse, mut keep) =
+        (None, 100_000_usize, 200_usize, None, false, false);
     while let Some(a) = args.next() {
         let mut value = || args.next().with_context(|| format!("{a} needs a value"));
         match a.as_str() {
@@ -33,13 +39,15 @@ fn main() -> Result<()> {
             "--chunks" => chunks = value()?.parse().context("--chunks")?,
             "--queries" => queries = value()?.parse().context("--queries")?,
             "--dir" => dir = Some(std::path::PathBuf::from(value()?)),
-            other => bail!("unknown argument {other} (use --dataset, --chunks, --queries, --dir)"),
+            "--reuse" => reuse = true,
+            "--keep" => keep = true,
+            other => bail!("unknown argument {other} (use --dataset, --chunks, --queries, --dir, --reuse, --keep)"),
         }
     }
     let dataset = dataset.context("--dataset DIR is required")?;
     let dir = dir.unwrap_or_else(|| std::env::temp_dir().join(format!("ragtune-scale-{chunks}")));
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-    rt.block_on(run(&dataset, chunks, queries, &dir))
+    rt.block_on(run(&dataset, chunks, queries, &dir, reuse, keep || reuse))
 }
 
 /// xorshift64*: deterministic, fast, good enough for sampling.
@@ -89,7 +97,14 @@ fn dir_bytes(dir: &std::path::Path) -> u64 {
 /// Noise per dimension: a noisy copy keeps a cosine of about 0.93 with its base vector.
 const SIGMA: f32 = 0.02;
 
-async fn run(dataset: &str, chunks: usize, queries: usize, dir: &std::path::Path) -> Result<()> {
+async fn run(
+    dataset: &str,
+    chunks: usize,
+    queries: usize,
+    dir: &std::path::Path,
+    reuse: bool,
+    keep: bool,
+) -> Result<()> {
     // Real vectors and the real word distribution.
     let mut opts = EvalOptions::new(dataset);
     opts.retriever = "dense".to_owned();
@@ -119,7 +134,11 @@ async fn run(dataset: &str, chunks: usize, queries: usize, dir: &std::path::Path
     let dim = bases[0].len();
     eprintln!("scale: {} real vectors ({dim}-d), {} words of text to sample from", bases.len(), words.len());
 
-    let _ = std::fs::remove_dir_all(dir);
+    if !reuse {
+        let _ = std::fs::remove_dir_all(dir);
+    } else if !dir.is_dir() {
+        bail!("--reuse: there is no store at {} to reuse (run once without --reuse)", dir.display());
+    }
     let encoder = ragtune::embed::Bm25Encoder::new(ragtune::embed::Bm25Config::default())?;
     let spec = EmbeddingSpec { model_id: "synthetic".into(), dim, normalized: true, distance: Distance::Cosine };
     let mut rng = Rng(0x5CA1_E000_0000_0001);
@@ -128,7 +147,7 @@ async fn run(dataset: &str, chunks: usize, queries: usize, dir: &std::path::Path
         (0..120).map(|_| words[r.below(words.len())].as_str()).collect::<Vec<_>>().join(" ")
     };
     let started = Instant::now();
-    {
+    if !reuse {
         let store = EmbeddedStore::open(dir)?;
         store.ensure_spaces(&ctx, Some(&spec), Some(encoder.spec())).await?;
         let batch = 4096;
@@ -166,7 +185,8 @@ async fn run(dataset: &str, chunks: usize, queries: usize, dir: &std::path::Path
             optimized.approximate
         );
     }
-    let build_seconds = started.elapsed().as_secs_f64();
+    // A reused store was built by an earlier run: its build time is not measured here.
+    let build_seconds = if reuse { f64::NAN } else { started.elapsed().as_secs_f64() };
     let size = dir_bytes(dir);
 
     let rss_before = rss_mib();
@@ -239,6 +259,8 @@ async fn run(dataset: &str, chunks: usize, queries: usize, dir: &std::path::Path
             "hnsw_recall_at_10": recall })
     );
     drop(store);
-    let _ = std::fs::remove_dir_all(dir);
+    if !keep {
+        let _ = std::fs::remove_dir_all(dir);
+    }
     Ok(())
 }

@@ -438,7 +438,7 @@ impl FastEmbedder {
         let wide = self.wide.clone().filter(|_| flight.alone);
         blocking(move || {
             let encodings = encode(&tokenizer, &owned)?;
-            let (count, parts) = plan(&encodings, batch);
+            let (count, parts) = plan(&encodings, batch, models.len());
             let parts: Vec<&[usize]> = parts.iter().map(Vec::as_slice).collect();
             let batch_run = |model: &mut TextEmbedding, ids: &[usize]| run(model, ids, &owned, &encodings);
             let out = run_batches(&models, wide.as_deref(), owned.len(), &parts, &cancel, &batch_run)?;
@@ -496,16 +496,66 @@ fn encode(tokenizer: &tokenizers::Tokenizer, texts: &[String]) -> Result<Vec<tok
 }
 
 /// The tokens the model sees and the truncations of these encodings, and the batches to run them in: texts of
-/// similar length together (see [`length_order`]).
-fn plan(encodings: &[tokenizers::Encoding], batch: usize) -> (TokenCount, Vec<Vec<usize>>) {
+/// similar length together (see [`length_order`]), spread over the `sessions` (see [`split`]).
+fn plan(encodings: &[tokenizers::Encoding], batch: usize, sessions: usize) -> (TokenCount, Vec<Vec<usize>>) {
     let lengths: Vec<(u64, bool)> = encodings
         .iter()
         .map(|e| (e.get_attention_mask().iter().map(|&m| u64::from(m)).sum::<u64>(), !e.get_overflowing().is_empty()))
         .collect();
     let count =
         TokenCount { tokens: lengths.iter().map(|l| l.0).sum(), truncated: lengths.iter().filter(|l| l.1).count() };
-    let parts = length_order(&lengths).chunks(batch).map(<[usize]>::to_vec).collect();
+    let order = length_order(&lengths);
+    let sorted: Vec<u64> = order.iter().map(|&i| lengths[i].0).collect();
+    let parts = split(&sorted, batch, sessions).into_iter().map(|r| order[r].to_vec()).collect();
     (count, parts)
+}
+
+/// Cuts texts sorted by ascending token length into batches of consecutive texts of at most `batch` texts. A large
+/// call (indexing) is cut into runs of `batch`, which the sessions take in turn. A call of fewer runs than twice the
+/// `sessions` is cut into a multiple of the sessions (at most one batch per text) at the points that make the
+/// largest batch's work smallest, so that a call of a few texts (the strips of a question's passages) keeps every
+/// session busy for about the same time instead of leaving all the work, or its longest part, to one. A batch's work
+/// is its texts times its longest text's tokens: the model pads every text of a batch to the longest.
+fn split(lengths: &[u64], batch: usize, sessions: usize) -> Vec<std::ops::Range<usize>> {
+    let n = lengths.len();
+    let (batch, sessions) = (batch.max(1), sessions.max(1));
+    let runs = n.div_ceil(batch);
+    if runs >= 2 * sessions {
+        return (0..n).step_by(batch).map(|s| s..(s + batch).min(n)).collect();
+    }
+    let parts = runs.max(sessions.min(n)).next_multiple_of(sessions).min(n);
+    if parts == 0 {
+        return Vec::new();
+    }
+    // best[k][j]: the smallest largest-batch work of cutting the first j texts into k batches; cut[k][j]: where the
+    // last of those batches starts. Calls this small have at most `batch * sessions` texts, so O(parts · n²) is cheap.
+    let work = |a: usize, b: usize| (b - a) as u64 * lengths[b - 1].max(1);
+    let mut best = vec![vec![u64::MAX; n + 1]; parts + 1];
+    let mut cut = vec![vec![0usize; n + 1]; parts + 1];
+    best[0][0] = 0;
+    for k in 1..=parts {
+        for j in k..=n {
+            for i in (k - 1)..j {
+                if best[k - 1][i] == u64::MAX || j - i > batch {
+                    continue;
+                }
+                let w = best[k - 1][i].max(work(i, j));
+                if w < best[k][j] {
+                    best[k][j] = w;
+                    cut[k][j] = i;
+                }
+            }
+        }
+    }
+    let mut out = Vec::with_capacity(parts);
+    let mut j = n;
+    for k in (1..=parts).rev() {
+        let i = cut[k][j];
+        out.push(i..j);
+        j = i;
+    }
+    out.reverse();
+    out
 }
 
 /// Runs `run` on every batch of `parts` (indexes into `n` inputs) on the session pool and returns its outputs in
@@ -849,7 +899,37 @@ impl Reranker for CrossEncoderReranker {
 
 #[cfg(test)]
 mod tests {
-    use super::length_order;
+    use super::{length_order, split};
+
+    #[track_caller]
+    fn check_split(lengths: &[u64], batch: usize, sessions: usize, expect: &[std::ops::Range<usize>]) {
+        assert_eq!(split(lengths, batch, sessions), expect);
+    }
+
+    #[test]
+    fn batches_are_runs_of_the_batch_size_and_small_calls_use_every_session() {
+        // Large calls (at least two runs per session): runs of `batch`.
+        check_split(&[1, 2, 3, 4, 5, 6, 7, 8, 9], 2, 2, &[0..2, 2..4, 4..6, 6..8, 8..9]);
+        check_split(&[1; 4], 2, 2, &[0..2, 2..4]);
+        // Fewer runs: a multiple of the sessions, balanced, none above `batch`.
+        check_split(&[1, 2, 3, 4, 5], 2, 2, &[0..2, 2..3, 3..4, 4..5]);
+        // One text, or one session: one batch.
+        check_split(&[7], 32, 2, &[0..1]);
+        check_split(&[1, 2, 3], 32, 1, &[0..3]);
+        check_split(&[], 32, 2, &[]);
+        // A small call is cut into one batch per session, balancing count × longest: the long text alone.
+        check_split(&[10, 10, 10, 40], 32, 2, &[0..3, 3..4]);
+        check_split(&[10, 10, 10, 10], 32, 2, &[0..2, 2..4]);
+        check_split(&[5, 6], 32, 4, &[0..1, 1..2]);
+        // Every text lands in exactly one batch, in order, none larger than `batch`; the work is balanced.
+        let lengths: Vec<u64> = (1..=40).collect();
+        let parts = split(&lengths, 32, 2);
+        assert_eq!(parts.len(), 2);
+        assert_eq!((parts[0].start, parts[1].end, parts[0].end), (0, 40, parts[1].start));
+        assert!(parts.iter().all(|r| r.len() <= 32));
+        let work: Vec<u64> = parts.iter().map(|r| r.len() as u64 * lengths[r.end - 1]).collect();
+        assert!(work[0].abs_diff(work[1]) <= 40, "{work:?}");
+    }
 
     #[test]
     fn texts_are_embedded_shortest_first_and_ties_keep_their_order() {

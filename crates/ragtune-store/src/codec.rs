@@ -12,6 +12,47 @@ pub(crate) fn decode_chunk(key: &str, bytes: &[u8]) -> Result<Chunk> {
         .map_err(|e| Error::corrupt(format!("stored chunk `{key}` cannot be decoded")).with_source(e))
 }
 
+/// A stored chunk as the in-memory index keeps it: every field but the text, which is skipped while parsing rather
+/// than copied and dropped (the index never holds texts; reading a million of them made opening slow).
+pub(crate) fn decode_chunk_without_text(key: &str, bytes: &[u8]) -> Result<Chunk> {
+    /// `Chunk`'s serialised form with the text ignored; the test below keeps the two field lists equal.
+    #[derive(serde::Deserialize)]
+    struct Stored {
+        id: String,
+        doc_id: String,
+        #[serde(default)]
+        parent_id: Option<String>,
+        #[serde(default)]
+        kind: ragtune_core::ChunkKind,
+        #[serde(default)]
+        header_path: Vec<String>,
+        #[serde(default)]
+        title: Option<String>,
+        #[serde(default)]
+        source: Option<String>,
+        #[allow(dead_code)]
+        text: serde::de::IgnoredAny,
+        #[serde(default)]
+        position: u32,
+        #[serde(default)]
+        metadata: ragtune_core::Metadata,
+    }
+    let s: Stored = serde_json::from_slice(bytes)
+        .map_err(|e| Error::corrupt(format!("stored chunk `{key}` cannot be decoded")).with_source(e))?;
+    Ok(Chunk {
+        id: s.id,
+        doc_id: s.doc_id,
+        parent_id: s.parent_id,
+        kind: s.kind,
+        header_path: s.header_path,
+        title: s.title,
+        source: s.source,
+        text: String::new(),
+        position: s.position,
+        metadata: s.metadata,
+    })
+}
+
 pub(crate) fn encode_dense(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
@@ -102,6 +143,31 @@ mod tests {
         assert_eq!(decode_dense("k", &encode_dense(&d)).unwrap(), d);
         assert!(decode_dense("k", &[0; 5]).is_err());
         assert!(decode_chunk("k", b"{").is_err());
+    }
+
+    #[test]
+    fn a_chunk_decodes_without_its_text_and_keeps_every_other_field() {
+        // Every field set, by a struct literal: a field added to `Chunk` fails to compile here until the decoder
+        // without text learns it.
+        let chunk = Chunk {
+            id: "d#1".into(),
+            doc_id: "d".into(),
+            parent_id: Some("d#0".into()),
+            kind: ragtune_core::ChunkKind::Passage,
+            header_path: vec!["Guide".into(), "Install".into()],
+            title: Some("T".into()),
+            source: Some("docs/g.md".into()),
+            text: "some \"quoted\" text".into(),
+            position: 3,
+            metadata: [("lang".to_owned(), serde_json::json!("en"))].into_iter().collect(),
+        };
+        let bytes = encode_chunk(&chunk).unwrap();
+        assert_eq!(decode_chunk("d#1", &bytes).unwrap(), chunk);
+        assert_eq!(decode_chunk_without_text("d#1", &bytes).unwrap(), Chunk { text: String::new(), ..chunk.clone() });
+        let minimal = encode_chunk(&Chunk::new("x", "y", "z")).unwrap();
+        assert_eq!(decode_chunk_without_text("x", &minimal).unwrap(), Chunk::new("x", "y", ""));
+        assert!(decode_chunk_without_text("k", b"{").is_err());
+        assert!(decode_chunk_without_text("k", br#"{"id":"k","doc_id":"d"}"#).is_err(), "a chunk needs its text");
     }
 
     #[test]

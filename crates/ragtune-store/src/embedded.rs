@@ -10,7 +10,7 @@ use ragtune_core::{
     Chunk, Ctx, EmbeddingSpec, Error, ErrorKind, Record, Result, ScoredHit, SearchRequest, SpanVector, SparseSpec,
     StoreStats, VectorQuery, VectorStore, WriteBatch, WriteReport,
 };
-use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
 
 use crate::ann::{Ann, AnnConfig};
 use crate::codec;
@@ -211,25 +211,33 @@ impl EmbeddedStore {
             None => None,
         };
         let dim = dense_spec.as_ref().map_or(0, |s| s.dim);
-        let mut index = Index::new(dim);
         let chunks = rx.open_table(CHUNKS).map_err(|e| err("opening chunks", e.into()))?;
+        let count = chunks.len().map_err(|e| err("counting chunks", e.into()))?;
+        let mut index = Index::with_capacity(dim, usize::try_from(count).unwrap_or(0));
         let sparse = rx.open_table(SPARSE).map_err(|e| err("opening sparse vectors", e.into()))?;
         let dense = rx.open_table(DENSE).map_err(|e| err("opening dense vectors", e.into()))?;
+        // The three tables are keyed by chunk id: read them side by side in key order (a merge join), so each
+        // vector is found without a lookup of its own. A vector without a chunk can only come from a bug: it is
+        // refused rather than served as a silently partial store.
+        let mut sparse_rows = sparse.iter().map_err(|e| err("reading sparse vectors", e.into()))?.peekable();
+        let mut dense_rows = dense.iter().map_err(|e| err("reading dense vectors", e.into()))?.peekable();
+        let dangling = |name: &str, key: &str| {
+            Error::corrupt(format!("the store at {} has a {name} vector for `{key}` but no chunk", dir.display()))
+        };
         for entry in chunks.iter().map_err(|e| err("reading chunks", e.into()))? {
             let (k, v) = entry.map_err(|e| err("reading chunks", e.into()))?;
             let key = k.value();
-            let mut chunk = codec::decode_chunk(key, v.value())?;
+            let chunk = codec::decode_chunk_without_text(key, v.value())?;
             if chunk.id != key {
                 return Err(Error::corrupt(format!("stored chunk under key `{key}` has id `{}`", chunk.id)));
             }
-            chunk.text = String::new();
-            let sv = match sparse.get(key).map_err(|e| err("reading sparse vectors", e.into()))? {
-                Some(g) => Some(codec::decode_sparse(key, g.value())?),
+            let sv = match next_row(&mut sparse_rows, key, "sparse", &err, &dangling)? {
+                Some(row) => Some(codec::decode_sparse(key, row.value())?),
                 None => None,
             };
-            let dv = match dense.get(key).map_err(|e| err("reading dense vectors", e.into()))? {
-                Some(g) => {
-                    let v = codec::decode_dense(key, g.value())?;
+            let dv = match next_row(&mut dense_rows, key, "dense", &err, &dangling)? {
+                Some(row) => {
+                    let v = codec::decode_dense(key, row.value())?;
                     if v.len() != dim {
                         return Err(Error::corrupt(format!(
                             "stored dense vector of `{key}` has {} dimensions, the store's space has {dim}",
@@ -242,17 +250,11 @@ impl EmbeddedStore {
             };
             index.insert(chunk, sv.as_ref(), dv.as_deref());
         }
-        // Vectors without a chunk can only come from a bug; refuse rather than serve a silently partial store.
-        for (name, table) in [("sparse", &sparse), ("dense", &dense)] {
-            for entry in table.iter().map_err(|e| err("checking vectors", e.into()))? {
-                let (k, _) = entry.map_err(|e| err("checking vectors", e.into()))?;
-                if !index.contains(k.value()) {
-                    return Err(Error::corrupt(format!(
-                        "the store at {} has a {name} vector for `{}` but no chunk",
-                        dir.display(),
-                        k.value()
-                    )));
-                }
+        // Vectors after the last chunk have no chunk either.
+        for (name, rows) in [("sparse", &mut sparse_rows), ("dense", &mut dense_rows)] {
+            if let Some(row) = rows.next() {
+                let (k, _) = row.map_err(|e| err("checking vectors", e.into()))?;
+                return Err(dangling(name, k.value()));
             }
         }
         // The approximate index is derived data: one that cannot be decoded is dropped (dense search falls back
@@ -268,6 +270,37 @@ impl EmbeddedStore {
             index.ann = Ann::decode(bytes.value(), dirty).ok();
         }
         Ok(State { dense_spec, sparse_spec, index })
+    }
+}
+
+/// One table's rows in key order, read beside the chunks table's.
+type Rows<'a> = std::iter::Peekable<redb::Range<'a, &'static str, &'static [u8]>>;
+
+/// The next row of `rows` when it is keyed `key` (and consumes it), `None` when the next row has a later key. The
+/// chunks are read in key order too, so a row keyed before `key` belongs to no chunk: that is corruption (`dangling`).
+fn next_row<'a>(
+    rows: &mut Rows<'a>,
+    key: &str,
+    name: &str,
+    err: &impl Fn(&str, redb::Error) -> Error,
+    dangling: &impl Fn(&str, &str) -> Error,
+) -> Result<Option<redb::AccessGuard<'a, &'static [u8]>>> {
+    let order = match rows.peek() {
+        None => return Ok(None),
+        Some(Ok((k, _))) => k.value().cmp(key),
+        Some(Err(_)) => std::cmp::Ordering::Equal,
+    };
+    match order {
+        std::cmp::Ordering::Greater => Ok(None),
+        std::cmp::Ordering::Less => match rows.next() {
+            Some(Ok((k, _))) => Err(dangling(name, k.value())),
+            _ => Err(Error::corrupt(format!("the {name} table changed while it was read"))),
+        },
+        std::cmp::Ordering::Equal => match rows.next() {
+            Some(Ok((_, v))) => Ok(Some(v)),
+            Some(Err(e)) => Err(err(&format!("reading {name} vectors"), e.into())),
+            None => Ok(None),
+        },
     }
 }
 

@@ -9,6 +9,7 @@ use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use ragtune_core::{Chunk, Distance, Filter, SparseVector};
+use rustc_hash::FxHashMap;
 
 use crate::ann::Ann;
 
@@ -30,7 +31,8 @@ pub(crate) struct Index {
     free: Vec<u32>,
     by_id: HashMap<String, u32>,
     by_doc: BTreeMap<String, BTreeSet<u32>>,
-    postings: HashMap<u32, Postings>,
+    /// Term id → postings. Term ids are hashes of terms already, so a fast non-keyed hash is enough here.
+    postings: FxHashMap<u32, Postings>,
     sparse_count: u64,
     /// Live chunks whose sparse vector breaks a precondition of pruning (see [`prunable`]); while there is one,
     /// sparse search scores exhaustively.
@@ -59,6 +61,16 @@ pub(crate) struct Hit {
 impl Index {
     pub(crate) fn new(dim: usize) -> Self {
         Self { dim, ..Self::default() }
+    }
+
+    /// An empty index with room for `chunks` chunks, for loading a store whose size is known: the slot table, the
+    /// id map and the dense matrix are allocated once instead of growing (and copying) as they fill.
+    pub(crate) fn with_capacity(dim: usize, chunks: usize) -> Self {
+        let mut index = Self::new(dim);
+        index.slots.reserve_exact(chunks);
+        index.by_id.reserve(chunks);
+        index.dense.reserve_exact(chunks.saturating_mul(dim));
+        index
     }
 
     pub(crate) fn set_dim(&mut self, dim: usize) {

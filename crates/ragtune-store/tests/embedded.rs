@@ -59,6 +59,54 @@ async fn data_survives_reopen_and_ranks_the_same() {
 }
 
 #[tokio::test]
+async fn a_vector_without_a_chunk_is_refused_wherever_it_sits_and_chunks_without_vectors_open() {
+    // Open reads the chunk and vector tables side by side in id order: a stray vector before the first chunk,
+    // between two chunks or after the last one must each be found and named.
+    let ctx = Ctx::new();
+    for (table, stray) in [("dense", "0-first"), ("sparse", "b#0"), ("dense", "b#0"), ("sparse", "z-last")] {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let store = EmbeddedStore::open(dir.path()).unwrap();
+            store.ensure_spaces(&ctx, Some(&dense_spec()), Some(&sparse_spec())).await.unwrap();
+            let mut bare = record("d#0", "d", &[1], [1.0, 0.0]);
+            (bare.dense, bare.sparse) = (None, None);
+            store
+                .upsert(&ctx, vec![record("a#0", "a", &[1, 2], [1.0, 0.0]), record("c#0", "c", &[2], [0.0, 1.0]), bare])
+                .await
+                .unwrap();
+        }
+        {
+            let db = redb::Database::open(dir.path().join("ragtune.redb")).unwrap();
+            let tx = db.begin_write().unwrap();
+            {
+                let def: redb::TableDefinition<'_, &str, &[u8]> = redb::TableDefinition::new(table);
+                let mut t = tx.open_table(def).unwrap();
+                let bytes: Vec<u8> = if table == "dense" { vec![0; 8] } else { vec![1, 0, 0, 0, 0, 0, 128, 63] };
+                t.insert(stray, bytes.as_slice()).unwrap();
+            }
+            tx.commit().unwrap();
+        }
+        let err = EmbeddedStore::open(dir.path()).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Corrupt, "{table} {stray}: {err}");
+        assert!(err.to_string().contains(&format!("a {table} vector for `{stray}` but no chunk")), "{err}");
+    }
+    // Without strays the same store opens, the chunk without vectors included.
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = EmbeddedStore::open(dir.path()).unwrap();
+        store.ensure_spaces(&ctx, Some(&dense_spec()), Some(&sparse_spec())).await.unwrap();
+        let mut bare = record("b#0", "b", &[1], [1.0, 0.0]);
+        (bare.dense, bare.sparse) = (None, None);
+        store
+            .upsert(&ctx, vec![record("a#0", "a", &[1], [1.0, 0.0]), bare, record("c#0", "c", &[1], [0.0, 1.0])])
+            .await
+            .unwrap();
+    }
+    let stats = EmbeddedStore::open(dir.path()).unwrap().stats(&ctx).await.unwrap();
+    assert_eq!((stats.chunks, stats.dense_vectors, stats.sparse_vectors), (3, 2, 2));
+}
+
+#[tokio::test]
 async fn a_second_handle_gets_a_locked_error() {
     let dir = tempfile::tempdir().unwrap();
     let _first = EmbeddedStore::open(dir.path()).unwrap();
