@@ -16,6 +16,9 @@
 //!     --web-corpus ../shared/data/qa/cmu-wiki-qa/S09/data --experiment baseline,corrective --limit 200
 //! ```
 //!
+//! `--matrix` runs every retriever and fusion method on every dataset into one table and an HTML report (see
+//! `matrix.rs`).
+//!
 //! Baselines live in `eval/baselines/<dataset>-<split>-<retriever>.json` (the report JSON of a reference run).
 //! A metric more than 0.005 below its baseline is reported as a regression and fails the command;
 //! `--update-baseline` writes the new report as the baseline instead.
@@ -34,6 +37,9 @@ const KINDS: [&str; 4] = ["retrieval", "qa", "crag", "rerank"];
 const TOLERANCE: f64 = 0.005;
 
 pub fn run(args: &[String]) -> Result<()> {
+    if args.first().is_some_and(|a| a == "--matrix") {
+        return crate::matrix::run(&args[1..]);
+    }
     let sh = Shell::new();
     let (kind, args) = split_kind(args);
     let mut forwarded: Vec<String> = Vec::new();

@@ -19,6 +19,7 @@ mod eval;
 mod fuzz;
 mod layers;
 mod llm;
+mod matrix;
 mod models;
 mod provision;
 mod python;

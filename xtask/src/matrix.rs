@@ -1,0 +1,544 @@
+//! `cargo xtask eval --matrix`: every retriever and fusion method on every dataset, in one table and one report.
+//!
+//! ```text
+//! cargo xtask eval --matrix                                   # SciFact (and every set found, see below)
+//! cargo xtask eval --matrix --dataset DIR --dataset DIR2      # the BEIR-format datasets named
+//! cargo xtask eval --matrix --update-baseline                 # after an intended change
+//! cargo xtask eval --matrix --rerank-report rerank.json       # adds the rerank budget curve to the report
+//! ```
+//!
+//! For each dataset and each setting of [`SETTINGS`] it runs `ragtune eval retrieval` (release build, the test split
+//! unless `--split` says otherwise), reading the numbers from the run's JSON report. The adaptive row's fusion is
+//! fitted on the dataset's train split first (`ragtune calibrate --fusion`), never on the split it is measured on;
+//! a dataset without a train split has no adaptive row.
+//!
+//! It writes, under `target/eval/matrix/` (or `--out-dir`): every run's report, `matrix.md` (nDCG@10 and p50
+//! latency per setting and dataset, with the check that hybrid is not below its better part by more than 0.005),
+//! `matrix.json`, and `report.html`: a self-contained page (no script, no CDN; the charts are inline SVG drawn by
+//! `plotters`) with the table and the quality-vs-cost pictures: nDCG@10 against query latency and against LLM
+//! tokens per query, and the rerank budget curve when `--rerank-report` names a `ragtune eval rerank` report.
+//!
+//! The committed baseline is `eval/baselines/matrix-<split>.json` (nDCG@10 and Recall@100 per cell); a cell more
+//! than 0.005 below it fails the command, and `--update-baseline` writes the new numbers instead.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use plotters::prelude::*;
+use serde_json::{Value, json};
+
+use crate::shell::{self, Shell};
+
+/// How far below the baseline a cell may fall, and how far below its better part hybrid may fall.
+const TOLERANCE: f64 = 0.005;
+
+/// One row of the matrix: a retrieval setting, as arguments of `ragtune eval retrieval`.
+struct Setting {
+    name: &'static str,
+    args: &'static [&'static str],
+    /// Fitted on the dataset's train split by `ragtune calibrate --fusion` before it is measured.
+    fitted: bool,
+}
+
+/// The rows: each retriever alone, then every fusion method at its defaults, then the fusion fitted on train.
+const SETTINGS: &[Setting] = &[
+    Setting { name: "bm25", args: &["--retriever", "bm25"], fitted: false },
+    Setting { name: "dense", args: &["--retriever", "dense"], fitted: false },
+    Setting { name: "hybrid rrf", args: &["--retriever", "hybrid", "--fusion", "rrf"], fitted: false },
+    Setting { name: "hybrid convex", args: &["--retriever", "hybrid", "--fusion", "convex"], fitted: false },
+    Setting { name: "hybrid dbsf", args: &["--retriever", "hybrid", "--fusion", "dbsf"], fitted: false },
+    Setting { name: "hybrid fitted on train", args: &["--retriever", "hybrid"], fitted: true },
+];
+
+/// One measured cell.
+#[derive(Debug, Clone, PartialEq)]
+struct Cell {
+    ndcg: f64,
+    recall: f64,
+    p50_ms: f64,
+    llm_tokens: f64,
+}
+
+/// Runs the matrix; `args` are what follows `--matrix`.
+pub fn run(args: &[String]) -> Result<()> {
+    let sh = Shell::new();
+    let mut datasets: Vec<PathBuf> = Vec::new();
+    let (mut split, mut update, mut out_dir, mut rerank, mut extra) =
+        ("test".to_owned(), false, sh.target_dir().join("eval").join("matrix"), None, Vec::new());
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut value = || it.next().with_context(|| format!("{a} needs a value")).cloned();
+        match a.as_str() {
+            "--dataset" => datasets.push(PathBuf::from(value()?)),
+            "--split" => split = value()?,
+            "--out-dir" => out_dir = PathBuf::from(value()?),
+            "--rerank-report" => rerank = Some(PathBuf::from(value()?)),
+            "--update-baseline" => update = true,
+            // Passed to every run (for example `--limit 50` for a quick look, `--threads 2`).
+            "--limit" | "--threads" => extra.extend([a.clone(), value()?]),
+            other => bail!(
+                "unknown argument {other} (use --dataset, --split, --out-dir, --rerank-report, --limit, --threads, --update-baseline)"
+            ),
+        }
+    }
+    if datasets.is_empty() {
+        let scifact = sh.root().join("../shared/data/beir/scifact");
+        if !scifact.join("corpus.jsonl").is_file() {
+            bail!("no --dataset given and {} is missing", scifact.display());
+        }
+        datasets.push(scifact);
+    }
+    std::fs::create_dir_all(&out_dir).with_context(|| format!("cannot create {}", out_dir.display()))?;
+    // One release build; every run below uses the binary directly.
+    shell::run(&mut sh.cargo(&["build", "--release", "--quiet", "-j2", "-p", "ragtune-cli"]))?;
+    let exe = sh.target_dir().join("release").join("ragtune");
+    let load_before = load();
+
+    let mut cells: BTreeMap<String, BTreeMap<String, Cell>> = BTreeMap::new();
+    for dataset in &datasets {
+        let name = dataset_name(dataset)?;
+        let has_train = dataset.join("qrels").join("train.tsv").is_file();
+        for setting in SETTINGS {
+            let mut cmd = sh.cmd(&exe);
+            cmd.args(["eval", "retrieval", "--dataset"]).arg(dataset).args(["--split", split.as_str()]);
+            cmd.args(setting.args).args(&extra);
+            if setting.fitted {
+                if !has_train {
+                    println!("matrix: {name} has no train split: no fitted row");
+                    continue;
+                }
+                let fitted = out_dir.join(format!("{name}-fusion-fitted.toml"));
+                let mut fit = sh.cmd(&exe);
+                fit.args(["calibrate", "--fusion", "--dataset"]).arg(dataset).args(["--split", "train", "--out"]);
+                shell::run(fit.arg(&fitted))?;
+                cmd.arg("--config").arg(&fitted);
+            }
+            let report_path = out_dir.join(format!("{name}-{}.json", setting.name.replace(' ', "-")));
+            shell::run(cmd.arg("--out").arg(&report_path))?;
+            let report = read_json(&report_path)?;
+            cells.entry(name.clone()).or_default().insert(setting.name.to_owned(), cell(&report)?);
+        }
+    }
+    let load_after = load();
+
+    let table = markdown(&cells);
+    let violations = fusion_violations(&cells);
+    let mut md = format!("# Quality across datasets ({split} split)\n\n{table}\n");
+    if violations.is_empty() {
+        md.push_str("Every hybrid row is at least its better part − 0.005 nDCG@10 on every dataset.\n");
+    } else {
+        md.push_str("Hybrid rows more than 0.005 below their better part:\n\n");
+        for v in &violations {
+            let _ = writeln!(md, "- {v}");
+        }
+    }
+    let _ = write!(md, "\nLoad average before / after: {load_before} / {load_after}.\n");
+    std::fs::write(out_dir.join("matrix.md"), &md)?;
+    let matrix_json = to_json(&cells);
+    std::fs::write(out_dir.join("matrix.json"), serde_json::to_string_pretty(&matrix_json)?)?;
+    let rerank = match &rerank {
+        Some(path) => Some(read_json(path)?),
+        None => None,
+    };
+    let html = html(&split, &cells, &md, rerank.as_ref(), &load_before, &load_after)?;
+    std::fs::write(out_dir.join("report.html"), html)?;
+    println!("{md}");
+    println!("matrix: reports, matrix.md, matrix.json and report.html in {}", out_dir.display());
+
+    let baseline_path = sh.root().join("eval").join("baselines").join(format!("matrix-{split}.json"));
+    if update {
+        std::fs::write(&baseline_path, serde_json::to_string_pretty(&baseline_of(&matrix_json))? + "\n")?;
+        println!("baseline updated: {}", baseline_path.display());
+        return Ok(());
+    }
+    if !baseline_path.is_file() {
+        println!("no committed baseline {} (run with --update-baseline to create it)", baseline_path.display());
+        return Ok(());
+    }
+    let regressions = regressions(&read_json(&baseline_path)?, &matrix_json);
+    if !regressions.is_empty() {
+        bail!("quality regressed against {}:\n  {}", baseline_path.display(), regressions.join("\n  "));
+    }
+    println!("no cell is more than {TOLERANCE} below {}", baseline_path.display());
+    Ok(())
+}
+
+fn dataset_name(dir: &Path) -> Result<String> {
+    Ok(dir
+        .canonicalize()
+        .with_context(|| format!("no dataset at {}", dir.display()))?
+        .file_name()
+        .context("a dataset directory has a name")?
+        .to_string_lossy()
+        .into_owned())
+}
+
+fn read_json(path: &Path) -> Result<Value> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("{} is not valid JSON", path.display()))
+}
+
+fn load() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map_or_else(|_| "unknown".into(), |s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+}
+
+/// The numbers of one `ragtune eval retrieval` report.
+fn cell(report: &Value) -> Result<Cell> {
+    let metric = |k: &str| report["metrics"][k].as_f64().with_context(|| format!("the report has no {k}"));
+    Ok(Cell {
+        ndcg: metric("ndcg@10")?,
+        recall: metric("recall@100")?,
+        p50_ms: report["latency_ms"]["p50"].as_f64().unwrap_or(f64::NAN),
+        llm_tokens: report["cost"]["llm_tokens_per_query"].as_f64().unwrap_or(0.0),
+    })
+}
+
+/// Settings in table order (those of [`SETTINGS`] first, then any others in name order).
+fn row_names(cells: &BTreeMap<String, BTreeMap<String, Cell>>) -> Vec<String> {
+    let mut rows: Vec<String> = SETTINGS.iter().map(|s| s.name.to_owned()).collect();
+    for row in cells.values().flat_map(BTreeMap::keys) {
+        if !rows.contains(row) {
+            rows.push(row.clone());
+        }
+    }
+    rows.retain(|r| cells.values().any(|c| c.contains_key(r)));
+    rows
+}
+
+/// nDCG@10 (p50 ms) per setting and dataset; the best row of each dataset in bold.
+fn markdown(cells: &BTreeMap<String, BTreeMap<String, Cell>>) -> String {
+    let mut out = String::from("| nDCG@10 (p50 ms) |");
+    for dataset in cells.keys() {
+        let _ = write!(out, " {dataset} |");
+    }
+    out.push_str("\n|---|");
+    out.push_str(&"---|".repeat(cells.len()));
+    out.push('\n');
+    for row in row_names(cells) {
+        let _ = write!(out, "| {row} |");
+        for by_row in cells.values() {
+            let best = by_row.values().map(|c| c.ndcg).fold(f64::MIN, f64::max);
+            match by_row.get(&row) {
+                Some(c) if (c.ndcg - best).abs() < 1e-12 => {
+                    let _ = write!(out, " **{:.4}** ({:.1}) |", c.ndcg, c.p50_ms);
+                }
+                Some(c) => {
+                    let _ = write!(out, " {:.4} ({:.1}) |", c.ndcg, c.p50_ms);
+                }
+                None => out.push_str(" – |"),
+            }
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// Hybrid rows more than [`TOLERANCE`] below the better of BM25 and dense alone on the same dataset.
+fn fusion_violations(cells: &BTreeMap<String, BTreeMap<String, Cell>>) -> Vec<String> {
+    let mut out = Vec::new();
+    for (dataset, by_row) in cells {
+        let (Some(bm25), Some(dense)) = (by_row.get("bm25"), by_row.get("dense")) else { continue };
+        let best = bm25.ndcg.max(dense.ndcg);
+        for (row, c) in by_row.iter().filter(|(r, _)| r.starts_with("hybrid")) {
+            if c.ndcg < best - TOLERANCE {
+                out.push(format!("{dataset}: {row} {:.4} < max(bm25, dense) {best:.4} − {TOLERANCE}", c.ndcg));
+            }
+        }
+    }
+    out
+}
+
+fn to_json(cells: &BTreeMap<String, BTreeMap<String, Cell>>) -> Value {
+    let mut out = serde_json::Map::new();
+    for (dataset, by_row) in cells {
+        let rows: serde_json::Map<String, Value> = by_row
+            .iter()
+            .map(|(row, c)| {
+                let v = json!({"ndcg@10": c.ndcg, "recall@100": c.recall, "p50_ms": c.p50_ms, "llm_tokens_per_query": c.llm_tokens});
+                (row.clone(), v)
+            })
+            .collect();
+        out.insert(dataset.clone(), Value::Object(rows));
+    }
+    Value::Object(out)
+}
+
+/// The quality numbers of a matrix (latency depends on the machine and is not a baseline).
+fn baseline_of(matrix: &Value) -> Value {
+    let mut out = matrix.clone();
+    for rows in out.as_object_mut().into_iter().flat_map(|m| m.values_mut()) {
+        for cell in rows.as_object_mut().into_iter().flat_map(|m| m.values_mut()) {
+            if let Some(c) = cell.as_object_mut() {
+                c.retain(|k, _| k == "ndcg@10" || k == "recall@100");
+            }
+        }
+    }
+    out
+}
+
+/// Cells of `baseline` whose metric fell by more than [`TOLERANCE`] in `now` (cells only in one of them are not
+/// compared: a new dataset or setting has no baseline yet).
+fn regressions(baseline: &Value, now: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    for (dataset, rows) in baseline.as_object().into_iter().flatten() {
+        for (row, metrics) in rows.as_object().into_iter().flatten() {
+            for (metric, base) in metrics.as_object().into_iter().flatten() {
+                let (Some(base), Some(value)) = (base.as_f64(), now[dataset][row][metric].as_f64()) else { continue };
+                if value < base - TOLERANCE {
+                    out.push(format!("{dataset} / {row} / {metric}: {value:.4} < baseline {base:.4}"));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Colours of the datasets' series, in dataset order.
+const PALETTE: [RGBColor; 6] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+];
+
+/// One labelled scatter series.
+struct Series {
+    name: String,
+    points: Vec<(f64, f64, String)>,
+}
+
+/// A scatter plot of `series` as an SVG document, each point labelled; `log_x` for latency-like axes.
+fn scatter(title: &str, x_desc: &str, series: &[Series]) -> Result<String> {
+    let all: Vec<(f64, f64)> =
+        series.iter().flat_map(|s| s.points.iter().map(|p| (p.0, p.1))).filter(|p| p.0.is_finite()).collect();
+    if all.is_empty() {
+        return Ok(String::new());
+    }
+    let (x_max, y_min, y_max) =
+        all.iter().fold((0.0f64, f64::MAX, f64::MIN), |(a, b, c), p| (a.max(p.0), b.min(p.1), c.max(p.1)));
+    let x_max = if x_max > 0.0 { x_max * 1.25 } else { 1.0 };
+    let (y_lo, y_hi) = (y_min - 0.02, y_max + 0.02);
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (720, 420)).into_drawing_area();
+        root.fill(&WHITE).map_err(plot_err)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 18))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(56)
+            .build_cartesian_2d(0f64..x_max, y_lo..y_hi)
+            .map_err(plot_err)?;
+        chart.configure_mesh().x_desc(x_desc).y_desc("nDCG@10").draw().map_err(plot_err)?;
+        for (i, s) in series.iter().enumerate() {
+            let colour = PALETTE[i % PALETTE.len()];
+            chart
+                .draw_series(s.points.iter().filter(|p| p.0.is_finite()).map(|p| {
+                    EmptyElement::at((p.0, p.1))
+                        + Circle::new((0, 0), 4, colour.filled())
+                        + Text::new(p.2.clone(), (6, -4), ("sans-serif", 11))
+                }))
+                .map_err(plot_err)?
+                .label(s.name.clone())
+                .legend(move |(x, y)| Circle::new((x, y), 4, colour.filled()));
+        }
+        chart.configure_series_labels().border_style(BLACK).background_style(WHITE).draw().map_err(plot_err)?;
+        root.present().map_err(plot_err)?;
+    }
+    Ok(svg)
+}
+
+/// The rerank budget curve of a `ragtune eval rerank` report: nDCG@10 against the budget, one line per policy.
+fn budget_curve(report: &Value) -> Result<String> {
+    let rerank = if report["rerank"].is_object() { &report["rerank"] } else { report };
+    let mut by_policy: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
+    for p in rerank["points"].as_array().context("the rerank report has no points")? {
+        let (Some(policy), Some(budget), Some(ndcg)) =
+            (p["policy"].as_str(), p["budget"].as_f64(), p["ndcg_at_10"].as_f64())
+        else {
+            continue;
+        };
+        by_policy.entry(policy.to_owned()).or_default().push((budget, ndcg));
+    }
+    let ys: Vec<f64> = by_policy.values().flatten().map(|p| p.1).collect();
+    let (lo, hi) = ys.iter().fold((f64::MAX, f64::MIN), |(a, b), y| (a.min(*y), b.max(*y)));
+    if ys.is_empty() {
+        bail!("the rerank report has no points");
+    }
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (720, 420)).into_drawing_area();
+        root.fill(&WHITE).map_err(plot_err)?;
+        let title =
+            format!("rerank budget curve ({}, pool {})", rerank["reranker"].as_str().unwrap_or("?"), rerank["pool"]);
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 18))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(56)
+            .build_cartesian_2d(0f64..1.05, (lo - 0.02)..(hi + 0.02))
+            .map_err(plot_err)?;
+        chart.configure_mesh().x_desc("budget (share of the pool)").y_desc("nDCG@10").draw().map_err(plot_err)?;
+        for (i, (policy, mut points)) in by_policy.into_iter().enumerate() {
+            points.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let colour = PALETTE[i % PALETTE.len()];
+            chart
+                .draw_series(LineSeries::new(points.clone(), colour.stroke_width(2)))
+                .map_err(plot_err)?
+                .label(policy)
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], colour.stroke_width(2)));
+            chart.draw_series(points.iter().map(|&p| Circle::new(p, 3, colour.filled()))).map_err(plot_err)?;
+        }
+        chart.configure_series_labels().border_style(BLACK).background_style(WHITE).draw().map_err(plot_err)?;
+        root.present().map_err(plot_err)?;
+    }
+    Ok(svg)
+}
+
+fn plot_err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
+    anyhow::anyhow!("cannot draw the chart: {e:?}")
+}
+
+/// The self-contained HTML report.
+fn html(
+    split: &str,
+    cells: &BTreeMap<String, BTreeMap<String, Cell>>,
+    md: &str,
+    rerank: Option<&Value>,
+    load_before: &str,
+    load_after: &str,
+) -> Result<String> {
+    let series = |x: &dyn Fn(&Cell) -> f64| -> Vec<Series> {
+        cells
+            .iter()
+            .map(|(dataset, by_row)| Series {
+                name: dataset.clone(),
+                points: by_row.iter().map(|(row, c)| (x(c), c.ndcg, row.clone())).collect(),
+            })
+            .collect()
+    };
+    let latency = scatter("nDCG@10 against query latency", "p50 latency per query (ms)", &series(&|c| c.p50_ms))?;
+    let tokens = scatter("nDCG@10 against LLM tokens", "LLM tokens per query", &series(&|c| c.llm_tokens))?;
+    let curve = match rerank {
+        Some(r) => budget_curve(r)?,
+        None => {
+            "<p>No rerank report was given (<code>--rerank-report FILE</code>, from <code>ragtune eval rerank</code>): \
+                 no budget curve.</p>"
+                .to_owned()
+        }
+    };
+    let mut table = String::from("<table><thead><tr><th>setting</th>");
+    for dataset in cells.keys() {
+        let _ = write!(table, "<th>{} nDCG@10</th><th>Recall@100</th><th>p50 ms</th>", escape(dataset));
+    }
+    table.push_str("</tr></thead><tbody>");
+    for row in row_names(cells) {
+        let _ = write!(table, "<tr><td>{}</td>", escape(&row));
+        for by_row in cells.values() {
+            match by_row.get(&row) {
+                Some(c) => {
+                    let _ = write!(table, "<td>{:.4}</td><td>{:.4}</td><td>{:.1}</td>", c.ndcg, c.recall, c.p50_ms);
+                }
+                None => table.push_str("<td>–</td><td>–</td><td>–</td>"),
+            }
+        }
+        table.push_str("</tr>");
+    }
+    table.push_str("</tbody></table>");
+    let checks: String = md
+        .lines()
+        .filter(|l| l.starts_with("- ") || l.starts_with("Every hybrid"))
+        .map(|l| format!("<p>{}</p>", escape(l.trim_start_matches("- "))))
+        .collect();
+    Ok(format!(
+        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>ragtune: quality across datasets</title>\
+         <style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}}table{{border-collapse:collapse}}\
+         td,th{{border:1px solid #ccc;padding:4px 8px;text-align:right}}td:first-child{{text-align:left}}\
+         figure{{margin:1.5em 0}}</style></head><body>\n<h1>Quality across datasets</h1>\n\
+         <p>Split <code>{split}</code>; every number from <code>cargo xtask eval --matrix</code> (load average before / \
+         after: {load_before} / {load_after}; latency is per query, one at a time, on this machine under that load).</p>\n\
+         {table}\n{checks}\n<h2>Quality against cost</h2>\n<figure>{latency}</figure>\n<figure>{tokens}</figure>\n\
+         <h2>Reranking under a budget</h2>\n<figure>{curve}</figure>\n</body></html>\n",
+        split = escape(split),
+        load_before = escape(load_before),
+        load_after = escape(load_after),
+    ))
+}
+
+fn escape(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cells(rows: &[(&str, &str, f64)]) -> BTreeMap<String, BTreeMap<String, Cell>> {
+        let mut out: BTreeMap<String, BTreeMap<String, Cell>> = BTreeMap::new();
+        for &(dataset, row, ndcg) in rows {
+            let cell = Cell { ndcg, recall: 0.9, p50_ms: 5.0, llm_tokens: 0.0 };
+            out.entry(dataset.to_owned()).or_default().insert(row.to_owned(), cell);
+        }
+        out
+    }
+
+    #[test]
+    fn hybrid_below_its_better_part_is_reported() {
+        let c = cells(&[
+            ("a", "bm25", 0.70),
+            ("a", "dense", 0.60),
+            ("a", "hybrid rrf", 0.696),
+            ("a", "hybrid dbsf", 0.69),
+            ("b", "bm25", 0.3),
+            ("b", "hybrid rrf", 0.1),
+        ]);
+        // b has no dense row: nothing to compare with.
+        assert_eq!(fusion_violations(&c), vec!["a: hybrid dbsf 0.6900 < max(bm25, dense) 0.7000 − 0.005".to_owned()]);
+    }
+
+    #[test]
+    fn the_table_has_a_row_per_setting_and_bolds_the_best() {
+        let c = cells(&[("a", "bm25", 0.7), ("a", "dense", 0.6), ("b", "dense", 0.5), ("b", "extra", 0.55)]);
+        let t = markdown(&c);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines[0], "| nDCG@10 (p50 ms) | a | b |");
+        assert_eq!(lines[2], "| bm25 | **0.7000** (5.0) | – |");
+        assert_eq!(lines[3], "| dense | 0.6000 (5.0) | 0.5000 (5.0) |");
+        assert_eq!(lines[4], "| extra | – | **0.5500** (5.0) |");
+    }
+
+    #[test]
+    fn baselines_keep_quality_only_and_regressions_beyond_tolerance_fail() {
+        let now = to_json(&cells(&[("a", "bm25", 0.70), ("a", "dense", 0.60)]));
+        let base = baseline_of(&now);
+        assert_eq!(base["a"]["bm25"], json!({"ndcg@10": 0.70, "recall@100": 0.9}));
+        assert!(regressions(&base, &now).is_empty());
+        let worse = to_json(&cells(&[("a", "bm25", 0.694), ("a", "dense", 0.60)]));
+        assert_eq!(regressions(&base, &worse), vec!["a / bm25 / ndcg@10: 0.6940 < baseline 0.7000".to_owned()]);
+        // A cell missing from the new run is not a regression (a dataset left out of this run).
+        assert!(regressions(&base, &json!({})).is_empty());
+    }
+
+    #[test]
+    fn the_report_is_self_contained_html_with_inline_svg() {
+        let c = cells(&[("a", "bm25", 0.7), ("a", "dense", 0.6), ("a", "hybrid rrf", 0.72)]);
+        let rerank = json!({"rerank": {"reranker": "llm", "pool": 30, "points": [
+            {"policy": "greedy", "budget": 0.1, "ndcg_at_10": 0.70},
+            {"policy": "greedy", "budget": 0.5, "ndcg_at_10": 0.74},
+            {"policy": "baseline-top-b", "budget": 0.1, "ndcg_at_10": 0.69}]}});
+        let page = html("test", &c, &markdown(&c), Some(&rerank), "0.5", "0.7").unwrap();
+        assert!(page.starts_with("<!doctype html>"));
+        assert_eq!(page.matches("<svg").count(), 3, "latency, tokens and the budget curve");
+        // Nothing is fetched: no script, no stylesheet or image from elsewhere (the SVG namespace URI is a name).
+        assert!(!page.contains("<script") && !page.contains("<link") && !page.contains("src="), "no CDN");
+        assert!(!page.contains("href=\"http"), "no external reference");
+        assert!(page.contains("hybrid rrf") && page.contains("greedy"));
+        let without = html("test", &c, &markdown(&c), None, "0.5", "0.7").unwrap();
+        assert!(without.contains("no budget curve"));
+    }
+}
