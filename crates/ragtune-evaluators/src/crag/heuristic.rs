@@ -166,7 +166,7 @@ impl HeuristicEvaluator {
     }
 
     /// Judges the candidates synchronously: everything [`evaluate`](RelevanceEvaluator::evaluate) does.
-    fn judge(&self, query: &str, candidates: &[Candidate]) -> RelevanceJudgement {
+    pub(super) fn judge(&self, query: &str, candidates: &[Candidate]) -> RelevanceJudgement {
         let criteria_keys = [KEYWORD_OVERLAP, SEMANTIC_COHERENCE, LENGTH_ADEQUACY, DIVERSITY];
         if candidates.is_empty() {
             return RelevanceJudgement {
@@ -277,13 +277,13 @@ fn verdict_reason(verdict: Verdict, score: f32, c: &HeuristicConfig) -> String {
 }
 
 /// The distinct words of a candidate's title and text.
-fn candidate_tokens(candidate: &Candidate) -> BTreeSet<String> {
+pub(super) fn candidate_tokens(candidate: &Candidate) -> BTreeSet<String> {
     let title = candidate.chunk.title.as_deref().unwrap_or_default();
     words(title).chain(words(&candidate.chunk.text)).collect()
 }
 
 /// Whether `keyword` is one of `words`, or begins one of them when it is long enough for prefix matching.
-fn contains_keyword(words: &BTreeSet<&str>, keyword: &str) -> bool {
+pub(super) fn contains_keyword(words: &BTreeSet<&str>, keyword: &str) -> bool {
     if words.contains(keyword) {
         return true;
     }

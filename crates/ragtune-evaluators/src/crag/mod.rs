@@ -1,7 +1,7 @@
 //! Corrective-RAG relevance evaluators: judge whether retrieved candidates can answer a query, so that a pipeline
 //! answers from them (CORRECT), expands and re-retrieves (AMBIGUOUS) or searches elsewhere (INCORRECT).
 //!
-//! Two evaluators implement [`RelevanceEvaluator`](ragtune_core::RelevanceEvaluator):
+//! Three evaluators implement [`RelevanceEvaluator`](ragtune_core::RelevanceEvaluator):
 //!
 //! - [`HeuristicEvaluator`]: free and model-less; keyword overlap, semantic coherence of the retrieval
 //!   similarities, length adequacy and source diversity, weighted into one score with RELEVANT / PARTIAL /
@@ -9,6 +9,9 @@
 //! - [`ModelEvaluator`]: CRAG's retrieval evaluator with any [`Reranker`](ragtune_core::Reranker) as the relevance
 //!   model (a cross-encoder, an LLM judge, or the free [`RetrievalScoreScorer`] and [`DenseSimilarityScorer`]),
 //!   with an upper and a lower threshold that [`calibrate`] fits on labelled training queries.
+//! - [`LearnedEvaluator`]: a logistic regression of "retrieval succeeded" over [`features`] the retrieval already
+//!   computed (BM25 and dense scores, their agreement, the heuristic criteria, the query's length), fitted by
+//!   [`fit_learned`] on a training split, free at query time, explaining which features pushed each decision.
 //!
 //! ```
 //! use ragtune_evaluators::crag::{CalibrationSample, ScoreScale, calibrate, detection_stats};
@@ -30,11 +33,18 @@
 
 mod calibrate;
 mod heuristic;
+mod learned;
 mod model;
 mod scorers;
 
-pub use calibrate::{Calibration, CalibrationSample, calibrate, detection_stats, failure_auc};
+pub use calibrate::{
+    Calibration, CalibrationSample, IncorrectFloor, calibrate, calibrate_with_floor, detection_stats, failure_auc,
+};
 pub use heuristic::{CriteriaWeights, HeuristicConfig, HeuristicEvaluator, heuristic_category};
+pub use learned::{
+    Contribution, FEATURE_DEPTH, FEATURE_NAMES, Features, FitOptions, LearnedEvaluator, LearnedFit, LearnedModel,
+    LearnedSample, features, fit_learned,
+};
 pub use model::{Aggregate, ModelConfig, ModelEvaluator, ScoreScale};
 pub use scorers::{DenseSimilarityScorer, RetrievalScoreScorer};
 

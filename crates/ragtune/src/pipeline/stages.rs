@@ -868,9 +868,9 @@ impl CragMetadata {
             (EvaluatorKind::Heuristic, Verdict::Correct) => CragCategory::Relevant,
             (EvaluatorKind::Heuristic, Verdict::Ambiguous) => CragCategory::Partial,
             (EvaluatorKind::Heuristic, Verdict::Incorrect) => CragCategory::Irrelevant,
-            (EvaluatorKind::Model, Verdict::Correct) => CragCategory::Correct,
-            (EvaluatorKind::Model, Verdict::Ambiguous) => CragCategory::Ambiguous,
-            (EvaluatorKind::Model, Verdict::Incorrect) => CragCategory::Incorrect,
+            (EvaluatorKind::Model | EvaluatorKind::Learned, Verdict::Correct) => CragCategory::Correct,
+            (EvaluatorKind::Model | EvaluatorKind::Learned, Verdict::Ambiguous) => CragCategory::Ambiguous,
+            (EvaluatorKind::Model | EvaluatorKind::Learned, Verdict::Incorrect) => CragCategory::Incorrect,
         };
         self.score = j.score;
         self.criteria = j.criteria.clone();
