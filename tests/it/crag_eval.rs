@@ -7,9 +7,9 @@
 use std::io::Write;
 use std::path::Path;
 
+use ragtune::evaluators::crag::FitOptions;
 use ragtune::provision::ModelLayout;
 use ragtune::{Config, EvaluatorKind};
-use ragtune::evaluators::crag::FitOptions;
 use ragtune_eval::crag::{
     calibration_toml, crag_table, heuristic_thresholds, learned_table, learned_toml, run_calibration, run_crag_eval,
     run_learned_calibration,

@@ -144,7 +144,8 @@ async fn learned(cfg: ragtune::Config, args: CalibrateArgs) -> anyhow::Result<()
             args.dataset.display()
         );
     }
-    for (flag, v) in [("--incorrect-precision", args.incorrect_precision), ("--incorrect-recall", args.incorrect_recall)]
+    for (flag, v) in
+        [("--incorrect-precision", args.incorrect_precision), ("--incorrect-recall", args.incorrect_recall)]
     {
         if !(0.0..=1.0).contains(&v) {
             anyhow::bail!("{flag} must be within [0, 1], got {v}");
@@ -168,8 +169,7 @@ async fn learned(cfg: ragtune::Config, args: CalibrateArgs) -> anyhow::Result<()
         }),
         ..Default::default()
     };
-    let fit =
-        ragtune_eval::run_learned_calibration(&opts, &cfg, args.k, &options, &mut |l| eprintln!("{l}")).await?;
+    let fit = ragtune_eval::run_learned_calibration(&opts, &cfg, args.k, &options, &mut |l| eprintln!("{l}")).await?;
     let out = args.out.unwrap_or_else(|| PathBuf::from("configs/crag-learned.toml"));
     write_file(&out, &ragtune_eval::learned_toml(&fit, &cfg, &name, &args.split, &args.retriever, args.k)?)?;
     print!("{}", ragtune_eval::learned_table(&fit));

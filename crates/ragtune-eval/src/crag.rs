@@ -237,16 +237,19 @@ pub fn learned_toml(
 ) -> Result<String> {
     let c = &fit.calibration;
     let auc = |a: Option<f64>| a.map_or_else(|| "-".to_owned(), |a| format!("{a:.3}"));
-    let thresholds_on = if fit.out_of_fold { "out-of-fold (5-fold cross-validated) probabilities" } else {
+    let thresholds_on = if fit.out_of_fold {
+        "out-of-fold (5-fold cross-validated) probabilities"
+    } else {
         "the model's own probabilities (too few samples of a class to cross-validate)"
     };
     let header = format!(
         "# Written by `ragtune calibrate --evaluator learned` from {dataset} `{split}` with {retriever} retrieval\n\
          # ({samples} queries, {failures} without a relevant document in the top {k}). A logistic regression of\n\
          # \"retrieval succeeded\" over standardised features, L2 {l2} (chosen by cross-validated log loss);\n\
-         # failure AUC {cv} cross-validated, {train} in-sample. Thresholds fitted on {thresholds_on}:\n\
-         # INCORRECT (p <= lower) precision {ip:.3}, recall {ir:.3}; CORRECT (p >= upper) precision {cp:.3} on\n\
-         # {share:.1} % of queries. [crag.model] is the configuration's, copied for `ragtune eval crag`.\n",
+         # failure AUC {cv} cross-validated, {train} in-sample. Thresholds fitted on\n\
+         # {thresholds_on}: INCORRECT (p <= lower) precision {ip:.3}, recall {ir:.3};\n\
+         # CORRECT (p >= upper) precision {cp:.3} on {share:.1} % of queries.\n\
+         # [crag.model] is the configuration's, copied for `ragtune eval crag`.\n",
         samples = c.samples,
         failures = c.failures,
         l2 = fit.l2,

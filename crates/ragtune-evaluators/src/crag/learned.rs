@@ -181,8 +181,7 @@ pub fn features(query: &str, candidates: &[Candidate]) -> Features {
     }
     if let (Some(&(bi, _, _)), Some(&(di, _, _))) = (bm25.first(), dense.first()) {
         set("top_agree", if bi == di { 1.0 } else { 0.0 });
-        let both_top5 =
-            top.iter().filter(|c| rank_under(c, "bm25") <= 5.0 && rank_under(c, "dense") <= 5.0).count();
+        let both_top5 = top.iter().filter(|c| rank_under(c, "bm25") <= 5.0 && rank_under(c, "dense") <= 5.0).count();
         set("top5_overlap", both_top5 as f64 / 5.0);
         set("bm25_top_dense_rank", rank_under(&top[bi], "dense").ln());
         set("dense_top_bm25_rank", rank_under(&top[di], "bm25").ln());
@@ -727,6 +726,8 @@ fn objective(x: &[Vec<f64>], y: &[f64], theta: &[f64], l2: f64) -> f64 {
 }
 
 /// Newton's method for L2-penalised logistic regression; returns `[bias, weights...]`.
+// Matrix code reads best with indices.
+#[allow(clippy::needless_range_loop)]
 fn newton_logistic(x: &[Vec<f64>], y: &[f64], l2: f64) -> Result<Vec<f64>> {
     const MAX_STEPS: usize = 100;
     const TOLERANCE: f64 = 1e-10;
@@ -785,6 +786,7 @@ fn newton_logistic(x: &[Vec<f64>], y: &[f64], l2: f64) -> Result<Vec<f64>> {
 }
 
 /// Solves `a x = b` for a symmetric positive definite `a` by Cholesky decomposition.
+#[allow(clippy::needless_range_loop)]
 fn cholesky_solve(a: &[Vec<f64>], b: &[f64]) -> Result<Vec<f64>> {
     let n = b.len();
     let mut l = vec![vec![0.0; n]; n];
@@ -956,7 +958,12 @@ mod tests {
             })
             .collect();
         let c = fit_learned(&scaled, &FitOptions::default()).unwrap();
-        assert!((c.model.weights[0] - a.model.weights[0]).abs() < 1e-6, "{} {}", c.model.weights[0], a.model.weights[0]);
+        assert!(
+            (c.model.weights[0] - a.model.weights[0]).abs() < 1e-6,
+            "{} {}",
+            c.model.weights[0],
+            a.model.weights[0]
+        );
         assert!((c.model.lower - a.model.lower).abs() < 1e-6 && (c.model.upper - a.model.upper).abs() < 1e-6);
     }
 
@@ -1017,8 +1024,14 @@ mod tests {
         assert!((j.score - sigmoid(7.5) as f32).abs() < 1e-6);
         assert!((j.criteria["dense_top:contribution"] - 4.0).abs() < 1e-5);
         assert_eq!(j.criteria["dense_top"], 0.8);
-        assert_eq!(j.reasons[0], "P(retrieval succeeded) 1.00 from 3 features: logit 7.50 = bias 1.00 + contributions 6.50");
-        assert_eq!(j.reasons[1], "toward CORRECT: dense_top 0.800 (+4.00), keyword_overlap 1.000 (+2.00), top_agree 1.000 (+0.50)");
+        assert_eq!(
+            j.reasons[0],
+            "P(retrieval succeeded) 1.00 from 3 features: logit 7.50 = bias 1.00 + contributions 6.50"
+        );
+        assert_eq!(
+            j.reasons[1],
+            "toward CORRECT: dense_top 0.800 (+4.00), keyword_overlap 1.000 (+2.00), top_agree 1.000 (+0.50)"
+        );
         assert_eq!(j.reasons.last().unwrap(), "CORRECT: P 1.00 >= upper 0.80");
         assert_eq!(j.per_candidate.len(), 2);
         assert_eq!(j.cost, Cost::ZERO);
@@ -1030,7 +1043,13 @@ mod tests {
         ];
         let j = judge(model(), "scurvy vitamin", &bad);
         assert_eq!(j.verdict, Verdict::Incorrect, "{j:#?}");
-        assert!(j.reasons[1].starts_with("toward INCORRECT: dense_top 0.300 (-6.00), keyword_overlap 0.000 (-2.00), top_agree 0.000 (-0.50)"), "{:?}", j.reasons);
+        assert!(
+            j.reasons[1].starts_with(
+                "toward INCORRECT: dense_top 0.300 (-6.00), keyword_overlap 0.000 (-2.00), top_agree 0.000 (-0.50)"
+            ),
+            "{:?}",
+            j.reasons
+        );
         assert!(j.reasons.last().unwrap().starts_with("INCORRECT: P 0.00 <= lower 0.30"));
 
         // In between: AMBIGUOUS.
@@ -1062,7 +1081,10 @@ mod tests {
 
         // No candidates at all: INCORRECT, as every evaluator says.
         let j = judge(model(), "q", &[]);
-        assert_eq!((j.verdict, j.score, j.reasons.as_slice()), (Verdict::Incorrect, 0.0, &["no candidates".to_owned()][..]));
+        assert_eq!(
+            (j.verdict, j.score, j.reasons.as_slice()),
+            (Verdict::Incorrect, 0.0, &["no candidates".to_owned()][..])
+        );
     }
 
     #[test]
@@ -1095,10 +1117,19 @@ mod tests {
     fn validate_names_the_field() {
         let cases = [
             (LearnedModel { features: Vec::new(), ..model() }, "features is empty"),
-            (LearnedModel { features: vec!["dense_top".into(), "nope".into(), "top_agree".into()], ..model() }, "`nope`"),
-            (LearnedModel { features: vec!["dense_top".into(), "dense_top".into(), "top_agree".into()], ..model() }, "twice"),
+            (
+                LearnedModel { features: vec!["dense_top".into(), "nope".into(), "top_agree".into()], ..model() },
+                "`nope`",
+            ),
+            (
+                LearnedModel { features: vec!["dense_top".into(), "dense_top".into(), "top_agree".into()], ..model() },
+                "twice",
+            ),
             (LearnedModel { means: vec![0.0], ..model() }, "means has 1 values for 3 features"),
-            (LearnedModel { weights: vec![0.0, f64::NAN, 0.0], ..model() }, "weights[1] (keyword_overlap) must be finite"),
+            (
+                LearnedModel { weights: vec![0.0, f64::NAN, 0.0], ..model() },
+                "weights[1] (keyword_overlap) must be finite",
+            ),
             (LearnedModel { scales: vec![1.0, 0.0, 1.0], ..model() }, "scales[1] (keyword_overlap) must be above 0"),
             (LearnedModel { bias: f64::INFINITY, ..model() }, "bias"),
             (LearnedModel { lower: 0.9, ..model() }, "lower (0.9) must be below upper (0.8)"),
