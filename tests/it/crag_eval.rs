@@ -84,18 +84,24 @@ pub(crate) fn tiny_beir(dir: &Path) {
     }
 }
 
+/// The tiny dataset written under `dir`, its train split retrieved with hybrid retrieval, indexes cached there.
+fn tiny_train(dir: &Path) -> EvalOptions {
+    let data = dir.join("tiny");
+    tiny_beir(&data);
+    let mut opts = EvalOptions::new(&data);
+    opts.cache_dir = dir.join("cache");
+    opts.retriever = "hybrid".into();
+    opts.split = "train".into();
+    opts
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
 async fn calibration_on_train_and_decision_statistics_on_test() {
     if !provisioned() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("tiny");
-    tiny_beir(&data);
-    let mut opts = EvalOptions::new(&data);
-    opts.cache_dir = dir.path().join("cache");
-    opts.retriever = "hybrid".into();
-    opts.split = "train".into();
+    let mut opts = tiny_train(dir.path());
     let config = Config::default();
 
     // Calibration on train: the two thresholds are ordered, and they separate on-topic from off-topic queries.
@@ -168,12 +174,7 @@ async fn the_learned_evaluator_is_fitted_on_train_and_compared_on_test() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("tiny");
-    tiny_beir(&data);
-    let mut opts = EvalOptions::new(&data);
-    opts.cache_dir = dir.path().join("cache");
-    opts.retriever = "hybrid".into();
-    opts.split = "train".into();
+    let mut opts = tiny_train(dir.path());
     let config = Config::default();
 
     // Fitted on train: 12 queries, 4 failed; too few failures for 5 folds, so the thresholds come from the model's

@@ -93,13 +93,7 @@ pub async fn run(config: Option<&Path>, args: CalibrateArgs) -> anyhow::Result<(
         let local = args.local_semester.as_ref().map_or_else(String::new, |s| format!(", {s} local"));
         (c, format!("questions from {}{local}", ragtune_eval::qa::QA_CALIBRATION_FROM))
     } else {
-        let mut opts = EvalOptions::new(&args.dataset);
-        opts.split.clone_from(&args.split);
-        opts.retriever.clone_from(&args.retriever);
-        opts.embedding = cfg.embedding.clone();
-        opts.hybrid = cfg.hybrid;
-        opts.limit = args.limit;
-        opts.cache_dir = cache_dir;
+        let opts = beir_options(&cfg, &args, &args.retriever);
         let c = ragtune_eval::run_calibration(&opts, &cfg, evaluator, args.k, args.target_precision, log).await?;
         (c, args.split.clone())
     };
@@ -116,15 +110,7 @@ async fn fusion(cfg: ragtune::Config, args: CalibrateArgs) -> anyhow::Result<()>
         );
     }
     let name = dataset_name(&args.dataset);
-    let mut opts = EvalOptions::new(&args.dataset);
-    opts.split.clone_from(&args.split);
-    opts.retriever = "hybrid".into();
-    opts.embedding = cfg.embedding.clone();
-    opts.hybrid = cfg.hybrid;
-    opts.limit = args.limit;
-    if let Some(dir) = args.cache_dir {
-        opts.cache_dir = dir;
-    }
+    let opts = beir_options(&cfg, &args, "hybrid");
     let fit =
         ragtune_eval::run_fusion_calibration(&opts, &ragtune_eval::FusionGrid::default(), &mut |l| eprintln!("{l}"))
             .await?;
@@ -152,15 +138,7 @@ async fn learned(cfg: ragtune::Config, args: CalibrateArgs) -> anyhow::Result<()
         }
     }
     let name = dataset_name(&args.dataset);
-    let mut opts = EvalOptions::new(&args.dataset);
-    opts.split.clone_from(&args.split);
-    opts.retriever.clone_from(&args.retriever);
-    opts.embedding = cfg.embedding.clone();
-    opts.hybrid = cfg.hybrid;
-    opts.limit = args.limit;
-    if let Some(dir) = args.cache_dir.clone() {
-        opts.cache_dir = dir;
-    }
+    let opts = beir_options(&cfg, &args, &args.retriever);
     let options = ragtune::evaluators::crag::FitOptions {
         target_precision: args.target_precision,
         incorrect_floor: Some(ragtune::evaluators::crag::IncorrectFloor {
@@ -175,6 +153,20 @@ async fn learned(cfg: ragtune::Config, args: CalibrateArgs) -> anyhow::Result<()
     print!("{}", ragtune_eval::learned_table(&fit));
     println!("wrote {}", out.display());
     Ok(())
+}
+
+/// The evaluation options of a BEIR dataset from the arguments, retrieving with `retriever`.
+fn beir_options(cfg: &ragtune::Config, args: &CalibrateArgs, retriever: &str) -> EvalOptions {
+    let mut opts = EvalOptions::new(&args.dataset);
+    opts.split.clone_from(&args.split);
+    retriever.clone_into(&mut opts.retriever);
+    opts.embedding = cfg.embedding.clone();
+    opts.hybrid = cfg.hybrid;
+    opts.limit = args.limit;
+    if let Some(dir) = &args.cache_dir {
+        opts.cache_dir.clone_from(dir);
+    }
+    opts
 }
 
 /// The dataset's name in the written file's header: its directory's name.

@@ -101,21 +101,11 @@ impl HeuristicConfig {
                  must sum to 1, they sum to {sum:.4}"
             )));
         }
-        for (name, value) in
-            [("partial_threshold", self.partial_threshold), ("relevant_threshold", self.relevant_threshold)]
-        {
-            if !(0.0..=1.0).contains(&value) {
-                return Err(Error::invalid_input(format!(
-                    "heuristic evaluator: {name} must be within [0, 1], got {value}"
-                )));
-            }
-        }
-        if self.partial_threshold >= self.relevant_threshold {
-            return Err(Error::invalid_input(format!(
-                "heuristic evaluator: partial_threshold ({}) must be below relevant_threshold ({})",
-                self.partial_threshold, self.relevant_threshold
-            )));
-        }
+        super::check_thresholds(
+            "heuristic evaluator",
+            ("partial_threshold", self.partial_threshold),
+            ("relevant_threshold", self.relevant_threshold),
+        )?;
         Ok(())
     }
 }

@@ -315,20 +315,7 @@ impl LearnedModel {
         if !self.bias.is_finite() {
             return Err(Error::invalid_input(format!("learned evaluator: bias must be finite, got {}", self.bias)));
         }
-        for (name, value) in [("lower", self.lower), ("upper", self.upper)] {
-            if !(0.0..=1.0).contains(&value) {
-                return Err(Error::invalid_input(format!(
-                    "learned evaluator: {name} must be within [0, 1], got {value}"
-                )));
-            }
-        }
-        if self.lower >= self.upper {
-            return Err(Error::invalid_input(format!(
-                "learned evaluator: lower ({}) must be below upper ({})",
-                self.lower, self.upper
-            )));
-        }
-        Ok(())
+        super::check_thresholds("learned evaluator", ("lower", self.lower), ("upper", self.upper))
     }
 }
 

@@ -48,6 +48,28 @@ pub use learned::{
 pub use model::{Aggregate, ModelConfig, ModelEvaluator, ScoreScale};
 pub use scorers::{DenseSimilarityScorer, RetrievalScoreScorer};
 
+/// Checks a pair of thresholds of the evaluator `who`: both within `[0, 1]` and `lower < upper`, each named as
+/// its setting is (`("lower", x)`, `("partial_threshold", y)`).
+fn check_thresholds(
+    who: &str,
+    (lower_name, lower): (&str, f32),
+    (upper_name, upper): (&str, f32),
+) -> ragtune_core::Result<()> {
+    for (name, value) in [(lower_name, lower), (upper_name, upper)] {
+        if !(0.0..=1.0).contains(&value) {
+            return Err(ragtune_core::Error::invalid_input(format!(
+                "{who}: {name} must be within [0, 1], got {value}"
+            )));
+        }
+    }
+    if lower >= upper {
+        return Err(ragtune_core::Error::invalid_input(format!(
+            "{who}: {lower_name} ({lower}) must be below {upper_name} ({upper})"
+        )));
+    }
+    Ok(())
+}
+
 /// A candidate for tests: chunk `id` of document `doc` with `text`, its own `score` and `sources` as
 /// (strategy, score) pairs ranked in the given order.
 #[cfg(test)]
