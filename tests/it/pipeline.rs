@@ -491,6 +491,10 @@ async fn the_learned_evaluator_judges_a_bm25_only_retrieval_and_says_which_featu
     assert!(reasons.contains("BM25-only"), "{reasons}");
     assert!(reasons.contains("toward CORRECT: ") || reasons.contains("toward INCORRECT: "), "{reasons}");
     assert!(r.answer.is_some());
+    // The trace's evaluate event carries the same explanation.
+    let evaluate = r.trace.iter().find(|e| e.stage == "evaluate").expect("the evaluate stage is traced");
+    assert_eq!(evaluate.detail["evaluator"], "learned");
+    assert_eq!(evaluate.detail["reasons"], serde_json::json!(r.crag.reasons));
 
     // Without the model section the configuration is refused, naming what is missing.
     let err = Config::from_toml("[crag]\nevaluator = \"learned\"\n").unwrap_err();

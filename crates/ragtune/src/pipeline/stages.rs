@@ -220,6 +220,8 @@ impl Env<'_> {
                 let report = Report::new(crag.category.to_string())
                     .detail("score", f64::from(j.score))
                     .detail("evaluator", crag.evaluator.clone())
+                    // The evaluator's own explanation (the learned one names the features that pushed it).
+                    .detail("reasons", j.reasons.clone())
                     .cost(j.cost);
                 (Some(j.verdict), report)
             }
