@@ -387,8 +387,8 @@ pub fn calibration_toml(
     Ok(text)
 }
 
-/// Decision statistics of both evaluators on `opts.split`, and nDCG@10 with and without correction by the
-/// configured evaluator.
+/// Decision statistics of the heuristic, the model-based and (with `[crag.learned]`) the learned evaluator on
+/// `opts.split`, and nDCG@10 with and without correction by the configured evaluator.
 ///
 /// # Errors
 /// Dataset, index or model failures.
