@@ -7,9 +7,13 @@
 use std::io::Write;
 use std::path::Path;
 
+use ragtune::evaluators::crag::FitOptions;
 use ragtune::provision::ModelLayout;
 use ragtune::{Config, EvaluatorKind};
-use ragtune_eval::crag::{calibration_toml, crag_table, heuristic_thresholds, run_calibration, run_crag_eval};
+use ragtune_eval::crag::{
+    calibration_toml, crag_table, heuristic_thresholds, learned_table, learned_toml, run_calibration, run_crag_eval,
+    run_learned_calibration,
+};
 use ragtune_eval::retrieval::EvalOptions;
 
 fn provisioned() -> bool {
@@ -80,18 +84,24 @@ pub(crate) fn tiny_beir(dir: &Path) {
     }
 }
 
+/// The tiny dataset written under `dir`, its train split retrieved with hybrid retrieval, indexes cached there.
+fn tiny_train(dir: &Path) -> EvalOptions {
+    let data = dir.join("tiny");
+    tiny_beir(&data);
+    let mut opts = EvalOptions::new(&data);
+    opts.cache_dir = dir.join("cache");
+    opts.retriever = "hybrid".into();
+    opts.split = "train".into();
+    opts
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
 async fn calibration_on_train_and_decision_statistics_on_test() {
     if !provisioned() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("tiny");
-    tiny_beir(&data);
-    let mut opts = EvalOptions::new(&data);
-    opts.cache_dir = dir.path().join("cache");
-    opts.retriever = "hybrid".into();
-    opts.split = "train".into();
+    let mut opts = tiny_train(dir.path());
     let config = Config::default();
 
     // Calibration on train: the two thresholds are ordered, and they separate on-topic from off-topic queries.
@@ -156,4 +166,52 @@ async fn calibration_on_train_and_decision_statistics_on_test() {
     // k = 0 is refused with a clear error.
     let err = run_crag_eval(&opts, &calibrated, 0, &mut |_| {}).await.unwrap_err();
     assert!(err.to_string().contains("k must be at least 1"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn the_learned_evaluator_is_fitted_on_train_and_compared_on_test() {
+    if !provisioned() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut opts = tiny_train(dir.path());
+    let config = Config::default();
+
+    // Fitted on train: 12 queries, 4 failed; too few failures for 5 folds, so the thresholds come from the model's
+    // own probabilities, and it ranks the off-topic queries below the others.
+    let fit = run_learned_calibration(&opts, &config, 1, &FitOptions::default(), &mut |_| {}).await.unwrap();
+    assert_eq!((fit.calibration.samples, fit.calibration.failures), (12, 4), "{fit:?}");
+    assert!(!fit.out_of_fold);
+    assert!(fit.train_auc.unwrap() > 0.9, "{}", learned_table(&fit));
+    assert!(learned_table(&fit).contains("dense_top"));
+    // Same split, same model.
+    let again = run_learned_calibration(&opts, &config, 1, &FitOptions::default(), &mut |_| {}).await.unwrap();
+    assert_eq!(again.model, fit.model);
+
+    // The written file is a configuration the engine reads, with the model and the evaluator selected.
+    let toml = learned_toml(&fit, &config, "tiny", "train", "hybrid", 1).unwrap();
+    let learned = Config::from_toml(&toml).unwrap_or_else(|e| panic!("{e}\n{toml}"));
+    assert_eq!(learned.crag.evaluator, EvaluatorKind::Learned);
+    assert_eq!(learned.crag.learned.as_ref(), Some(&fit.model));
+    assert_eq!(learned.crag.model, config.crag.model);
+    assert!(toml.starts_with("# Written by `ragtune calibrate --evaluator learned` from tiny `train`"), "{toml}");
+
+    // On test (the same queries in this fixture), the report has a third row, the learned evaluator's.
+    opts.split = "test".into();
+    let report = run_crag_eval(&opts, &learned, 1, &mut |_| {}).await.unwrap();
+    assert_eq!(report.evaluators.len(), 3);
+    let row = &report.evaluators[2];
+    assert_eq!(row.evaluator, "learned");
+    assert_eq!(row.thresholds, (fit.model.upper, fit.model.lower));
+    assert_eq!(row.decisions.values().sum::<usize>(), 12, "{row:?}");
+    assert!(row.score_auc.unwrap() > 0.9, "{row:?}");
+    assert!(row.incorrect_recall > 0.0, "{row:?}");
+    assert!(crag_table(&report).contains("learned"));
+    assert_eq!(run_crag_eval(&opts, &learned, 1, &mut |_| {}).await.unwrap(), report);
+
+    // A split where every retrieval succeeds cannot be fitted: a clear error.
+    opts.split = "train".into();
+    opts.limit = Some(3);
+    let err = run_learned_calibration(&opts, &config, 1, &FitOptions::default(), &mut |_| {}).await.unwrap_err();
+    assert!(err.to_string().contains("every one of the 3 retrievals succeeded"), "{err}");
 }

@@ -463,3 +463,40 @@ async fn budgeted_reranking_runs_inside_the_pipeline_within_its_document_budget(
     assert_eq!(r.cost.stages["rerank"].docs, 1);
     assert!(r.crag.final_count >= 2, "more candidates than the budget: {:?}", r.crag);
 }
+
+#[tokio::test]
+async fn the_learned_evaluator_judges_a_bm25_only_retrieval_and_says_which_features_it_lacked() {
+    let dir = tempfile::tempdir().unwrap();
+    // A hand-written model over one BM25 feature, one dense feature and one text feature; with the embedding model
+    // off, retrieval is BM25 only, so the dense feature is unavailable and counts as its mean.
+    let cfg = Config::from_toml(
+        "[crag]\nevaluator = \"learned\"\n\n[crag.learned]\n\
+         features = [\"bm25_top\", \"dense_top\", \"keyword_overlap\"]\n\
+         means = [1.0, 0.6, 0.5]\nscales = [1.0, 0.1, 0.25]\nweights = [0.5, 2.0, 1.0]\nbias = 0.0\n\
+         lower = 0.3\nupper = 0.8\n",
+    )
+    .unwrap();
+    let cfg = Config { store: config(dir.path()).store, embedding: config(dir.path()).embedding, ..cfg };
+    let engine = indexed(dir.path(), cfg).await;
+    let r = engine.ask("What causes scurvy in sailors?").await.unwrap();
+    assert_eq!(r.crag.evaluator, "learned");
+    assert!(r.crag.decision.is_some(), "{:?}", r.crag);
+    assert!([CragCategory::Correct, CragCategory::Ambiguous, CragCategory::Incorrect].contains(&r.crag.category));
+    assert!((0.0..=1.0).contains(&r.crag.score));
+    assert_eq!(r.crag.criteria["p_success"], r.crag.score);
+    assert_eq!(r.crag.criteria["dense_top:contribution"], 0.0, "{:?}", r.crag.criteria);
+    assert!(r.crag.criteria["bm25_top"] > 0.0, "{:?}", r.crag.criteria);
+    let reasons = r.crag.reasons.join("\n");
+    assert!(reasons.contains("unavailable, counted at their training mean (contribute 0): dense_top"), "{reasons}");
+    assert!(reasons.contains("BM25-only"), "{reasons}");
+    assert!(reasons.contains("toward CORRECT: ") || reasons.contains("toward INCORRECT: "), "{reasons}");
+    assert!(r.answer.is_some());
+    // The trace's evaluate event carries the same explanation.
+    let evaluate = r.trace.iter().find(|e| e.stage == "evaluate").expect("the evaluate stage is traced");
+    assert_eq!(evaluate.detail["evaluator"], "learned");
+    assert_eq!(evaluate.detail["reasons"], serde_json::json!(r.crag.reasons));
+
+    // Without the model section the configuration is refused, naming what is missing.
+    let err = Config::from_toml("[crag]\nevaluator = \"learned\"\n").unwrap_err();
+    assert!(err.to_string().contains("[crag.learned]"), "{err}");
+}

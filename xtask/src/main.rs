@@ -41,7 +41,7 @@ commands:
   qdrant   start|stop|status [--nodes N] [--port N]: a Qdrant server (or loopback cluster) for tests and eval
   websearch start --corpus DIR | stop | status: a ragtune index served as a SearXNG-compatible search engine
   eval     run retrieval, answer-level (QA) and CRAG evaluations against the committed baselines
-  calibrate  fit the CRAG evaluator thresholds (or --fusion: the hybrid fusion) on a training split
+  calibrate  fit the CRAG evaluator thresholds (--evaluator learned: the learned evaluator; --fusion: the hybrid fusion) on a training split
   demo     build the release `ragtune` binary, index docs/ and answer questions (answer, citations, CRAG
            decision; the local LLM when one runs, else extractive)
   bench    run the benchmarks

@@ -1,5 +1,5 @@
-//! `ragtune calibrate`: fit a CRAG evaluator's two thresholds, or with `--fusion` the hybrid fusion, on a training
-//! split and write them to a config file.
+//! `ragtune calibrate`: fit a CRAG evaluator's two thresholds, the learned CRAG evaluator (`--evaluator learned`),
+//! or with `--fusion` the hybrid fusion, on a training split and write them to a config file.
 
 use std::path::{Path, PathBuf};
 
@@ -13,7 +13,10 @@ use crate::args::{Overrides, load_config};
 pub struct CalibrateArgs {
     /// Fit the hybrid fusion instead (method, BM25 and dense weights, query-time strength) by mean nDCG@10; the
     /// RRF k and the depth are the config's `[hybrid]` ones.
-    #[arg(long, conflicts_with_all = ["retriever", "k", "target_precision", "evaluator", "local_semester"])]
+    #[arg(
+        long,
+        conflicts_with_all = ["retriever", "k", "target_precision", "evaluator", "local_semester", "incorrect_precision", "incorrect_recall"]
+    )]
     fusion: bool,
     /// The BEIR dataset directory.
     #[arg(long, value_name = "DIR")]
@@ -30,10 +33,20 @@ pub struct CalibrateArgs {
     /// The precision CORRECT must reach on the split (sets the upper threshold).
     #[arg(long, value_name = "P", default_value_t = 0.9)]
     target_precision: f32,
-    /// The evaluator whose thresholds are fitted: `model` (upper/lower of the retrieval-score scorer) or
-    /// `heuristic` (the heuristic evaluator's relevant/partial thresholds, its weights as configured).
+    /// The evaluator fitted: `model` (upper/lower of the retrieval-score scorer), `heuristic` (the heuristic
+    /// evaluator's relevant/partial thresholds, its weights as configured) or `learned` (a logistic regression over
+    /// retrieval features with its two thresholds; BEIR datasets only; the written file also carries the
+    /// configuration's `[crag.model]`).
     #[arg(long, value_name = "NAME", default_value = "model")]
     evaluator: String,
+    /// With `--evaluator learned`: the INCORRECT precision the lower threshold should reach on the split's
+    /// cross-validated probabilities (with `--incorrect-recall`; when no threshold reaches both, the best F1).
+    #[arg(long, value_name = "P", default_value_t = 0.4)]
+    incorrect_precision: f32,
+    /// With `--evaluator learned`: the INCORRECT recall the lower threshold should reach (see
+    /// `--incorrect-precision`).
+    #[arg(long, value_name = "R", default_value_t = 0.6)]
+    incorrect_recall: f32,
     /// Where to write the fitted settings (a config file `ragtune --config` reads; default
     /// configs/crag-calibrated.toml, with --fusion configs/fusion-calibrated.toml).
     #[arg(long, value_name = "FILE")]
@@ -58,6 +71,9 @@ pub async fn run(config: Option<&Path>, args: CalibrateArgs) -> anyhow::Result<(
     }
     let out = args.out.clone().unwrap_or_else(|| PathBuf::from("configs/crag-calibrated.toml"));
     let evaluator: ragtune::EvaluatorKind = args.evaluator.parse()?;
+    if evaluator == ragtune::EvaluatorKind::Learned {
+        return learned(cfg, args).await;
+    }
     let name = dataset_name(&args.dataset);
     let name = name.as_str();
     let log = &mut |l: &str| eprintln!("{l}");
@@ -77,13 +93,7 @@ pub async fn run(config: Option<&Path>, args: CalibrateArgs) -> anyhow::Result<(
         let local = args.local_semester.as_ref().map_or_else(String::new, |s| format!(", {s} local"));
         (c, format!("questions from {}{local}", ragtune_eval::qa::QA_CALIBRATION_FROM))
     } else {
-        let mut opts = EvalOptions::new(&args.dataset);
-        opts.split.clone_from(&args.split);
-        opts.retriever.clone_from(&args.retriever);
-        opts.embedding = cfg.embedding.clone();
-        opts.hybrid = cfg.hybrid;
-        opts.limit = args.limit;
-        opts.cache_dir = cache_dir;
+        let opts = beir_options(&cfg, &args, &args.retriever);
         let c = ragtune_eval::run_calibration(&opts, &cfg, evaluator, args.k, args.target_precision, log).await?;
         (c, args.split.clone())
     };
@@ -100,15 +110,7 @@ async fn fusion(cfg: ragtune::Config, args: CalibrateArgs) -> anyhow::Result<()>
         );
     }
     let name = dataset_name(&args.dataset);
-    let mut opts = EvalOptions::new(&args.dataset);
-    opts.split.clone_from(&args.split);
-    opts.retriever = "hybrid".into();
-    opts.embedding = cfg.embedding.clone();
-    opts.hybrid = cfg.hybrid;
-    opts.limit = args.limit;
-    if let Some(dir) = args.cache_dir {
-        opts.cache_dir = dir;
-    }
+    let opts = beir_options(&cfg, &args, "hybrid");
     let fit =
         ragtune_eval::run_fusion_calibration(&opts, &ragtune_eval::FusionGrid::default(), &mut |l| eprintln!("{l}"))
             .await?;
@@ -117,6 +119,54 @@ async fn fusion(cfg: ragtune::Config, args: CalibrateArgs) -> anyhow::Result<()>
     print!("{}", ragtune_eval::fusion_table(&fit));
     println!("wrote {}", out.display());
     Ok(())
+}
+
+/// `--evaluator learned`: every train query's retrieval, its features and label, the logistic fit, the file.
+async fn learned(cfg: ragtune::Config, args: CalibrateArgs) -> anyhow::Result<()> {
+    if ragtune_eval::is_qa_dataset(&args.dataset) {
+        anyhow::bail!(
+            "--evaluator learned needs a BEIR dataset (corpus.jsonl, queries.jsonl, qrels/<split>.tsv); {} is a QA \
+             dataset",
+            args.dataset.display()
+        );
+    }
+    for (flag, v) in
+        [("--incorrect-precision", args.incorrect_precision), ("--incorrect-recall", args.incorrect_recall)]
+    {
+        if !(0.0..=1.0).contains(&v) {
+            anyhow::bail!("{flag} must be within [0, 1], got {v}");
+        }
+    }
+    let name = dataset_name(&args.dataset);
+    let opts = beir_options(&cfg, &args, &args.retriever);
+    let options = ragtune::evaluators::crag::FitOptions {
+        target_precision: args.target_precision,
+        incorrect_floor: Some(ragtune::evaluators::crag::IncorrectFloor {
+            precision: args.incorrect_precision,
+            recall: args.incorrect_recall,
+        }),
+        ..Default::default()
+    };
+    let fit = ragtune_eval::run_learned_calibration(&opts, &cfg, args.k, &options, &mut |l| eprintln!("{l}")).await?;
+    let out = args.out.unwrap_or_else(|| PathBuf::from("configs/crag-learned.toml"));
+    write_file(&out, &ragtune_eval::learned_toml(&fit, &cfg, &name, &args.split, &args.retriever, args.k)?)?;
+    print!("{}", ragtune_eval::learned_table(&fit));
+    println!("wrote {}", out.display());
+    Ok(())
+}
+
+/// The evaluation options of a BEIR dataset from the arguments, retrieving with `retriever`.
+fn beir_options(cfg: &ragtune::Config, args: &CalibrateArgs, retriever: &str) -> EvalOptions {
+    let mut opts = EvalOptions::new(&args.dataset);
+    opts.split.clone_from(&args.split);
+    retriever.clone_into(&mut opts.retriever);
+    opts.embedding = cfg.embedding.clone();
+    opts.hybrid = cfg.hybrid;
+    opts.limit = args.limit;
+    if let Some(dir) = &args.cache_dir {
+        opts.cache_dir.clone_from(dir);
+    }
+    opts
 }
 
 /// The dataset's name in the written file's header: its directory's name.

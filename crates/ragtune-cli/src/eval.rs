@@ -32,8 +32,9 @@ enum EvalKind {
     /// Answers on a QA dataset (the CMU Wikipedia QA set) under named experiments: accuracy, F1, faithfulness,
     /// citation precision, latency and tokens.
     Qa(QaArgs),
-    /// Corrective-RAG decision statistics on a BEIR dataset (both evaluators, thresholds from the config) and
-    /// nDCG@10 with and without correction.
+    /// Corrective-RAG decision statistics on a BEIR dataset (the heuristic and model-based evaluators, and the
+    /// learned one when the config has `[crag.learned]`; thresholds from the config) and nDCG@10 with and without
+    /// correction.
     Crag(CragArgs),
     /// The retrieval metrics and the budgeted reranking controller on the retrieved candidates: nDCG@10 per policy
     /// and budget beside a full rerank (scores cached under $RAGTUNE_HOME/rerank-cache).

@@ -108,6 +108,24 @@ fn runtime_errors_exit_with_1_and_say_what_and_where() {
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stderr).contains("nowhere"), "{}", text(&out.stderr));
 
+    let out = ragtune(&["calibrate", "--evaluator", "learned", "--dataset", "nowhere"], dir.path());
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("nowhere"), "{}", text(&out.stderr));
+    let args = ["calibrate", "--evaluator", "learned", "--dataset", "nowhere", "--incorrect-precision", "1.5"];
+    let out = ragtune(&args, dir.path());
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("--incorrect-precision must be within [0, 1], got 1.5"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    std::fs::write(dir.path().join("learned.toml"), "[crag]\nevaluator = \"learned\"\n").unwrap();
+    let out = ragtune(&["--config", "learned.toml", "search", "x"], dir.path());
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(err.contains("learned.toml") && err.contains("needs a [crag.learned] section"), "{err}");
+
     std::fs::write(dir.path().join("weights.toml"), "[hybrid]\ndense_weight = -0.5\n").unwrap();
     let out = ragtune(&["--config", "weights.toml", "search", "x"], dir.path());
     assert_eq!(out.status.code(), Some(1));
@@ -275,6 +293,7 @@ fn eval_usage_errors_exit_with_2() {
         &["eval", "qa", "--dataset", "tiny", "--retriever", "bm25"],
         &["eval", "nonsense", "--dataset", "tiny"],
         &["calibrate", "--fusion", "--dataset", "tiny", "--evaluator", "heuristic"],
+        &["calibrate", "--fusion", "--dataset", "tiny", "--incorrect-recall", "0.5"],
     ] {
         assert_eq!(ragtune(args, dir.path()).status.code(), Some(2), "{args:?}");
     }

@@ -301,7 +301,7 @@ pub struct RelevanceJudgement {
 
 /// Judges whether retrieved candidates can answer a query (Corrective RAG).
 ///
-/// Implemented by `ragtune-evaluators` (heuristic and model-based evaluators).
+/// Implemented by `ragtune-evaluators` (heuristic, model-based and learned evaluators).
 ///
 /// Invariants: `per_candidate` has one entry per candidate; the verdict follows from `score` and the evaluator's
 /// configured thresholds; no candidates means [`Verdict::Incorrect`].

@@ -11,8 +11,9 @@ use std::sync::Arc;
 
 use ragtune::core::{Candidate, Ctx, Error, Query, RelevanceEvaluator, Result, Verdict, sort_ranked};
 use ragtune::evaluators::crag::{
-    Calibration, CalibrationSample, HeuristicEvaluator, ModelEvaluator, RetrievalScoreScorer, ScoreScale, calibrate,
-    failure_auc, heuristic_category,
+    Calibration, CalibrationSample, FEATURE_NAMES, FitOptions, HeuristicEvaluator, LearnedEvaluator, LearnedFit,
+    LearnedSample, ModelEvaluator, RetrievalScoreScorer, ScoreScale, calibrate, failure_auc, features, fit_learned,
+    heuristic_category,
 };
 use ragtune::evaluators::metrics::{Metric, Runs, evaluate};
 use serde::{Deserialize, Serialize};
@@ -23,7 +24,7 @@ use ragtune::{EmbeddingMode, EvaluatorKind, Strategy, Transform};
 /// One evaluator's decisions on a split.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct DecisionStats {
-    /// The evaluator (`heuristic`, `model:retrieval`).
+    /// The evaluator (`heuristic`, `model:retrieval`, `learned`).
     pub evaluator: String,
     /// Decision → queries.
     pub decisions: BTreeMap<String, usize>,
@@ -33,7 +34,7 @@ pub struct DecisionStats {
     pub incorrect_recall: f64,
     /// Failed queries among those judged CORRECT, as a share (lower is better).
     pub correct_failure_rate: f64,
-    /// The thresholds used (model-based: upper, lower; heuristic: relevant, partial).
+    /// The thresholds used (model-based and learned: upper, lower; heuristic: relevant, partial).
     pub thresholds: (f32, f32),
     /// How well the evaluator's score separates failed from successful retrievals whatever the thresholds: the
     /// probability that a failed query scores lower than a successful one (ROC AUC; 0.5 is chance). `None` when
@@ -163,6 +164,12 @@ pub(crate) async fn calibrate_evaluator(
     let evaluator: Box<dyn RelevanceEvaluator> = match evaluator {
         EvaluatorKind::Model => Box::new(model_evaluator(config)?),
         EvaluatorKind::Heuristic => Box::new(HeuristicEvaluator::new(config.crag.heuristic.clone())?),
+        EvaluatorKind::Learned => {
+            return Err(Error::invalid_input(
+                "the learned evaluator is fitted with `run_learned_calibration` (`ragtune calibrate --evaluator \
+                 learned`) on a BEIR dataset, not by fitting two thresholds",
+            ));
+        }
     };
     let mut samples = Vec::with_capacity(judged.len());
     for (text, candidates, succeeded) in judged {
@@ -170,6 +177,144 @@ pub(crate) async fn calibrate_evaluator(
         samples.push(CalibrationSample { score: judgement.score, succeeded: *succeeded });
     }
     calibrate(&samples, target_precision)
+}
+
+/// The learned evaluator's training samples: each judged retrieval's [`features`] and whether it succeeded.
+#[must_use]
+pub fn learned_samples(judged: &[(String, Vec<Candidate>, bool)]) -> Vec<LearnedSample> {
+    judged
+        .iter()
+        .map(|(text, candidates, succeeded)| LearnedSample {
+            values: features(text, candidates).values,
+            succeeded: *succeeded,
+        })
+        .collect()
+}
+
+/// Fits the learned evaluator on `opts.split` (use a training split) of a BEIR dataset: every query retrieved with
+/// `opts.retriever` (hybrid by default, so both BM25 and dense provenance exist), labelled by "a relevant document
+/// in the top `k`", its [`features`] computed from the candidates as the pipeline would see them, and
+/// [`fit_learned`] with `options` (L2 strength by cross-validation, thresholds on out-of-fold probabilities).
+///
+/// # Errors
+/// Dataset, index or model failures; the fit's errors (a split where every query succeeded or every one failed).
+pub async fn run_learned_calibration(
+    opts: &EvalOptions,
+    config: &ragtune::Config,
+    k: usize,
+    options: &FitOptions,
+    log: &mut dyn FnMut(&str),
+) -> Result<LearnedFit> {
+    if k == 0 {
+        return Err(Error::invalid_input("k must be at least 1"));
+    }
+    let (_, judged, _, _) = retrieve_split(opts, config, k, log).await?;
+    let judged: Vec<(String, Vec<Candidate>, bool)> =
+        judged.into_iter().map(|j| (j.text, j.candidates, j.succeeded)).collect();
+    let samples = learned_samples(&judged);
+    log(&format!(
+        "fitting the learned evaluator on {} queries ({} failed retrievals) with {} features",
+        samples.len(),
+        samples.iter().filter(|s| !s.succeeded).count(),
+        FEATURE_NAMES.len()
+    ));
+    fit_learned(&samples, options)
+}
+
+/// The fitted learned evaluator as a configuration file: `[crag] evaluator = "learned"`, the `[crag.model]`
+/// section of `config` (so `eval crag` with this file compares the model-based evaluator with its own thresholds),
+/// and `[crag.learned]`, with a header saying what it was fitted on and how it did there.
+///
+/// # Errors
+/// The sections cannot be serialised (they always can: numbers and strings).
+pub fn learned_toml(
+    fit: &LearnedFit,
+    config: &ragtune::Config,
+    dataset: &str,
+    split: &str,
+    retriever: &str,
+    k: usize,
+) -> Result<String> {
+    let c = &fit.calibration;
+    let auc = |a: Option<f64>| a.map_or_else(|| "-".to_owned(), |a| format!("{a:.3}"));
+    let thresholds_on = if fit.out_of_fold {
+        "out-of-fold (5-fold cross-validated) probabilities"
+    } else {
+        "the model's own probabilities (too few samples of a class to cross-validate)"
+    };
+    let header = format!(
+        "# Written by `ragtune calibrate --evaluator learned` from {dataset} `{split}` with {retriever} retrieval\n\
+         # ({samples} queries, {failures} without a relevant document in the top {k}). A logistic regression of\n\
+         # \"retrieval succeeded\" over standardised features, L2 {l2} (chosen by cross-validated log loss);\n\
+         # failure AUC {cv} cross-validated, {train} in-sample. Thresholds fitted on\n\
+         # {thresholds_on}: INCORRECT (p <= lower) precision {ip:.3}, recall {ir:.3};\n\
+         # CORRECT (p >= upper) precision {cp:.3} on {share:.1} % of queries.\n\
+         # [crag.model] is the configuration's, copied for `ragtune eval crag`.\n",
+        samples = c.samples,
+        failures = c.failures,
+        l2 = fit.l2,
+        cv = auc(fit.cv_auc),
+        train = auc(fit.train_auc),
+        ip = c.incorrect_precision,
+        ir = c.incorrect_recall,
+        cp = c.correct_precision,
+        share = c.correct_share * 100.0,
+    );
+    let ser = |what: &str, e: toml::ser::Error| Error::permanent(format!("cannot serialise {what}")).with_source(e);
+    let mut crag = toml::Table::new();
+    crag.insert("evaluator".into(), toml::Value::String(EvaluatorKind::Learned.to_string()));
+    crag.insert("scorer".into(), toml::Value::String(config.crag.scorer.to_string()));
+    crag.insert(
+        "model".into(),
+        toml::Value::try_from(&config.crag.model).map_err(|e| ser("the model evaluator's settings", e))?,
+    );
+    crag.insert("learned".into(), toml::Value::try_from(&fit.model).map_err(|e| ser("the learned model", e))?);
+    let mut doc = toml::Table::new();
+    doc.insert("crag".into(), crag.into());
+    let body = toml::to_string(&doc).map_err(|e| ser("the learned configuration", e))?;
+    Ok(format!("{header}{body}"))
+}
+
+/// The fit as text: the weights by size, the thresholds and how they did on the training split.
+#[must_use]
+pub fn learned_table(fit: &LearnedFit) -> String {
+    let c = &fit.calibration;
+    let m = &fit.model;
+    let auc = |a: Option<f64>| a.map_or_else(|| "-".to_owned(), |a| format!("{a:.3}"));
+    let mut out = format!(
+        "learned evaluator: {} queries ({} failed), L2 {}, failure AUC {} cross-validated, {} in-sample\n",
+        c.samples,
+        c.failures,
+        fit.l2,
+        auc(fit.cv_auc),
+        auc(fit.train_auc)
+    );
+    for (l2, loss) in &fit.cv_log_loss {
+        out.push_str(&format!("  L2 {l2:<6} cross-validated log loss {loss:.4}\n"));
+    }
+    let mut order: Vec<usize> = (0..m.features.len()).collect();
+    order.sort_by(|&a, &b| m.weights[b].abs().total_cmp(&m.weights[a].abs()).then(a.cmp(&b)));
+    out.push_str(&format!("{:<22} {:>9} {:>10} {:>10}\n", "feature", "weight", "mean", "scale"));
+    for i in order {
+        out.push_str(&format!(
+            "{:<22} {:>+9.4} {:>10.4} {:>10.4}\n",
+            m.features[i], m.weights[i], m.means[i], m.scales[i]
+        ));
+    }
+    out.push_str(&format!("{:<22} {:>+9.4}\n", "bias", m.bias));
+    out.push_str(&format!(
+        "thresholds on {}: lower {:.4}, upper {:.4}; INCORRECT precision {:.3}, recall {:.3}, F1 {:.3}; CORRECT \
+         precision {:.3} on {:.1} % of queries\n",
+        if fit.out_of_fold { "out-of-fold probabilities" } else { "in-sample probabilities" },
+        m.lower,
+        m.upper,
+        c.incorrect_precision,
+        c.incorrect_recall,
+        c.incorrect_f1,
+        c.correct_precision,
+        c.correct_share * 100.0
+    ));
+    out
 }
 
 /// The heuristic evaluator's thresholds for a calibration: RELEVANT is `score > relevant_threshold` and
@@ -214,6 +359,11 @@ pub fn calibration_toml(
                 .unwrap_or_else(|_| "\"max\"".into()),
             top_k = config.crag.model.top_k,
         ),
+        EvaluatorKind::Learned => {
+            return Err(Error::invalid_input(
+                "the learned evaluator's file is written by `learned_toml` from a `LearnedFit`, not from two thresholds",
+            ));
+        }
         EvaluatorKind::Heuristic => {
             let (relevant, partial) = heuristic_thresholds(c);
             let heuristic = ragtune::evaluators::crag::HeuristicConfig {
@@ -237,8 +387,8 @@ pub fn calibration_toml(
     Ok(text)
 }
 
-/// Decision statistics of both evaluators on `opts.split`, and nDCG@10 with and without correction by the
-/// configured evaluator.
+/// Decision statistics of the heuristic, the model-based and (with `[crag.learned]`) the learned evaluator on
+/// `opts.split`, and nDCG@10 with and without correction by the configured evaluator.
 ///
 /// # Errors
 /// Dataset, index or model failures.
@@ -252,34 +402,57 @@ pub async fn run_crag_eval(
         return Err(Error::invalid_input("k must be at least 1"));
     }
     let (engine, judged, qrels, name) = retrieve_split(opts, config, k, log).await?;
-    let heuristic = HeuristicEvaluator::new(config.crag.heuristic.clone())?;
-    let model = model_evaluator(config)?;
     let h = &config.crag.heuristic;
     let m = &config.crag.model;
-    let mut stats = vec![
-        DecisionStats {
-            evaluator: "heuristic".into(),
-            thresholds: (h.relevant_threshold, h.partial_threshold),
-            ..Default::default()
-        },
-        DecisionStats { evaluator: "model:retrieval".into(), thresholds: (m.upper, m.lower), ..Default::default() },
+    // (stats, evaluator, the kind it is): heuristic and model-based always, the learned one when configured.
+    let mut rows: Vec<(DecisionStats, Box<dyn RelevanceEvaluator>, EvaluatorKind)> = vec![
+        (
+            DecisionStats {
+                evaluator: "heuristic".into(),
+                thresholds: (h.relevant_threshold, h.partial_threshold),
+                ..Default::default()
+            },
+            Box::new(HeuristicEvaluator::new(h.clone())?),
+            EvaluatorKind::Heuristic,
+        ),
+        (
+            DecisionStats { evaluator: "model:retrieval".into(), thresholds: (m.upper, m.lower), ..Default::default() },
+            Box::new(model_evaluator(config)?),
+            EvaluatorKind::Model,
+        ),
     ];
-    let mut verdicts: Vec<[Verdict; 2]> = Vec::with_capacity(judged.len());
-    let mut model_samples = Vec::new();
-    let mut heuristic_samples = Vec::new();
-    let mut scores: [Vec<CalibrationSample>; 2] = [Vec::new(), Vec::new()];
-    for j in &judged {
-        let hv = heuristic.evaluate(&Ctx::new(), &j.text, &j.candidates).await?;
-        let mv = model.evaluate(&Ctx::new(), &j.text, &j.candidates).await?;
-        *stats[0].decisions.entry(heuristic_category(hv.verdict).to_owned()).or_default() += 1;
-        *stats[1].decisions.entry(format!("{:?}", mv.verdict).to_uppercase()).or_default() += 1;
-        scores[0].push(CalibrationSample { score: hv.score, succeeded: j.succeeded });
-        scores[1].push(CalibrationSample { score: mv.score, succeeded: j.succeeded });
-        heuristic_samples.push((hv.verdict, j.succeeded));
-        model_samples.push((mv.verdict, j.succeeded));
-        verdicts.push([hv.verdict, mv.verdict]);
+    if let Some(learned) = &config.crag.learned {
+        rows.push((
+            DecisionStats {
+                evaluator: "learned".into(),
+                thresholds: (learned.upper, learned.lower),
+                ..Default::default()
+            },
+            Box::new(LearnedEvaluator::new(learned.clone())?),
+            EvaluatorKind::Learned,
+        ));
+    } else if config.crag.evaluator == EvaluatorKind::Learned {
+        return Err(Error::invalid_input("[crag] evaluator = \"learned\" needs a [crag.learned] section"));
     }
-    for ((s, samples), scored) in stats.iter_mut().zip([&heuristic_samples, &model_samples]).zip(&scores) {
+    let mut verdicts: Vec<Vec<Verdict>> = Vec::with_capacity(judged.len());
+    let mut samples: Vec<Vec<(Verdict, bool)>> = vec![Vec::new(); rows.len()];
+    let mut scores: Vec<Vec<CalibrationSample>> = vec![Vec::new(); rows.len()];
+    for j in &judged {
+        let mut these = Vec::with_capacity(rows.len());
+        for (r, (stats, evaluator, kind)) in rows.iter_mut().enumerate() {
+            let v = evaluator.evaluate(&Ctx::new(), &j.text, &j.candidates).await?;
+            let name = match kind {
+                EvaluatorKind::Heuristic => heuristic_category(v.verdict).to_owned(),
+                EvaluatorKind::Model | EvaluatorKind::Learned => format!("{:?}", v.verdict).to_uppercase(),
+            };
+            *stats.decisions.entry(name).or_default() += 1;
+            scores[r].push(CalibrationSample { score: v.score, succeeded: j.succeeded });
+            samples[r].push((v.verdict, j.succeeded));
+            these.push(v.verdict);
+        }
+        verdicts.push(these);
+    }
+    for (((s, _, _), samples), scored) in rows.iter_mut().zip(&samples).zip(&scores) {
         s.score_auc = failure_auc(scored);
         let failed = samples.iter().filter(|(_, ok)| !ok).count();
         let flagged = samples.iter().filter(|(v, _)| *v == Verdict::Incorrect).count();
@@ -290,9 +463,10 @@ pub async fn run_crag_eval(
         s.incorrect_recall = hit as f64 / failed.max(1) as f64;
         s.correct_failure_rate = correct_failed as f64 / correct.max(1) as f64;
     }
+    let which = rows.iter().position(|(_, _, kind)| *kind == config.crag.evaluator).unwrap_or(0);
+    let stats: Vec<DecisionStats> = rows.into_iter().map(|(s, _, _)| s).collect();
 
     // nDCG@10 with and without correcting the configured evaluator's non-CORRECT queries.
-    let which = usize::from(config.crag.evaluator == EvaluatorKind::Model);
     let mut without: Runs = BTreeMap::new();
     let mut with: Runs = BTreeMap::new();
     let mut corrected = 0usize;

@@ -48,7 +48,10 @@ pub mod qa;
 pub mod rerank;
 pub mod retrieval;
 
-pub use crag::{CragEvalReport, calibration_toml, crag_table, run_calibration, run_crag_eval};
+pub use crag::{
+    CragEvalReport, calibration_toml, crag_table, learned_table, learned_toml, run_calibration, run_crag_eval,
+    run_learned_calibration,
+};
 pub use fusion::{FusionFit, FusionGrid, fusion_table, fusion_toml, run_fusion_calibration};
 pub use qa::{QaEvalOptions, QaEvalReport, is_qa_dataset, qa_table, run_qa_calibration, run_qa_eval};
 pub use rerank::{RerankEvalOptions, RerankEvalReport, evaluate_reranking, rerank_table};

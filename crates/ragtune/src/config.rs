@@ -32,7 +32,7 @@ macro_rules! names_from_serde {
 
 names_from_serde! {
     ContextMode: "context mode" = [Extract, Refine, Full],
-    EvaluatorKind: "evaluator" = [Heuristic, Model],
+    EvaluatorKind: "evaluator" = [Heuristic, Model, Learned],
     ScorerKind: "scorer" = [Retrieval, Dense, Llm],
     StoreBackend: "store" = [Embedded, Qdrant],
     Strategy: "retrieval strategy" = [Auto, Bm25, Dense, Hybrid],
@@ -278,6 +278,9 @@ pub enum EvaluatorKind {
     Heuristic,
     /// A scorer per document, aggregated, read with two calibrated thresholds (docs/pipeline.md, "Calibration").
     Model,
+    /// A logistic regression over retrieval features, fitted on a training split (`[crag.learned]`, written by
+    /// `ragtune calibrate --evaluator learned`; docs/pipeline.md, "The learned evaluator").
+    Learned,
 }
 
 /// The scorer of the model-based evaluator.
@@ -306,6 +309,10 @@ pub struct CragSettings {
     pub model: ragtune_evaluators::crag::ModelConfig,
     /// The model-based evaluator's scorer.
     pub scorer: ScorerKind,
+    /// The learned evaluator's fitted model (`ragtune calibrate --evaluator learned` writes it); needed when
+    /// `evaluator = "learned"`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub learned: Option<ragtune_evaluators::crag::LearnedModel>,
     /// AMBIGUOUS / PARTIAL: expand the query with synonyms, retrieve again and merge.
     pub expand_on_ambiguous: bool,
     /// INCORRECT / IRRELEVANT: rewrite the query with the LLM (synonym expansion without one) and retrieve again;
@@ -323,6 +330,7 @@ impl Default for CragSettings {
             heuristic: ragtune_evaluators::crag::HeuristicConfig::default(),
             model: ragtune_evaluators::crag::ModelConfig::default(),
             scorer: ScorerKind::Retrieval,
+            learned: None,
             expand_on_ambiguous: true,
             rewrite_on_incorrect: true,
             web_results: 5,
@@ -884,6 +892,14 @@ impl Config {
         let section = |name: &'static str| move |e: Error| e.context(format!("[{name}]"));
         self.crag.heuristic.validate().map_err(section("crag.heuristic"))?;
         self.crag.model.validate().map_err(section("crag.model"))?;
+        if let Some(learned) = &self.crag.learned {
+            learned.validate().map_err(section("crag.learned"))?;
+        } else if self.crag.evaluator == EvaluatorKind::Learned {
+            return Err(Error::invalid_input(
+                "[crag] evaluator = \"learned\" needs a [crag.learned] section with the fitted model; write one with \
+                 `ragtune calibrate --evaluator learned --dataset DIR --split train`",
+            ));
+        }
         self.refine.validate().map_err(section("refine"))?;
         self.judge.validate().map_err(section("judge"))?;
         self.retry.validate().map_err(section("retry"))?;
@@ -1010,7 +1026,7 @@ mod tests {
     #[test]
     fn closed_sets_are_spelled_once_by_their_serde_names() {
         check_names(ContextMode::ALL, &["extract", "refine", "full"]);
-        check_names(EvaluatorKind::ALL, &["heuristic", "model"]);
+        check_names(EvaluatorKind::ALL, &["heuristic", "model", "learned"]);
         check_names(ScorerKind::ALL, &["retrieval", "dense", "llm"]);
         check_names(StoreBackend::ALL, &["embedded", "qdrant"]);
         check_names(Strategy::ALL, &["auto", "bm25", "dense", "hybrid"]);
@@ -1086,6 +1102,36 @@ mod tests {
         assert!(err.to_string().contains("crag.model"), "{err}");
         let err = Config::from_toml_with_overrides("", &env(&[("RAGTUNE__RETRY__NOPE", "1")])).unwrap_err();
         assert!(err.to_string().contains("nope"), "{err}");
+    }
+
+    #[test]
+    fn a_learned_model_round_trips_and_is_validated_by_field() {
+        let text = "[crag]\nevaluator = \"learned\"\n\n[crag.learned]\nfeatures = [\"dense_top\", \"top_agree\"]\n\
+                    means = [0.6, 0.5]\nscales = [0.1, 0.5]\nweights = [1.5, 0.25]\nbias = 1.0\nlower = 0.5\nupper = 0.9\n";
+        let cfg = Config::from_toml(text).unwrap();
+        assert_eq!(cfg.crag.evaluator, EvaluatorKind::Learned);
+        let model = cfg.crag.learned.clone().expect("the section is read");
+        assert_eq!(model.features, ["dense_top", "top_agree"]);
+        assert_eq!((model.weights.clone(), model.bias, model.lower, model.upper), (vec![1.5, 0.25], 1.0, 0.5, 0.9));
+        // Written out and read back, the same configuration.
+        let again = Config::from_toml(&toml::to_string(&cfg).unwrap()).unwrap();
+        assert_eq!(again, cfg);
+        // Without the section, nothing is written for it.
+        assert!(!toml::to_string(&Config::default()).unwrap().contains("learned"));
+        for (from, to, needle) in [
+            ("weights = [1.5, 0.25]", "weights = [1.5]", "weights has 1 values for 2 features"),
+            ("lower = 0.5", "lower = 0.95", "lower (0.95) must be below upper (0.9)"),
+            ("scales = [0.1, 0.5]", "scales = [0.1, 0.0]", "scales[1] (top_agree) must be above 0"),
+            ("\"top_agree\"]", "\"top_agreement\"]", "`top_agreement`, which is not a feature"),
+        ] {
+            let err = Config::from_toml(&text.replace(from, to)).unwrap_err().to_string();
+            assert!(err.starts_with("[crag.learned]: learned evaluator: "), "{err}");
+            assert!(err.contains(needle), "{needle}: {err}");
+        }
+        let err = Config::from_toml(&text.replace("bias = 1.0\n", "")).unwrap_err();
+        assert!(err.to_string().contains("bias"), "{err}");
+        let err = Config::from_toml("[crag]\nevaluator = \"learned\"\n").unwrap_err();
+        assert!(err.to_string().contains("needs a [crag.learned] section"), "{err}");
     }
 
     #[test]

@@ -134,7 +134,7 @@ pub enum CragCategory {
     Partial,
     /// The heuristic evaluator's INCORRECT band.
     Irrelevant,
-    /// The model-based evaluator's verdicts.
+    /// The model-based and learned evaluators' verdicts.
     Correct,
     /// See [`Correct`](Self::Correct).
     Ambiguous,

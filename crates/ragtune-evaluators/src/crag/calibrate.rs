@@ -70,6 +70,45 @@ pub struct Calibration {
 /// when no sample failed or none succeeded (the message says which), or when `target_precision` is not in
 /// `(0, 1]`.
 pub fn calibrate(samples: &[CalibrationSample], target_precision: f32) -> Result<Calibration> {
+    calibrate_with_floor(samples, target_precision, None)
+}
+
+/// A floor on how well INCORRECT must detect failed retrieval: the lower threshold is then chosen among those whose
+/// INCORRECT precision and recall both reach it.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct IncorrectFloor {
+    /// The least INCORRECT precision.
+    pub precision: f32,
+    /// The least INCORRECT recall.
+    pub recall: f32,
+}
+
+/// [`calibrate`], except that when `floor` is given, `lower` maximises F1 only among the thresholds whose
+/// INCORRECT precision and recall both reach the floor (compared in `f32`); when none does, it is chosen as
+/// [`calibrate`] chooses it. `upper` is then fitted above that `lower` as in [`calibrate`].
+///
+/// ```
+/// use ragtune_evaluators::crag::{CalibrationSample, IncorrectFloor, calibrate, calibrate_with_floor};
+///
+/// let s: Vec<CalibrationSample> = [(0.1, false), (0.2, true), (0.3, false), (0.4, false), (0.5, true), (0.9, true)]
+///     .into_iter()
+///     .map(|(score, succeeded)| CalibrationSample { score, succeeded })
+///     .collect();
+/// // Best F1 is at 0.4 (precision 3/4, recall 1); a precision floor of 0.9 leaves only 0.1 (precision 1, recall 1/3)
+/// // and a recall floor of 0.5 then excludes it too, so the F1 choice stands.
+/// assert_eq!(calibrate(&s, 0.9)?.lower, 0.4);
+/// assert_eq!(calibrate_with_floor(&s, 0.9, Some(IncorrectFloor { precision: 0.9, recall: 0.3 }))?.lower, 0.1);
+/// assert_eq!(calibrate_with_floor(&s, 0.9, Some(IncorrectFloor { precision: 0.9, recall: 0.5 }))?.lower, 0.4);
+/// # Ok::<(), ragtune_core::Error>(())
+/// ```
+///
+/// # Errors
+/// As [`calibrate`].
+pub fn calibrate_with_floor(
+    samples: &[CalibrationSample],
+    target_precision: f32,
+    floor: Option<IncorrectFloor>,
+) -> Result<Calibration> {
     if !(target_precision > 0.0 && target_precision <= 1.0) {
         return Err(Error::invalid_input(format!(
             "calibration: target_precision must be in (0, 1], got {target_precision}"
@@ -116,8 +155,16 @@ pub fn calibrate(samples: &[CalibrationSample], target_precision: f32) -> Result
     let successes = n - failures;
 
     // lower: the best F1 = 2tp / (2tp + fp + fn), compared as fractions; strictly better to move up.
+    // With a floor, only the thresholds that reach it compete, unless none does.
+    let reaches = |tp: usize, fp: usize| {
+        floor.is_none_or(|f| ratio(tp, tp + fp) >= f.precision && ratio(tp, failures) >= f.recall)
+    };
+    let any_reaches = levels.iter().any(|&(_, tp, fp)| reaches(tp, fp));
     let mut best: Option<(usize, u128, u128)> = None;
     for (i, &(_, tp, fp)) in levels.iter().enumerate() {
+        if any_reaches && !reaches(tp, fp) {
+            continue;
+        }
         let num = 2 * tp as u128;
         let den = num + fp as u128 + (failures - tp) as u128;
         if best.is_none_or(|(_, bn, bd)| num * bd > bn * den) {

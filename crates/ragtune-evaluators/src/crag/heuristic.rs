@@ -101,21 +101,11 @@ impl HeuristicConfig {
                  must sum to 1, they sum to {sum:.4}"
             )));
         }
-        for (name, value) in
-            [("partial_threshold", self.partial_threshold), ("relevant_threshold", self.relevant_threshold)]
-        {
-            if !(0.0..=1.0).contains(&value) {
-                return Err(Error::invalid_input(format!(
-                    "heuristic evaluator: {name} must be within [0, 1], got {value}"
-                )));
-            }
-        }
-        if self.partial_threshold >= self.relevant_threshold {
-            return Err(Error::invalid_input(format!(
-                "heuristic evaluator: partial_threshold ({}) must be below relevant_threshold ({})",
-                self.partial_threshold, self.relevant_threshold
-            )));
-        }
+        super::check_thresholds(
+            "heuristic evaluator",
+            ("partial_threshold", self.partial_threshold),
+            ("relevant_threshold", self.relevant_threshold),
+        )?;
         Ok(())
     }
 }
@@ -166,7 +156,7 @@ impl HeuristicEvaluator {
     }
 
     /// Judges the candidates synchronously: everything [`evaluate`](RelevanceEvaluator::evaluate) does.
-    fn judge(&self, query: &str, candidates: &[Candidate]) -> RelevanceJudgement {
+    pub(super) fn judge(&self, query: &str, candidates: &[Candidate]) -> RelevanceJudgement {
         let criteria_keys = [KEYWORD_OVERLAP, SEMANTIC_COHERENCE, LENGTH_ADEQUACY, DIVERSITY];
         if candidates.is_empty() {
             return RelevanceJudgement {
@@ -277,13 +267,13 @@ fn verdict_reason(verdict: Verdict, score: f32, c: &HeuristicConfig) -> String {
 }
 
 /// The distinct words of a candidate's title and text.
-fn candidate_tokens(candidate: &Candidate) -> BTreeSet<String> {
+pub(super) fn candidate_tokens(candidate: &Candidate) -> BTreeSet<String> {
     let title = candidate.chunk.title.as_deref().unwrap_or_default();
     words(title).chain(words(&candidate.chunk.text)).collect()
 }
 
 /// Whether `keyword` is one of `words`, or begins one of them when it is long enough for prefix matching.
-fn contains_keyword(words: &BTreeSet<&str>, keyword: &str) -> bool {
+pub(super) fn contains_keyword(words: &BTreeSet<&str>, keyword: &str) -> bool {
     if words.contains(keyword) {
         return true;
     }

@@ -1,7 +1,7 @@
 //! Corrective-RAG relevance evaluators: judge whether retrieved candidates can answer a query, so that a pipeline
 //! answers from them (CORRECT), expands and re-retrieves (AMBIGUOUS) or searches elsewhere (INCORRECT).
 //!
-//! Two evaluators implement [`RelevanceEvaluator`](ragtune_core::RelevanceEvaluator):
+//! Three evaluators implement [`RelevanceEvaluator`](ragtune_core::RelevanceEvaluator):
 //!
 //! - [`HeuristicEvaluator`]: free and model-less; keyword overlap, semantic coherence of the retrieval
 //!   similarities, length adequacy and source diversity, weighted into one score with RELEVANT / PARTIAL /
@@ -9,6 +9,9 @@
 //! - [`ModelEvaluator`]: CRAG's retrieval evaluator with any [`Reranker`](ragtune_core::Reranker) as the relevance
 //!   model (a cross-encoder, an LLM judge, or the free [`RetrievalScoreScorer`] and [`DenseSimilarityScorer`]),
 //!   with an upper and a lower threshold that [`calibrate`] fits on labelled training queries.
+//! - [`LearnedEvaluator`]: a logistic regression of "retrieval succeeded" over [`features`] the retrieval already
+//!   computed (BM25 and dense scores, their agreement, the heuristic criteria, the query's length), fitted by
+//!   [`fit_learned`] on a training split, free at query time, explaining which features pushed each decision.
 //!
 //! ```
 //! use ragtune_evaluators::crag::{CalibrationSample, ScoreScale, calibrate, detection_stats};
@@ -30,13 +33,42 @@
 
 mod calibrate;
 mod heuristic;
+mod learned;
 mod model;
 mod scorers;
 
-pub use calibrate::{Calibration, CalibrationSample, calibrate, detection_stats, failure_auc};
+pub use calibrate::{
+    Calibration, CalibrationSample, IncorrectFloor, calibrate, calibrate_with_floor, detection_stats, failure_auc,
+};
 pub use heuristic::{CriteriaWeights, HeuristicConfig, HeuristicEvaluator, heuristic_category};
+pub use learned::{
+    Contribution, FEATURE_DEPTH, FEATURE_NAMES, Features, FitOptions, LearnedEvaluator, LearnedFit, LearnedModel,
+    LearnedSample, features, fit_learned,
+};
 pub use model::{Aggregate, ModelConfig, ModelEvaluator, ScoreScale};
 pub use scorers::{DenseSimilarityScorer, RetrievalScoreScorer};
+
+/// Checks a pair of thresholds of the evaluator `who`: both within `[0, 1]` and `lower < upper`, each named as
+/// its setting is (`("lower", x)`, `("partial_threshold", y)`).
+fn check_thresholds(
+    who: &str,
+    (lower_name, lower): (&str, f32),
+    (upper_name, upper): (&str, f32),
+) -> ragtune_core::Result<()> {
+    for (name, value) in [(lower_name, lower), (upper_name, upper)] {
+        if !(0.0..=1.0).contains(&value) {
+            return Err(ragtune_core::Error::invalid_input(format!(
+                "{who}: {name} must be within [0, 1], got {value}"
+            )));
+        }
+    }
+    if lower >= upper {
+        return Err(ragtune_core::Error::invalid_input(format!(
+            "{who}: {lower_name} ({lower}) must be below {upper_name} ({upper})"
+        )));
+    }
+    Ok(())
+}
 
 /// A candidate for tests: chunk `id` of document `doc` with `text`, its own `score` and `sources` as
 /// (strategy, score) pairs ranked in the given order.

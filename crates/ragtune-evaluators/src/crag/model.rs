@@ -145,19 +145,7 @@ impl ModelConfig {
     /// [`InvalidInput`](ragtune_core::ErrorKind::InvalidInput) naming the field unless `0 <= lower < upper <= 1`,
     /// `top_k >= 1` and a `top_mean` count is at least 1.
     pub fn validate(&self) -> Result<()> {
-        for (name, value) in [("lower", self.lower), ("upper", self.upper)] {
-            if !(0.0..=1.0).contains(&value) {
-                return Err(Error::invalid_input(format!(
-                    "model evaluator: {name} must be within [0, 1], got {value}"
-                )));
-            }
-        }
-        if self.lower >= self.upper {
-            return Err(Error::invalid_input(format!(
-                "model evaluator: lower ({}) must be below upper ({})",
-                self.lower, self.upper
-            )));
-        }
+        super::check_thresholds("model evaluator", ("lower", self.lower), ("upper", self.upper))?;
         if self.top_k == 0 {
             return Err(Error::invalid_input("model evaluator: top_k must be at least 1"));
         }

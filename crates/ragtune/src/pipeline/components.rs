@@ -7,7 +7,7 @@ use ragtune_core::{
     Budget, Candidate, Cost, Ctx, Error, Llm, Query, RelevanceEvaluator, RelevanceJudgement, Result, Retriever,
 };
 use ragtune_evaluators::crag::{
-    DenseSimilarityScorer, HeuristicEvaluator, ModelEvaluator, RetrievalScoreScorer, ScoreScale,
+    DenseSimilarityScorer, HeuristicEvaluator, LearnedEvaluator, ModelEvaluator, RetrievalScoreScorer, ScoreScale,
 };
 use ragtune_evaluators::faithfulness::FaithfulnessJudge;
 use ragtune_llm::prompts;
@@ -25,11 +25,12 @@ pub(super) struct Retrieved {
 }
 
 impl Engine {
-    /// The evaluator's name in the CRAG metadata: `heuristic` or `model:<scorer>`.
+    /// The evaluator's name in the CRAG metadata: `heuristic`, `model:<scorer>` or `learned`.
     pub(super) fn evaluator_name(&self) -> String {
         match self.config().crag.evaluator {
             EvaluatorKind::Heuristic => "heuristic".into(),
             EvaluatorKind::Model => format!("model:{}", scorer_name(self.config().crag.scorer)),
+            EvaluatorKind::Learned => "learned".into(),
         }
     }
 
@@ -106,6 +107,12 @@ impl Engine {
                     }
                 };
                 Arc::new(ModelEvaluator::new(scorer, scale, cfg.model.clone())?)
+            }
+            EvaluatorKind::Learned => {
+                let model = cfg.learned.clone().ok_or_else(|| {
+                    Error::invalid_input("[crag] evaluator = \"learned\" needs a [crag.learned] section")
+                })?;
+                Arc::new(LearnedEvaluator::new(model)?)
             }
         })
     }

@@ -220,6 +220,8 @@ impl Env<'_> {
                 let report = Report::new(crag.category.to_string())
                     .detail("score", f64::from(j.score))
                     .detail("evaluator", crag.evaluator.clone())
+                    // The evaluator's own explanation (the learned one names the features that pushed it).
+                    .detail("reasons", j.reasons.clone())
                     .cost(j.cost);
                 (Some(j.verdict), report)
             }
@@ -868,9 +870,9 @@ impl CragMetadata {
             (EvaluatorKind::Heuristic, Verdict::Correct) => CragCategory::Relevant,
             (EvaluatorKind::Heuristic, Verdict::Ambiguous) => CragCategory::Partial,
             (EvaluatorKind::Heuristic, Verdict::Incorrect) => CragCategory::Irrelevant,
-            (EvaluatorKind::Model, Verdict::Correct) => CragCategory::Correct,
-            (EvaluatorKind::Model, Verdict::Ambiguous) => CragCategory::Ambiguous,
-            (EvaluatorKind::Model, Verdict::Incorrect) => CragCategory::Incorrect,
+            (EvaluatorKind::Model | EvaluatorKind::Learned, Verdict::Correct) => CragCategory::Correct,
+            (EvaluatorKind::Model | EvaluatorKind::Learned, Verdict::Ambiguous) => CragCategory::Ambiguous,
+            (EvaluatorKind::Model | EvaluatorKind::Learned, Verdict::Incorrect) => CragCategory::Incorrect,
         };
         self.score = j.score;
         self.criteria = j.criteria.clone();

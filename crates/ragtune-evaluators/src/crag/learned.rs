@@ -1,0 +1,1152 @@
+//! The learned CRAG evaluator: a logistic regression of "retrieval succeeded" over features the retrieval already
+//! computed (the BM25 and dense scores and ranks each hybrid candidate carries, their agreement, the fused list's
+//! shape, the heuristic criteria and the query's length), fitted on a training split, with two thresholds on its
+//! probability and an explanation of every decision (docs/pipeline.md, "The learned evaluator"; ADR 0013).
+//!
+//! ```
+//! use ragtune_evaluators::crag::{FEATURE_NAMES, FitOptions, LearnedSample, fit_learned};
+//!
+//! // Two features that separate the classes (dense_top high and keyword_overlap high when retrieval succeeded).
+//! let mut samples = Vec::new();
+//! for i in 0..40 {
+//!     let succeeded = i % 4 != 0;
+//!     let mut values = vec![None; FEATURE_NAMES.len()];
+//!     let base = if succeeded { 0.7 } else { 0.4 };
+//!     values[0] = Some(base + f64::from(i % 5) * 0.02); // dense_top
+//!     values[11] = Some(base + f64::from(i % 3) * 0.05); // keyword_overlap
+//!     samples.push(LearnedSample { values, succeeded });
+//! }
+//! let fit = fit_learned(&samples, &FitOptions::default())?;
+//! assert!(fit.train_auc.unwrap() > 0.99);
+//! assert!(fit.model.weights[0] > 0.0);
+//! # Ok::<(), ragtune_core::Error>(())
+//! ```
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+
+use async_trait::async_trait;
+use ragtune_core::{Candidate, Cost, Ctx, Error, RelevanceEvaluator, RelevanceJudgement, Result, Verdict};
+use serde::{Deserialize, Serialize};
+
+use super::calibrate::{Calibration, CalibrationSample, IncorrectFloor, calibrate_with_floor, failure_auc};
+use super::heuristic::{HeuristicConfig, HeuristicEvaluator, candidate_tokens, contains_keyword};
+use crate::text::keywords;
+
+/// Features are computed from at most this many candidates, from the top of the list.
+pub const FEATURE_DEPTH: usize = 10;
+
+/// Ranks beyond this (or a strategy that did not list the candidate at all) count as this rank.
+const RANK_CAP: f64 = 100.0;
+
+/// How many features are named on each side of a decision in its reasons.
+const EXPLAINED: usize = 3;
+
+/// Contributions smaller than this (in logit units) are not named.
+const NEGLIGIBLE: f64 = 0.005;
+
+/// What a feature needs from the candidates' provenance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Needs {
+    /// Nothing: computed from the query and the texts.
+    Nothing,
+    /// Some candidate with a `bm25` score.
+    Bm25,
+    /// Some candidate with a `dense` score.
+    Dense,
+    /// Both, as a fused hybrid list has them.
+    Both,
+}
+
+/// The features the learned evaluator knows, in the order of [`LearnedSample::values`] (see [`features`] for what
+/// each one is).
+pub const FEATURE_NAMES: [&str; 17] = [
+    "dense_top",
+    "dense_margin",
+    "dense_spread",
+    "bm25_top",
+    "bm25_margin",
+    "bm25_per_keyword",
+    "top_agree",
+    "top5_overlap",
+    "bm25_top_dense_rank",
+    "dense_top_bm25_rank",
+    "fused_entropy",
+    "keyword_overlap",
+    "top_keyword_overlap",
+    "semantic_coherence",
+    "length_adequacy",
+    "diversity",
+    "query_keywords",
+];
+
+const NEEDS: [Needs; 17] = [
+    Needs::Dense,
+    Needs::Dense,
+    Needs::Dense,
+    Needs::Bm25,
+    Needs::Bm25,
+    Needs::Bm25,
+    Needs::Both,
+    Needs::Both,
+    Needs::Both,
+    Needs::Both,
+    Needs::Both,
+    Needs::Nothing,
+    Needs::Nothing,
+    Needs::Dense,
+    Needs::Nothing,
+    Needs::Nothing,
+    Needs::Nothing,
+];
+
+/// The features of one retrieval, one per name of [`FEATURE_NAMES`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Features {
+    /// One value per name of [`FEATURE_NAMES`], in that order; `None` when the candidates cannot give it.
+    pub values: Vec<Option<f64>>,
+    /// Why values are missing: one sentence per missing source.
+    pub unavailable: Vec<String>,
+}
+
+impl Features {
+    /// The value of the feature `name`, when it is known and available.
+    #[must_use]
+    pub fn get(&self, name: &str) -> Option<f64> {
+        FEATURE_NAMES.iter().position(|n| *n == name).and_then(|i| self.values[i])
+    }
+}
+
+/// One strategy's scores and ranks among the candidates: `(candidate index, score, rank)`, best score first.
+fn source_list(candidates: &[Candidate], source: &str) -> Vec<(usize, f64, f64)> {
+    let mut list: Vec<(usize, f64, f64)> = candidates
+        .iter()
+        .enumerate()
+        .filter_map(|(i, c)| {
+            c.sources
+                .get(source)
+                .filter(|s| s.score.is_finite())
+                .map(|s| (i, f64::from(s.score), f64::from(s.rank.max(1)).min(RANK_CAP)))
+        })
+        .collect();
+    list.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.2.total_cmp(&b.2)).then(a.0.cmp(&b.0)));
+    list
+}
+
+/// The rank of candidate `i` under `source`, capped; a candidate the strategy did not list counts as the cap.
+fn rank_under(candidate: &Candidate, source: &str) -> f64 {
+    candidate.sources.get(source).map_or(RANK_CAP, |s| f64::from(s.rank.max(1)).min(RANK_CAP))
+}
+
+/// Computes the features of the first [`FEATURE_DEPTH`] candidates for `query`.
+///
+/// - `dense_top`, `dense_margin`, `dense_spread`: the best dense score among the candidates, its lead over the
+///   second best, and its lead over their mean (need `dense` provenance).
+/// - `bm25_top`, `bm25_margin`, `bm25_per_keyword`: `ln(1 + best BM25 score)`, the best's relative lead over the
+///   second (`(b1 - b2) / b1`), and the best score per query keyword (need `bm25` provenance).
+/// - `top_agree`: 1 when the BM25 best and the dense best are the same candidate; `top5_overlap`: the candidates in
+///   both top 5s, over 5; `bm25_top_dense_rank`: `ln` of the dense rank of the BM25 best (not listed or beyond 100
+///   counts as 100), `dense_top_bm25_rank` the reverse; `fused_entropy`: the entropy of the candidates' own
+///   (fused) scores, normalised to `[0, 1]` (need both).
+/// - `keyword_overlap`, `semantic_coherence`, `length_adequacy`, `diversity`: the heuristic evaluator's criteria
+///   with its default settings (coherence needs `dense`); `top_keyword_overlap`: the share of query keywords in
+///   the first candidate; `query_keywords`: `ln(1 + keywords in the query)`.
+///
+/// A feature whose provenance no candidate carries is `None` and [`Features::unavailable`] says why.
+#[must_use]
+pub fn features(query: &str, candidates: &[Candidate]) -> Features {
+    let top = &candidates[..candidates.len().min(FEATURE_DEPTH)];
+    let dense = source_list(top, "dense");
+    let bm25 = source_list(top, "bm25");
+    let keywords = keywords(query);
+    let mut values: Vec<Option<f64>> = vec![None; FEATURE_NAMES.len()];
+    let mut set = |name: &str, v: f64| {
+        if let Some(i) = FEATURE_NAMES.iter().position(|n| *n == name) {
+            values[i] = Some(if v.is_finite() { v } else { 0.0 });
+        }
+    };
+
+    if let Some(&(_, d1, _)) = dense.first() {
+        let d2 = dense.get(1).map_or(d1, |d| d.1);
+        let mean = dense.iter().map(|d| d.1).sum::<f64>() / dense.len() as f64;
+        set("dense_top", d1);
+        set("dense_margin", d1 - d2);
+        set("dense_spread", d1 - mean);
+    }
+    if let Some(&(_, b1, _)) = bm25.first() {
+        let b2 = bm25.get(1).map_or(b1, |b| b.1);
+        set("bm25_top", b1.max(0.0).ln_1p());
+        set("bm25_margin", if b1 > 0.0 { (b1 - b2) / b1 } else { 0.0 });
+        set("bm25_per_keyword", b1.max(0.0) / keywords.len().max(1) as f64);
+    }
+    if let (Some(&(bi, _, _)), Some(&(di, _, _))) = (bm25.first(), dense.first()) {
+        set("top_agree", if bi == di { 1.0 } else { 0.0 });
+        let both_top5 = top.iter().filter(|c| rank_under(c, "bm25") <= 5.0 && rank_under(c, "dense") <= 5.0).count();
+        set("top5_overlap", both_top5 as f64 / 5.0);
+        set("bm25_top_dense_rank", rank_under(&top[bi], "dense").ln());
+        set("dense_top_bm25_rank", rank_under(&top[di], "bm25").ln());
+        set("fused_entropy", normalised_entropy(top.iter().map(|c| f64::from(c.score))));
+    }
+
+    if !top.is_empty() {
+        let heuristic = HeuristicEvaluator::new(HeuristicConfig::default())
+            .expect("invariant: the default heuristic configuration is valid");
+        let judged = heuristic.judge(query, top);
+        for name in ["keyword_overlap", "semantic_coherence", "length_adequacy", "diversity"] {
+            if let Some(v) = judged.criteria.get(name) {
+                set(name, f64::from(*v));
+            }
+        }
+        let tokens = candidate_tokens(&top[0]);
+        let own: BTreeSet<&str> = tokens.iter().map(String::as_str).collect();
+        let found = keywords.iter().filter(|k| contains_keyword(&own, k)).count();
+        set("top_keyword_overlap", if keywords.is_empty() { 0.0 } else { found as f64 / keywords.len() as f64 });
+    }
+    set("query_keywords", (keywords.len() as f64).ln_1p());
+
+    let mut unavailable = Vec::new();
+    if top.is_empty() {
+        values.iter_mut().for_each(|v| *v = None);
+        unavailable.push("there are no candidates".to_owned());
+    } else {
+        if dense.is_empty() {
+            unavailable.push("no candidate carries a `dense` score (BM25-only retrieval)".to_owned());
+        }
+        if bm25.is_empty() {
+            unavailable.push("no candidate carries a `bm25` score (dense-only retrieval)".to_owned());
+        }
+        for (i, needs) in NEEDS.iter().enumerate() {
+            let ok = match needs {
+                Needs::Nothing => true,
+                Needs::Bm25 => !bm25.is_empty(),
+                Needs::Dense => !dense.is_empty(),
+                Needs::Both => !bm25.is_empty() && !dense.is_empty(),
+            };
+            if !ok {
+                values[i] = None;
+            }
+        }
+    }
+    Features { values, unavailable }
+}
+
+/// The entropy of the non-negative parts of `scores` as a distribution, over `ln(n)`: 1 when they are all equal
+/// (or all zero), near 0 when one dominates; 0 for fewer than two scores.
+fn normalised_entropy(scores: impl Iterator<Item = f64>) -> f64 {
+    let s: Vec<f64> = scores.map(|x| if x.is_finite() { x.max(0.0) } else { 0.0 }).collect();
+    if s.len() < 2 {
+        return 0.0;
+    }
+    let total: f64 = s.iter().sum();
+    if total <= 0.0 {
+        return 1.0;
+    }
+    let h: f64 = s.iter().filter(|x| **x > 0.0).map(|x| x / total).map(|p| -p * p.ln()).sum();
+    (h / (s.len() as f64).ln()).clamp(0.0, 1.0)
+}
+
+/// A fitted learned evaluator: the `[crag.learned]` section `ragtune calibrate --evaluator learned` writes.
+///
+/// The probability that retrieval succeeded is `1 / (1 + e^-(bias + Σ weights[i] * (x[i] - means[i]) / scales[i]))`
+/// over the named features; at or above `upper` it is CORRECT, at or below `lower` INCORRECT, AMBIGUOUS between.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LearnedModel {
+    /// The features, by name (each one of [`FEATURE_NAMES`], each once).
+    pub features: Vec<String>,
+    /// Each feature's mean on the training split (an unavailable feature counts as this).
+    pub means: Vec<f64>,
+    /// Each feature's standard deviation on the training split (1 for a constant feature).
+    pub scales: Vec<f64>,
+    /// Each standardised feature's weight.
+    pub weights: Vec<f64>,
+    /// The intercept.
+    pub bias: f64,
+    /// A probability of success at or below this is INCORRECT.
+    pub lower: f32,
+    /// A probability of success at or above this is CORRECT.
+    pub upper: f32,
+}
+
+impl LearnedModel {
+    /// Checks the model.
+    ///
+    /// # Errors
+    /// [`InvalidInput`](ragtune_core::ErrorKind::InvalidInput) naming the field: no features, an unknown or repeated
+    /// feature name, `means`/`scales`/`weights` of another length than `features`, a non-finite number, a scale
+    /// not above 0, or unless `0 <= lower < upper <= 1`.
+    pub fn validate(&self) -> Result<()> {
+        let n = self.features.len();
+        if n == 0 {
+            return Err(Error::invalid_input("learned evaluator: features is empty; fit one with `ragtune calibrate`"));
+        }
+        let mut seen = BTreeSet::new();
+        for name in &self.features {
+            if !FEATURE_NAMES.contains(&name.as_str()) {
+                return Err(Error::invalid_input(format!(
+                    "learned evaluator: features names `{name}`, which is not a feature; known: {}",
+                    FEATURE_NAMES.join(", ")
+                )));
+            }
+            if !seen.insert(name.as_str()) {
+                return Err(Error::invalid_input(format!("learned evaluator: features names `{name}` twice")));
+            }
+        }
+        for (field, values) in [("means", &self.means), ("scales", &self.scales), ("weights", &self.weights)] {
+            if values.len() != n {
+                return Err(Error::invalid_input(format!(
+                    "learned evaluator: {field} has {} values for {n} features",
+                    values.len()
+                )));
+            }
+            if let Some(i) = values.iter().position(|v| !v.is_finite()) {
+                return Err(Error::invalid_input(format!(
+                    "learned evaluator: {field}[{i}] ({}) must be finite, got {}",
+                    self.features[i], values[i]
+                )));
+            }
+        }
+        if let Some(i) = self.scales.iter().position(|s| *s <= 0.0) {
+            return Err(Error::invalid_input(format!(
+                "learned evaluator: scales[{i}] ({}) must be above 0, got {}",
+                self.features[i], self.scales[i]
+            )));
+        }
+        if !self.bias.is_finite() {
+            return Err(Error::invalid_input(format!("learned evaluator: bias must be finite, got {}", self.bias)));
+        }
+        super::check_thresholds("learned evaluator", ("lower", self.lower), ("upper", self.upper))
+    }
+}
+
+/// One feature's part in a decision.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Contribution {
+    /// The feature.
+    pub feature: String,
+    /// Its raw value; `None` when it was unavailable (then it counts as the training mean and contributes 0).
+    pub value: Option<f64>,
+    /// `weight * (value - mean) / scale`, in logit units: above 0 pushes toward CORRECT, below toward INCORRECT.
+    pub contribution: f64,
+}
+
+/// The learned CRAG evaluator over a [`LearnedModel`].
+///
+/// It computes [`features`] of the candidates, the model's probability that retrieval succeeded (the judgement's
+/// `score`), and the verdict from the model's two thresholds (inclusive, as the model-based evaluator's). The
+/// criteria hold `p_success`, `logit`, and for each model feature its value (`<name>`, when available) and its
+/// contribution (`<name>:contribution`); the reasons name the features that pushed most toward each side, those
+/// that were unavailable and why, and the verdict. A feature that is unavailable (a BM25-only retrieval has no
+/// dense scores) counts as its training mean, so it contributes nothing and the decision rests on the others.
+/// `per_candidate` holds the heuristic evaluator's per-candidate scores (the model judges the list as a whole).
+///
+/// Cost model: free ([`Cost::ZERO`]); it reads what the retrieval computed and the candidates' texts.
+#[derive(Debug, Clone)]
+pub struct LearnedEvaluator {
+    model: LearnedModel,
+    /// Each model feature's position in [`FEATURE_NAMES`].
+    index: Vec<usize>,
+}
+
+impl LearnedEvaluator {
+    /// An evaluator over `model`.
+    ///
+    /// # Errors
+    /// [`InvalidInput`](ragtune_core::ErrorKind::InvalidInput) when [`LearnedModel::validate`] fails.
+    pub fn new(model: LearnedModel) -> Result<Self> {
+        model.validate()?;
+        let index = model
+            .features
+            .iter()
+            .map(|f| FEATURE_NAMES.iter().position(|n| n == f).expect("invariant: validated feature names"))
+            .collect();
+        Ok(Self { model, index })
+    }
+
+    /// The model.
+    #[must_use]
+    pub fn model(&self) -> &LearnedModel {
+        &self.model
+    }
+
+    /// The logit of success for `features` and each model feature's contribution, in model order.
+    #[must_use]
+    pub fn explain(&self, features: &Features) -> (f64, Vec<Contribution>) {
+        let m = &self.model;
+        let contributions: Vec<Contribution> = self
+            .index
+            .iter()
+            .enumerate()
+            .map(|(j, &i)| {
+                let value = features.values.get(i).copied().flatten();
+                let z = value.map_or(0.0, |v| (v - m.means[j]) / m.scales[j]);
+                Contribution { feature: m.features[j].clone(), value, contribution: m.weights[j] * z }
+            })
+            .collect();
+        let logit = m.bias + contributions.iter().map(|c| c.contribution).sum::<f64>();
+        (logit, contributions)
+    }
+
+    fn judge(&self, query: &str, candidates: &[Candidate]) -> RelevanceJudgement {
+        if candidates.is_empty() {
+            return RelevanceJudgement {
+                verdict: Verdict::Incorrect,
+                score: 0.0,
+                per_candidate: Vec::new(),
+                criteria: [("p_success".to_owned(), 0.0)].into_iter().collect(),
+                reasons: vec!["no candidates".into()],
+                cost: Cost::ZERO,
+            };
+        }
+        let f = features(query, candidates);
+        let (logit, contributions) = self.explain(&f);
+        let p = sigmoid(logit);
+        let score = if p.is_finite() { p.clamp(0.0, 1.0) as f32 } else { 0.0 };
+        let (lower, upper) = (self.model.lower, self.model.upper);
+        let verdict = if score >= upper {
+            Verdict::Correct
+        } else if score <= lower {
+            Verdict::Incorrect
+        } else {
+            Verdict::Ambiguous
+        };
+
+        let mut reasons = vec![format!(
+            "P(retrieval succeeded) {p:.2} from {} features: logit {logit:.2} = bias {:.2} + contributions {:.2}",
+            contributions.len(),
+            self.model.bias,
+            logit - self.model.bias
+        )];
+        let mut ranked: Vec<&Contribution> =
+            contributions.iter().filter(|c| c.contribution.abs() >= NEGLIGIBLE).collect();
+        ranked.sort_by(|a, b| a.contribution.total_cmp(&b.contribution).then(a.feature.cmp(&b.feature)));
+        let describe = |cs: &mut dyn Iterator<Item = &&Contribution>| {
+            cs.take(EXPLAINED)
+                .map(|c| format!("{} {:.3} ({:+.2})", c.feature, c.value.unwrap_or(f64::NAN), c.contribution))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let against = describe(&mut ranked.iter().take_while(|c| c.contribution < 0.0));
+        if !against.is_empty() {
+            reasons.push(format!("toward INCORRECT: {against}"));
+        }
+        let toward = describe(&mut ranked.iter().rev().take_while(|c| c.contribution > 0.0));
+        if !toward.is_empty() {
+            reasons.push(format!("toward CORRECT: {toward}"));
+        }
+        let missing: Vec<&str> =
+            contributions.iter().filter(|c| c.value.is_none()).map(|c| c.feature.as_str()).collect();
+        if !missing.is_empty() {
+            let mut reason =
+                format!("unavailable, counted at their training mean (contribute 0): {}", missing.join(", "));
+            if !f.unavailable.is_empty() {
+                let _ = write!(reason, " — {}", f.unavailable.join("; "));
+            }
+            reasons.push(reason);
+        }
+        reasons.push(match verdict {
+            Verdict::Correct => format!("CORRECT: P {score:.2} >= upper {upper:.2}"),
+            Verdict::Incorrect => format!("INCORRECT: P {score:.2} <= lower {lower:.2}"),
+            Verdict::Ambiguous => format!("AMBIGUOUS: P {score:.2} between lower {lower:.2} and upper {upper:.2}"),
+        });
+
+        let mut criteria: std::collections::BTreeMap<String, f32> =
+            [("p_success".to_owned(), score), ("logit".to_owned(), logit as f32)].into_iter().collect();
+        for c in &contributions {
+            if let Some(v) = c.value {
+                criteria.insert(c.feature.clone(), v as f32);
+            }
+            criteria.insert(format!("{}:contribution", c.feature), c.contribution as f32);
+        }
+        let heuristic = HeuristicEvaluator::new(HeuristicConfig::default())
+            .expect("invariant: the default heuristic configuration is valid");
+        let per_candidate = heuristic.judge(query, candidates).per_candidate;
+        RelevanceJudgement { verdict, score, per_candidate, criteria, reasons, cost: Cost::ZERO }
+    }
+}
+
+#[async_trait]
+impl RelevanceEvaluator for LearnedEvaluator {
+    fn name(&self) -> &str {
+        "learned"
+    }
+
+    /// Judges the candidates with the model.
+    ///
+    /// # Errors
+    /// Only cancellation or a passed deadline in `ctx`.
+    async fn evaluate(&self, ctx: &Ctx, query: &str, candidates: &[Candidate]) -> Result<RelevanceJudgement> {
+        ctx.check()?;
+        Ok(self.judge(query, candidates))
+    }
+}
+
+/// A labelled training retrieval: its features (one per name of [`FEATURE_NAMES`]) and whether it succeeded.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LearnedSample {
+    /// The feature values, `None` where unavailable.
+    pub values: Vec<Option<f64>>,
+    /// Whether a relevant document was in the top k.
+    pub succeeded: bool,
+}
+
+/// How [`fit_learned`] fits.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FitOptions {
+    /// The L2 strengths tried; the one with the lowest cross-validated log loss is kept (ties: the first).
+    pub l2: Vec<f64>,
+    /// Cross-validation folds (stratified by label, in sample order).
+    pub folds: usize,
+    /// The precision CORRECT must reach (sets `upper`, as [`calibrate`](super::calibrate) does).
+    pub target_precision: f32,
+    /// The INCORRECT precision and recall `lower` should reach, when some threshold does.
+    pub incorrect_floor: Option<IncorrectFloor>,
+}
+
+impl Default for FitOptions {
+    fn default() -> Self {
+        Self {
+            l2: vec![100.0, 30.0, 10.0, 3.0, 1.0, 0.3, 0.1],
+            folds: 5,
+            target_precision: 0.9,
+            incorrect_floor: Some(IncorrectFloor { precision: 0.4, recall: 0.6 }),
+        }
+    }
+}
+
+/// A fitted model and how it did on the split it was fitted on.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LearnedFit {
+    /// The model, with its thresholds.
+    pub model: LearnedModel,
+    /// The threshold fit: on out-of-fold probabilities when `out_of_fold`, else on the model's own.
+    pub calibration: Calibration,
+    /// Whether the thresholds were fitted on cross-validated (out-of-fold) probabilities.
+    pub out_of_fold: bool,
+    /// The L2 strength kept.
+    pub l2: f64,
+    /// Failure AUC of the out-of-fold probabilities, when cross-validated.
+    pub cv_auc: Option<f64>,
+    /// Failure AUC of the final model on the samples it was fitted on.
+    pub train_auc: Option<f64>,
+    /// Cross-validated log loss per L2 strength tried, in the order tried.
+    pub cv_log_loss: Vec<(f64, f64)>,
+}
+
+/// Fits a [`LearnedModel`] on labelled samples.
+///
+/// Features are standardised (mean, population standard deviation; a constant feature gets scale 1, an unavailable
+/// value the mean). The logistic regression of "succeeded" is fitted by Newton's method (iteratively reweighted
+/// least squares, step halving when the loss would rise) with an L2 penalty on the weights, not the bias, until no
+/// parameter moves by more than 1e-10 (at most 100 steps). Each L2 strength of `options.l2` is scored by the log
+/// loss of its stratified `options.folds`-fold out-of-fold probabilities (standardised on each training part
+/// only), and the best kept. The thresholds are fitted on those out-of-fold probabilities by
+/// [`calibrate_with_floor`] (so they are not the optimistic in-sample ones); with fewer samples of a class than
+/// folds, on the final model's own probabilities. Same samples in the same order, same model.
+///
+/// # Errors
+/// [`InvalidInput`](ragtune_core::ErrorKind::InvalidInput) when there are no samples, a sample has another number
+/// of values than [`FEATURE_NAMES`] or a non-finite value, every sample has the same label (the message says which),
+/// the L2 list is empty or holds a value not above 0, or there are fewer than 2 folds.
+pub fn fit_learned(samples: &[LearnedSample], options: &FitOptions) -> Result<LearnedFit> {
+    if options.l2.is_empty() || options.l2.iter().any(|l| !(l.is_finite() && *l > 0.0)) {
+        return Err(Error::invalid_input(format!(
+            "learned evaluator fit: l2 must list strengths above 0, got {:?}",
+            options.l2
+        )));
+    }
+    if options.folds < 2 {
+        return Err(Error::invalid_input(format!(
+            "learned evaluator fit: folds must be at least 2, got {}",
+            options.folds
+        )));
+    }
+    let n = samples.len();
+    if n == 0 {
+        return Err(Error::invalid_input("learned evaluator fit: there are no samples"));
+    }
+    let d = FEATURE_NAMES.len();
+    for (i, s) in samples.iter().enumerate() {
+        if s.values.len() != d {
+            return Err(Error::invalid_input(format!(
+                "learned evaluator fit: sample {i} has {} values for {d} features",
+                s.values.len()
+            )));
+        }
+        if let Some(j) = s.values.iter().position(|v| v.is_some_and(|v| !v.is_finite())) {
+            return Err(Error::invalid_input(format!(
+                "learned evaluator fit: sample {i} has a non-finite {}",
+                FEATURE_NAMES[j]
+            )));
+        }
+    }
+    let failures = samples.iter().filter(|s| !s.succeeded).count();
+    if failures == 0 || failures == n {
+        let which = if failures == 0 { "succeeded" } else { "failed" };
+        return Err(Error::invalid_input(format!(
+            "learned evaluator fit: every one of the {n} retrievals {which}; the fit needs both failed and \
+             successful ones"
+        )));
+    }
+    let labels: Vec<bool> = samples.iter().map(|s| s.succeeded).collect();
+
+    // Stratified folds: the i-th sample of each class goes to fold i mod folds.
+    let cross_validate = failures >= options.folds && n - failures >= options.folds;
+    let mut fold = vec![0usize; n];
+    let (mut seen_ok, mut seen_failed) = (0usize, 0usize);
+    for (i, s) in samples.iter().enumerate() {
+        let counter = if s.succeeded { &mut seen_ok } else { &mut seen_failed };
+        fold[i] = *counter % options.folds;
+        *counter += 1;
+    }
+
+    let mut cv_log_loss = Vec::new();
+    let mut best: Option<(f64, f64, Vec<f64>)> = None;
+    if cross_validate {
+        for &l2 in &options.l2 {
+            let mut oof = vec![0.0; n];
+            for k in 0..options.folds {
+                let train: Vec<usize> = (0..n).filter(|&i| fold[i] != k).collect();
+                let model = fit_on(samples, &train, l2)?;
+                for i in (0..n).filter(|&i| fold[i] == k) {
+                    oof[i] = model.probability(&samples[i].values);
+                }
+            }
+            let loss = log_loss(&oof, &labels);
+            cv_log_loss.push((l2, loss));
+            if best.as_ref().is_none_or(|(_, b, _)| loss < *b) {
+                best = Some((l2, loss, oof));
+            }
+        }
+    }
+    let (l2, oof) = match best {
+        Some((l2, _, oof)) => (l2, Some(oof)),
+        None => {
+            let mut grid = options.l2.clone();
+            grid.sort_by(f64::total_cmp);
+            (grid[grid.len() / 2], None)
+        }
+    };
+    let all: Vec<usize> = (0..n).collect();
+    let fitted = fit_on(samples, &all, l2)?;
+    let own: Vec<f64> = samples.iter().map(|s| fitted.probability(&s.values)).collect();
+    let as_samples = |p: &[f64]| -> Vec<CalibrationSample> {
+        p.iter().zip(&labels).map(|(p, ok)| CalibrationSample { score: *p as f32, succeeded: *ok }).collect()
+    };
+    let train_auc = failure_auc(&as_samples(&own));
+    let cv_auc = oof.as_deref().and_then(|p| failure_auc(&as_samples(p)));
+    let threshold_scores = oof.as_deref().unwrap_or(&own);
+    let calibration =
+        calibrate_with_floor(&as_samples(threshold_scores), options.target_precision, options.incorrect_floor)?;
+    let model = LearnedModel {
+        features: FEATURE_NAMES.iter().map(|n| (*n).to_owned()).collect(),
+        means: fitted.means,
+        scales: fitted.scales,
+        weights: fitted.weights,
+        bias: fitted.bias,
+        lower: calibration.lower,
+        upper: calibration.upper,
+    };
+    model.validate()?;
+    Ok(LearnedFit { model, calibration, out_of_fold: oof.is_some(), l2, cv_auc, train_auc, cv_log_loss })
+}
+
+/// A standardised logistic model over all features.
+struct Fitted {
+    means: Vec<f64>,
+    scales: Vec<f64>,
+    weights: Vec<f64>,
+    bias: f64,
+}
+
+impl Fitted {
+    fn z(&self, values: &[Option<f64>]) -> Vec<f64> {
+        values
+            .iter()
+            .zip(self.means.iter().zip(&self.scales))
+            .map(|(v, (m, s))| v.map_or(0.0, |v| (v - m) / s))
+            .collect()
+    }
+
+    fn probability(&self, values: &[Option<f64>]) -> f64 {
+        let z = self.z(values);
+        sigmoid(self.bias + z.iter().zip(&self.weights).map(|(z, w)| z * w).sum::<f64>())
+    }
+}
+
+/// Standardises on the samples `rows` and fits the logistic regression there.
+fn fit_on(samples: &[LearnedSample], rows: &[usize], l2: f64) -> Result<Fitted> {
+    let d = FEATURE_NAMES.len();
+    let mut means = vec![0.0; d];
+    let mut scales = vec![1.0; d];
+    for j in 0..d {
+        let present: Vec<f64> = rows.iter().filter_map(|&i| samples[i].values[j]).collect();
+        if present.is_empty() {
+            continue;
+        }
+        let mean = present.iter().sum::<f64>() / present.len() as f64;
+        let var = present.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / present.len() as f64;
+        means[j] = mean;
+        scales[j] = if var.sqrt() > 1e-9 { var.sqrt() } else { 1.0 };
+    }
+    let mut model = Fitted { means, scales, weights: vec![0.0; d], bias: 0.0 };
+    let x: Vec<Vec<f64>> = rows.iter().map(|&i| model.z(&samples[i].values)).collect();
+    let y: Vec<f64> = rows.iter().map(|&i| if samples[i].succeeded { 1.0 } else { 0.0 }).collect();
+    let theta = newton_logistic(&x, &y, l2)?;
+    model.bias = theta[0];
+    model.weights = theta[1..].to_vec();
+    Ok(model)
+}
+
+/// The penalised negative log-likelihood of `theta` (bias first) on `x`, `y`.
+fn objective(x: &[Vec<f64>], y: &[f64], theta: &[f64], l2: f64) -> f64 {
+    let loss: f64 = x
+        .iter()
+        .zip(y)
+        .map(|(xi, yi)| {
+            let eta = theta[0] + xi.iter().zip(&theta[1..]).map(|(a, b)| a * b).sum::<f64>();
+            // -log sigmoid(eta) for y = 1, -log(1 - sigmoid(eta)) for y = 0.
+            if *yi > 0.5 { softplus(-eta) } else { softplus(eta) }
+        })
+        .sum();
+    loss + 0.5 * l2 * theta[1..].iter().map(|w| w * w).sum::<f64>()
+}
+
+/// Newton's method for L2-penalised logistic regression; returns `[bias, weights...]`.
+// Matrix code reads best with indices.
+#[allow(clippy::needless_range_loop)]
+fn newton_logistic(x: &[Vec<f64>], y: &[f64], l2: f64) -> Result<Vec<f64>> {
+    const MAX_STEPS: usize = 100;
+    const TOLERANCE: f64 = 1e-10;
+    let d = x.first().map_or(0, Vec::len) + 1;
+    let mut theta = vec![0.0; d];
+    let mut current = objective(x, y, &theta, l2);
+    for _ in 0..MAX_STEPS {
+        let mut g = vec![0.0; d];
+        let mut h = vec![vec![0.0; d]; d];
+        for (xi, yi) in x.iter().zip(y) {
+            let row: Vec<f64> = std::iter::once(1.0).chain(xi.iter().copied()).collect();
+            let eta: f64 = row.iter().zip(&theta).map(|(a, b)| a * b).sum();
+            let p = sigmoid(eta);
+            let w = (p * (1.0 - p)).max(1e-12);
+            for a in 0..d {
+                g[a] += (p - yi) * row[a];
+                for b in 0..=a {
+                    h[a][b] += w * row[a] * row[b];
+                }
+            }
+        }
+        for a in 1..d {
+            g[a] += l2 * theta[a];
+            h[a][a] += l2;
+        }
+        h[0][0] += 1e-9;
+        for a in 0..d {
+            for b in a + 1..d {
+                h[a][b] = h[b][a];
+            }
+        }
+        let step = cholesky_solve(&h, &g)?;
+        let mut scale = 1.0;
+        let mut next = theta.clone();
+        let mut improved = false;
+        for _ in 0..40 {
+            next = theta.iter().zip(&step).map(|(t, s)| t - scale * s).collect();
+            let value = objective(x, y, &next, l2);
+            if value <= current {
+                current = value;
+                improved = true;
+                break;
+            }
+            scale *= 0.5;
+        }
+        let moved = step.iter().map(|s| (s * scale).abs()).fold(0.0, f64::max);
+        if !improved {
+            break;
+        }
+        theta = next;
+        if moved < TOLERANCE {
+            break;
+        }
+    }
+    Ok(theta)
+}
+
+/// Solves `a x = b` for a symmetric positive definite `a` by Cholesky decomposition.
+#[allow(clippy::needless_range_loop)]
+fn cholesky_solve(a: &[Vec<f64>], b: &[f64]) -> Result<Vec<f64>> {
+    let n = b.len();
+    let mut l = vec![vec![0.0; n]; n];
+    for i in 0..n {
+        for j in 0..=i {
+            let sum: f64 = (0..j).map(|k| l[i][k] * l[j][k]).sum();
+            if i == j {
+                let v = a[i][i] - sum;
+                if !(v > 0.0 && v.is_finite()) {
+                    return Err(Error::permanent(
+                        "learned evaluator fit: the Hessian is not positive definite (the features are degenerate)",
+                    ));
+                }
+                l[i][j] = v.sqrt();
+            } else {
+                l[i][j] = (a[i][j] - sum) / l[j][j];
+            }
+        }
+    }
+    let mut z = vec![0.0; n];
+    for i in 0..n {
+        let sum: f64 = (0..i).map(|k| l[i][k] * z[k]).sum();
+        z[i] = (b[i] - sum) / l[i][i];
+    }
+    let mut x = vec![0.0; n];
+    for i in (0..n).rev() {
+        let sum: f64 = (i + 1..n).map(|k| l[k][i] * x[k]).sum();
+        x[i] = (z[i] - sum) / l[i][i];
+    }
+    Ok(x)
+}
+
+/// `ln(1 + e^x)`, without overflow.
+fn softplus(x: f64) -> f64 {
+    if x > 0.0 { x + (-x).exp().ln_1p() } else { x.exp().ln_1p() }
+}
+
+/// `1 / (1 + e^-x)`, without overflow.
+fn sigmoid(x: f64) -> f64 {
+    if x >= 0.0 {
+        1.0 / (1.0 + (-x).exp())
+    } else {
+        let e = x.exp();
+        e / (1.0 + e)
+    }
+}
+
+/// Mean log loss of probabilities `p` for labels `y` (clamped away from 0 and 1).
+fn log_loss(p: &[f64], y: &[bool]) -> f64 {
+    let total: f64 = p
+        .iter()
+        .zip(y)
+        .map(|(p, ok)| {
+            let p = p.clamp(1e-12, 1.0 - 1e-12);
+            if *ok { -p.ln() } else { -(1.0 - p).ln() }
+        })
+        .sum();
+    total / p.len().max(1) as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use ragtune_core::ErrorKind;
+
+    use super::*;
+    use crate::crag::test_candidate as cand;
+
+    /// A deterministic pseudo-random number in `[0, 1)` from `i` (no RNG crate needed for fixtures).
+    fn noise(i: u64) -> f64 {
+        let mut x = i.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(0x2545_F491_4F6C_DD1D);
+        x ^= x >> 33;
+        x = x.wrapping_mul(0xFF51_AFD7_ED55_8CCD);
+        x ^= x >> 33;
+        (x >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// `n` samples whose success depends on `dense_top` and `keyword_overlap` (plus `overlap` of noise: 0 makes
+    /// them separable); other features are noise or missing.
+    fn synthetic(n: u64, overlap: f64) -> Vec<LearnedSample> {
+        (0..n)
+            .map(|i| {
+                let succeeded = noise(i * 7 + 1) > 0.25;
+                let sign = if succeeded { 1.0 } else { -1.0 };
+                let mut values = vec![None; FEATURE_NAMES.len()];
+                values[0] = Some(0.6 + sign * 0.1 + (noise(i * 7 + 2) - 0.5) * (0.05 + overlap));
+                values[11] = Some(0.5 + sign * 0.2 + (noise(i * 7 + 3) - 0.5) * (0.1 + overlap));
+                values[3] = Some(noise(i * 7 + 4) * 3.0);
+                values[15] = Some(1.0); // constant
+                values[16] = if i % 3 == 0 { None } else { Some(noise(i * 7 + 5)) };
+                LearnedSample { values, succeeded }
+            })
+            .collect()
+    }
+
+    /// Samples with the given labels, separable by `dense_top`.
+    fn labelled(labels: &[bool]) -> Vec<LearnedSample> {
+        labels
+            .iter()
+            .enumerate()
+            .map(|(i, ok)| {
+                let mut values = vec![None; FEATURE_NAMES.len()];
+                values[0] = Some(if *ok { 0.7 } else { 0.4 } + noise(i as u64) * 0.1);
+                LearnedSample { values, succeeded: *ok }
+            })
+            .collect()
+    }
+
+    /// A candidate with explicit BM25 and dense provenance `(score, rank)`.
+    fn hc(id: &str, text: &str, score: f32, bm25: Option<(f32, u32)>, dense: Option<(f32, u32)>) -> Candidate {
+        let mut c = cand(id, id, text, score, &[]);
+        for (name, s) in [("bm25", bm25), ("dense", dense)] {
+            if let Some((score, rank)) = s {
+                c.sources.insert(name.to_owned(), ragtune_core::SourceScore { score, rank });
+            }
+        }
+        c
+    }
+
+    /// Fits `samples` with the default options and checks the AUCs reach `min_auc`.
+    fn check(samples: &[LearnedSample], min_auc: f64) -> LearnedFit {
+        let fit = fit_learned(samples, &FitOptions::default()).expect("the fit works");
+        assert!(fit.train_auc.unwrap() >= min_auc, "{fit:#?}");
+        if let Some(cv) = fit.cv_auc {
+            assert!(cv >= min_auc - 0.05, "{fit:#?}");
+        }
+        assert!(0.0 <= fit.model.lower && fit.model.lower < fit.model.upper && fit.model.upper <= 1.0);
+        fit.model.validate().unwrap();
+        fit
+    }
+
+    #[test]
+    fn separable_data_is_separated() {
+        let fit = check(&synthetic(200, 0.0), 0.999);
+        assert!(fit.out_of_fold);
+        let w = &fit.model.weights;
+        // The two informative features carry the decision, in the right direction; the constant one nothing.
+        assert!(w[0] > 0.5 && w[11] > 0.5, "{w:?}");
+        assert!(w[3].abs() < w[0].abs() / 3.0, "{w:?}");
+        assert_eq!(w[15], 0.0);
+        assert_eq!(fit.model.scales[15], 1.0);
+        assert_eq!(fit.calibration.incorrect_recall, 1.0, "{fit:#?}");
+    }
+
+    #[test]
+    fn noisy_data_still_ranks() {
+        let fit = check(&synthetic(300, 0.4), 0.8);
+        assert_eq!(fit.cv_log_loss.len(), FitOptions::default().l2.len());
+        assert!(fit.cv_log_loss.iter().all(|(_, l)| l.is_finite()));
+    }
+
+    #[test]
+    fn the_fit_is_deterministic_and_standardises() {
+        let samples = synthetic(120, 0.2);
+        let a = fit_learned(&samples, &FitOptions::default()).unwrap();
+        let b = fit_learned(&samples, &FitOptions::default()).unwrap();
+        assert_eq!(a, b);
+        // Means and scales are the training statistics of the available values.
+        let present: Vec<f64> = samples.iter().filter_map(|s| s.values[16]).collect();
+        let mean = present.iter().sum::<f64>() / present.len() as f64;
+        let sd = (present.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / present.len() as f64).sqrt();
+        assert!((a.model.means[16] - mean).abs() < 1e-12 && (a.model.scales[16] - sd).abs() < 1e-12);
+        // Rescaling a feature changes its mean and scale but not the predictions.
+        let scaled: Vec<LearnedSample> = samples
+            .iter()
+            .map(|s| {
+                let mut s = s.clone();
+                s.values[0] = s.values[0].map(|v| v * 1000.0 + 5.0);
+                s
+            })
+            .collect();
+        let c = fit_learned(&scaled, &FitOptions::default()).unwrap();
+        assert!(
+            (c.model.weights[0] - a.model.weights[0]).abs() < 1e-6,
+            "{} {}",
+            c.model.weights[0],
+            a.model.weights[0]
+        );
+        assert!((c.model.lower - a.model.lower).abs() < 1e-6 && (c.model.upper - a.model.upper).abs() < 1e-6);
+    }
+
+    #[test]
+    fn degenerate_sets_are_refused() {
+        let one_class: Vec<LearnedSample> =
+            synthetic(50, 0.0).into_iter().map(|s| LearnedSample { succeeded: true, ..s }).collect();
+        let mut short = synthetic(10, 0.0);
+        short[3].values.pop();
+        let mut nan = synthetic(10, 0.0);
+        nan[2].values[0] = Some(f64::NAN);
+        let cases: [(Vec<LearnedSample>, FitOptions, &str); 6] = [
+            (Vec::new(), FitOptions::default(), "no samples"),
+            (one_class, FitOptions::default(), "every one of the 50 retrievals succeeded"),
+            (short, FitOptions::default(), "sample 3 has 16 values for 17 features"),
+            (nan, FitOptions::default(), "sample 2 has a non-finite dense_top"),
+            (synthetic(10, 0.0), FitOptions { l2: vec![0.0], ..FitOptions::default() }, "l2 must list"),
+            (synthetic(10, 0.0), FitOptions { folds: 1, ..FitOptions::default() }, "folds must be"),
+        ];
+        for (samples, options, needle) in cases {
+            let err = fit_learned(&samples, &options).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::InvalidInput);
+            assert!(err.message().contains(needle), "{needle}: {}", err.message());
+        }
+        // Too few of a class to cross-validate: thresholds from the model's own probabilities, said so.
+        let few = labelled(&[false, true, true, true, false, true, true, true]);
+        let fit = fit_learned(&few, &FitOptions::default()).unwrap();
+        assert!(!fit.out_of_fold && fit.cv_auc.is_none() && fit.cv_log_loss.is_empty());
+    }
+
+    fn model() -> LearnedModel {
+        LearnedModel {
+            features: vec!["dense_top".into(), "keyword_overlap".into(), "top_agree".into()],
+            means: vec![0.6, 0.5, 0.5],
+            scales: vec![0.1, 0.25, 0.5],
+            weights: vec![2.0, 1.0, 0.5],
+            bias: 1.0,
+            lower: 0.3,
+            upper: 0.8,
+        }
+    }
+
+    fn judge(model: LearnedModel, query: &str, candidates: &[Candidate]) -> RelevanceJudgement {
+        LearnedEvaluator::new(model).unwrap().judge(query, candidates)
+    }
+
+    #[test]
+    fn decisions_follow_the_probability_and_name_the_features_that_pushed() {
+        // A strong hybrid retrieval: high cosine, the same top in both lists, every keyword found.
+        let good = [
+            cand("a#0", "a", "Scurvy is caused by a lack of vitamin C.", 0.9, &[("bm25", 12.0), ("dense", 0.8)]),
+            cand("b#0", "b", "Vitamin C deficiency in sailors.", 0.5, &[("dense", 0.6), ("bm25", 4.0)]),
+        ];
+        let j = judge(model(), "scurvy vitamin", &good);
+        // z: dense_top (0.8-0.6)/0.1 = 2 → +4; keyword_overlap (1-0.5)/0.25 = 2 → +2; top_agree (1-0.5)/0.5 → +0.5.
+        assert!((j.criteria["logit"] - 7.5).abs() < 1e-5, "{j:#?}");
+        assert_eq!(j.verdict, Verdict::Correct);
+        assert!((j.score - sigmoid(7.5) as f32).abs() < 1e-6);
+        assert!((j.criteria["dense_top:contribution"] - 4.0).abs() < 1e-5);
+        assert_eq!(j.criteria["dense_top"], 0.8);
+        assert_eq!(
+            j.reasons[0],
+            "P(retrieval succeeded) 1.00 from 3 features: logit 7.50 = bias 1.00 + contributions 6.50"
+        );
+        assert_eq!(
+            j.reasons[1],
+            "toward CORRECT: dense_top 0.800 (+4.00), keyword_overlap 1.000 (+2.00), top_agree 1.000 (+0.50)"
+        );
+        assert_eq!(j.reasons.last().unwrap(), "CORRECT: P 1.00 >= upper 0.80");
+        assert_eq!(j.per_candidate.len(), 2);
+        assert_eq!(j.cost, Cost::ZERO);
+
+        // A weak one: low cosine, the lists disagree, no keyword found.
+        let bad = [
+            cand("c#0", "c", "The violin is played with a bow.", 0.5, &[("bm25", 1.0), ("dense", 0.2)]),
+            cand("d#0", "d", "Chess is a board game.", 0.4, &[("dense", 0.3), ("bm25", 0.5)]),
+        ];
+        let j = judge(model(), "scurvy vitamin", &bad);
+        assert_eq!(j.verdict, Verdict::Incorrect, "{j:#?}");
+        assert!(
+            j.reasons[1].starts_with(
+                "toward INCORRECT: dense_top 0.300 (-6.00), keyword_overlap 0.000 (-2.00), top_agree 0.000 (-0.50)"
+            ),
+            "{:?}",
+            j.reasons
+        );
+        assert!(j.reasons.last().unwrap().starts_with("INCORRECT: P 0.00 <= lower 0.30"));
+
+        // In between: AMBIGUOUS.
+        let m = LearnedModel { bias: -5.5, ..model() };
+        assert_eq!(judge(m, "scurvy vitamin", &good).verdict, Verdict::Ambiguous);
+    }
+
+    #[test]
+    fn unavailable_features_count_as_the_mean_and_are_reported() {
+        // BM25-only retrieval: no dense scores, so dense_top and top_agree are unavailable.
+        let bm25_only = [
+            cand("a#0", "a", "Scurvy is caused by a lack of vitamin C.", 12.0, &[("bm25", 12.0)]),
+            cand("b#0", "b", "Vitamin C deficiency in sailors.", 4.0, &[("bm25", 4.0)]),
+        ];
+        let j = judge(model(), "scurvy vitamin", &bm25_only);
+        assert!((j.criteria["logit"] - 3.0).abs() < 1e-6, "only keyword_overlap contributes: {j:#?}");
+        assert_eq!(j.criteria["dense_top:contribution"], 0.0);
+        assert!(!j.criteria.contains_key("dense_top"));
+        let reason = j.reasons.iter().find(|r| r.starts_with("unavailable")).expect("a reason names them");
+        assert!(reason.contains("dense_top, top_agree") && reason.contains("BM25-only"), "{reason}");
+        assert_eq!(j.verdict, Verdict::Correct);
+
+        let f = features("scurvy vitamin", &bm25_only);
+        assert_eq!(f.get("dense_top"), None);
+        assert_eq!(f.get("bm25_top"), Some(13.0_f64.ln()));
+        assert_eq!(f.get("bm25_margin"), Some(8.0 / 12.0));
+        assert_eq!(f.get("bm25_per_keyword"), Some(6.0));
+        assert_eq!(f.get("top_agree"), None);
+
+        // No candidates at all: INCORRECT, as every evaluator says.
+        let j = judge(model(), "q", &[]);
+        assert_eq!(
+            (j.verdict, j.score, j.reasons.as_slice()),
+            (Verdict::Incorrect, 0.0, &["no candidates".to_owned()][..])
+        );
+    }
+
+    #[test]
+    fn features_of_a_hybrid_list() {
+        let list = [
+            hc("a", "Scurvy and vitamin C.", 0.9, Some((9.0, 1)), Some((0.7, 2))),
+            hc("b", "Sailors at sea.", 0.6, Some((3.0, 2)), Some((0.75, 1))),
+            hc("c", "Oranges.", 0.3, None, Some((0.5, 3))),
+        ];
+        let f = features("scurvy vitamin sailors", &list);
+        assert_eq!(f.get("dense_top"), Some(f64::from(0.75_f32)));
+        assert!((f.get("dense_margin").unwrap() - 0.05).abs() < 1e-6);
+        assert_eq!(f.get("bm25_margin"), Some(6.0 / 9.0));
+        assert_eq!(f.get("top_agree"), Some(0.0), "the BM25 best is a, the dense best b");
+        assert_eq!(f.get("top5_overlap"), Some(0.4), "a and b are in both top 5s, c in no BM25 list");
+        assert_eq!(f.get("bm25_top_dense_rank"), Some(2.0_f64.ln()));
+        assert_eq!(f.get("dense_top_bm25_rank"), Some(2.0_f64.ln()));
+        assert_eq!(f.get("top_keyword_overlap"), Some(2.0 / 3.0));
+        assert_eq!(f.get("query_keywords"), Some(3.0_f64.ln_1p()));
+        let e = f.get("fused_entropy").unwrap();
+        assert!(e > 0.0 && e < 1.0, "{e}");
+        assert!(f.unavailable.is_empty());
+        assert!(f.values.iter().all(Option::is_some), "{f:?}");
+        assert!((normalised_entropy([1.0, 1.0, 1.0].into_iter()) - 1.0).abs() < 1e-12);
+        assert_eq!(normalised_entropy([1.0].into_iter()), 0.0);
+        assert_eq!(normalised_entropy([0.0, 0.0].into_iter()), 1.0);
+    }
+
+    #[test]
+    fn validate_names_the_field() {
+        let cases = [
+            (LearnedModel { features: Vec::new(), ..model() }, "features is empty"),
+            (
+                LearnedModel { features: vec!["dense_top".into(), "nope".into(), "top_agree".into()], ..model() },
+                "`nope`",
+            ),
+            (
+                LearnedModel { features: vec!["dense_top".into(), "dense_top".into(), "top_agree".into()], ..model() },
+                "twice",
+            ),
+            (LearnedModel { means: vec![0.0], ..model() }, "means has 1 values for 3 features"),
+            (
+                LearnedModel { weights: vec![0.0, f64::NAN, 0.0], ..model() },
+                "weights[1] (keyword_overlap) must be finite",
+            ),
+            (LearnedModel { scales: vec![1.0, 0.0, 1.0], ..model() }, "scales[1] (keyword_overlap) must be above 0"),
+            (LearnedModel { bias: f64::INFINITY, ..model() }, "bias"),
+            (LearnedModel { lower: 0.9, ..model() }, "lower (0.9) must be below upper (0.8)"),
+            (LearnedModel { upper: 1.5, ..model() }, "upper must be within [0, 1]"),
+        ];
+        for (m, needle) in cases {
+            let err = LearnedEvaluator::new(m).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::InvalidInput);
+            assert!(err.message().contains(needle), "{needle}: {}", err.message());
+        }
+    }
+
+    #[test]
+    fn serde_round_trip() {
+        let m = model();
+        let json = serde_json::to_string(&m).unwrap();
+        assert_eq!(serde_json::from_str::<LearnedModel>(&json).unwrap(), m);
+        assert!(serde_json::from_str::<LearnedModel>(r#"{"features": []}"#).is_err());
+    }
+
+    #[test]
+    fn newton_matches_a_known_solution() {
+        // One feature, symmetric data: the bias is 0 and the weight solves Σ (y - p) x = l2 w.
+        let x = vec![vec![-1.0], vec![-1.0], vec![1.0], vec![1.0], vec![-1.0], vec![1.0]];
+        let y = vec![0.0, 0.0, 1.0, 1.0, 1.0, 0.0];
+        let theta = newton_logistic(&x, &y, 1.0).unwrap();
+        assert!(theta[0].abs() < 1e-9, "{theta:?}");
+        let w = theta[1];
+        let grad: f64 = x.iter().zip(&y).map(|(xi, yi)| (yi - sigmoid(w * xi[0])) * xi[0]).sum::<f64>() - w;
+        assert!(grad.abs() < 1e-9, "{theta:?}");
+        assert!(w > 0.0);
+    }
+}
