@@ -16,7 +16,8 @@
 //! latency per setting and dataset, with the check that hybrid is not below its better part by more than 0.005),
 //! `matrix.json`, and `report.html`: a self-contained page (no script, no CDN; the charts are inline SVG drawn by
 //! `plotters`) with the table and the quality-vs-cost pictures: nDCG@10 against query latency and against LLM
-//! tokens per query, and the rerank budget curve when `--rerank-report` names a `ragtune eval rerank` report.
+//! tokens per query (the LLM query transformations are rows of their own when `--llm-url` names an LLM), and the
+//! rerank budget curve when `--rerank-report` names a `ragtune eval rerank` report.
 //!
 //! The committed baseline is `eval/baselines/matrix-<split>.json` (nDCG@10 and Recall@100 per cell); a cell more
 //! than 0.005 below it fails the command, and `--update-baseline` writes the new numbers instead.
@@ -52,6 +53,18 @@ const SETTINGS: &[Setting] = &[
     Setting { name: "hybrid fitted on train", args: &["--retriever", "hybrid"], fitted: true },
 ];
 
+/// Rows that need an LLM (`--llm-url`): the query transformations over default hybrid retrieval. They give the
+/// tokens chart its points; they are slow on a CPU LLM, so `--limit` is worth giving with them.
+const LLM_SETTINGS: &[Setting] = &[
+    Setting { name: "hybrid + rewrite", args: &["--retriever", "hybrid", "--transform", "rewrite"], fitted: false },
+    Setting { name: "hybrid + hyde", args: &["--retriever", "hybrid", "--transform", "hyde"], fitted: false },
+    Setting {
+        name: "hybrid + multi-query",
+        args: &["--retriever", "hybrid", "--transform", "multi-query"],
+        fitted: false,
+    },
+];
+
 /// One measured cell.
 #[derive(Debug, Clone, PartialEq)]
 struct Cell {
@@ -65,6 +78,7 @@ struct Cell {
 pub fn run(args: &[String]) -> Result<()> {
     let sh = Shell::new();
     let mut datasets: Vec<PathBuf> = Vec::new();
+    let mut llm = false;
     let (mut split, mut update, mut out_dir, mut rerank, mut extra) =
         ("test".to_owned(), false, sh.target_dir().join("eval").join("matrix"), None, Vec::new());
     let mut it = args.iter();
@@ -78,6 +92,12 @@ pub fn run(args: &[String]) -> Result<()> {
             "--update-baseline" => update = true,
             // Passed to every run (for example `--limit 50` for a quick look, `--threads 2`).
             "--limit" | "--threads" => extra.extend([a.clone(), value()?]),
+            // The LLM for the transformation rows; without it those rows are not run.
+            "--llm-url" => {
+                llm = true;
+                extra.extend([a.clone(), value()?]);
+            }
+            "--llm-model" => extra.extend([a.clone(), value()?]),
             other => bail!(
                 "unknown argument {other} (use --dataset, --split, --out-dir, --rerank-report, --limit, --threads, --update-baseline)"
             ),
@@ -100,7 +120,8 @@ pub fn run(args: &[String]) -> Result<()> {
     for dataset in &datasets {
         let name = dataset_name(dataset)?;
         let has_train = dataset.join("qrels").join("train.tsv").is_file();
-        for setting in SETTINGS {
+        let llm_rows = if llm { LLM_SETTINGS } else { &[] };
+        for setting in SETTINGS.iter().chain(llm_rows) {
             let mut cmd = sh.cmd(&exe);
             cmd.args(["eval", "retrieval", "--dataset"]).arg(dataset).args(["--split", split.as_str()]);
             cmd.args(setting.args).args(&extra);
@@ -198,7 +219,7 @@ fn cell(report: &Value) -> Result<Cell> {
 
 /// Settings in table order (those of [`SETTINGS`] first, then any others in name order).
 fn row_names(cells: &BTreeMap<String, BTreeMap<String, Cell>>) -> Vec<String> {
-    let mut rows: Vec<String> = SETTINGS.iter().map(|s| s.name.to_owned()).collect();
+    let mut rows: Vec<String> = SETTINGS.iter().chain(LLM_SETTINGS).map(|s| s.name.to_owned()).collect();
     for row in cells.values().flat_map(BTreeMap::keys) {
         if !rows.contains(row) {
             rows.push(row.clone());
@@ -423,7 +444,13 @@ fn html(
             .collect()
     };
     let latency = scatter("nDCG@10 against query latency", "p50 latency per query (ms)", &series(&|c| c.p50_ms))?;
-    let tokens = scatter("nDCG@10 against LLM tokens", "LLM tokens per query", &series(&|c| c.llm_tokens))?;
+    let tokens = if cells.values().flat_map(BTreeMap::values).any(|c| c.llm_tokens > 0.0) {
+        scatter("nDCG@10 against LLM tokens", "LLM tokens per query", &series(&|c| c.llm_tokens))?
+    } else {
+        "<p>Every setting measured spends no LLM tokens (retrieval only); run with <code>--llm-url URL</code> to add \
+         the LLM query transformations (rewrite, HyDE, multi-query) and their tokens.</p>"
+            .to_owned()
+    };
     let curve = match rerank {
         Some(r) => budget_curve(r)?,
         None => {
@@ -533,12 +560,21 @@ mod tests {
             {"policy": "baseline-top-b", "budget": 0.1, "ndcg_at_10": 0.69}]}});
         let page = html("test", &c, &markdown(&c), Some(&rerank), "0.5", "0.7").unwrap();
         assert!(page.starts_with("<!doctype html>"));
-        assert_eq!(page.matches("<svg").count(), 3, "latency, tokens and the budget curve");
+        assert_eq!(page.matches("<svg").count(), 2, "latency and the budget curve; no tokens were spent");
+        assert!(page.contains("spends no LLM tokens"));
         // Nothing is fetched: no script, no stylesheet or image from elsewhere (the SVG namespace URI is a name).
         assert!(!page.contains("<script") && !page.contains("<link") && !page.contains("src="), "no CDN");
         assert!(!page.contains("href=\"http"), "no external reference");
         assert!(page.contains("hybrid rrf") && page.contains("greedy"));
         let without = html("test", &c, &markdown(&c), None, "0.5", "0.7").unwrap();
         assert!(without.contains("no budget curve"));
+        let mut with_llm = c.clone();
+        with_llm
+            .get_mut("a")
+            .unwrap()
+            .insert("hybrid + hyde".into(), Cell { ndcg: 0.7, recall: 0.9, p50_ms: 900.0, llm_tokens: 190.0 });
+        let page = html("test", &with_llm, &markdown(&with_llm), None, "0.5", "0.7").unwrap();
+        assert_eq!(page.matches("<svg").count(), 2, "latency and tokens");
+        assert!(page.contains("hybrid + hyde"));
     }
 }
