@@ -200,11 +200,12 @@ mod tests {
 
     #[test]
     fn whole_document_runs_have_baselines_of_their_own() {
-        let report = |chunking: &str| {
-            serde_json::json!({"dataset": "scifact", "split": "test", "config": {"retriever": "dense", "chunking": chunking}})
-        };
+        let report = |chunking: &str| serde_json::json!({"dataset": "scifact", "split": "test", "config": {"retriever": "dense", "chunking": chunking}});
         assert_eq!(baseline_name(&report("whole-documents")).unwrap(), "scifact-test-dense-whole.json");
-        assert_eq!(baseline_name(&report("passages/size=100/overlap=20/section=1000")).unwrap(), "scifact-test-dense.json");
+        assert_eq!(
+            baseline_name(&report("passages/size=100/overlap=20/section=1000")).unwrap(),
+            "scifact-test-dense.json"
+        );
     }
 
     #[test]
