@@ -320,15 +320,7 @@ pub fn cmu_set_table(r: &CmuSetReport, out: &Path) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn write(dir: &Path, name: &str, content: &[u8]) {
-        let path = dir.join(name);
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(path, content).unwrap();
-    }
-
-    const HEADER: &str =
-        "ArticleTitle\tQuestion\tAnswer\tDifficultyFromQuestioner\tDifficultyFromAnswerer\tArticleFile\n";
+    use crate::cmu_qa::tests::{HEADER, write};
 
     #[test]
     fn paragraphs_are_runs_between_blank_lines() {
