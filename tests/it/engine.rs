@@ -70,3 +70,42 @@ async fn the_store_keeps_its_bm25_parameters() {
     let cfg = engine.encoder().expect("the store has a sparse space").config();
     assert_eq!((cfg.k1, cfg.b, cfg.avg_doc_len), (0.9, 0.4, 3.0));
 }
+
+#[tokio::test]
+async fn the_header_boost_lifts_passages_under_matching_headings_and_is_traced() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = ragtune::Config::default();
+    cfg.store.path = dir.path().join("store");
+    cfg.embedding.mode = ragtune::EmbeddingMode::Off;
+    let mut md = Document::new("guide.md", "# Linux Install\nUse the script for linux.\n");
+    md.metadata.insert("format".into(), ragtune::ingest::FORMAT_MARKDOWN.into());
+    let notes = Document::new("notes", "install linux ".repeat(6));
+    let weak = Document::new("weak", format!("install {}", "filler ".repeat(30)));
+    let docs = [md, notes, weak];
+    let chunking = Chunking::Auto(ragtune::ingest::ChunkerConfig::default());
+    let search = |engine: &Engine| {
+        let engine = engine.clone();
+        async move { engine.search(Query::new("install linux").with_top_k(5)).await.unwrap() }
+    };
+    let plain_ranking = {
+        let mut engine = Engine::open(cfg.clone()).await.unwrap();
+        engine.index_documents(&docs, chunking, &mut |_, _| {}).await.unwrap();
+        let r = search(&engine).await;
+        assert!(r.trace.iter().all(|e| e.stage != "header_boost"), "off by default");
+        render(&r.hits)
+    };
+    assert!(plain_ranking.starts_with("notes "), "{plain_ranking}");
+    cfg.search.header_boost = 1.0;
+    let engine = Engine::open(cfg).await.unwrap();
+    let first = search(&engine).await;
+    let event = first.trace.iter().find(|e| e.stage == "header_boost").expect("a header_boost event");
+    assert_eq!(event.action, "boost");
+    let boosted = event.detail["boosted"].as_array().unwrap();
+    // The heading `Linux Install` has exactly the query's keywords (Jaccard 1): the passage gains the whole spread
+    // of the list, so it passes the best hit; the others have no header path.
+    assert_eq!(boosted.len(), 1, "{boosted:?}");
+    assert_eq!(boosted[0]["jaccard"], 1.0);
+    assert_eq!(boosted[0]["chunk"], first.hits[0].chunk.id.as_str());
+    assert_eq!(first.hits[0].chunk.doc_id, "guide.md", "{}\nwithout the boost:\n{plain_ranking}", render(&first.hits));
+    assert_eq!(render(&search(&engine).await.hits), render(&first.hits), "deterministic");
+}

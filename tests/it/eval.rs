@@ -126,3 +126,69 @@ async fn rerank_budget_efficiency_compares_policies_with_the_full_rerank_and_the
     assert!((at("greedy", 1.0) - 1.0).abs() < 1e-9 && (at("baseline-top-b", 1.0) - 1.0).abs() < 1e-9);
     assert!(ragtune_eval::rerank::rerank_table(&report).contains("baseline-top-b"));
 }
+
+/// A long document over three paragraphs, a short one, and passage judgements for the third paragraph.
+fn long_docs(dir: &std::path::Path) {
+    let filler = |word: &str| vec![word; 14].join(" ");
+    let long = format!("{} end.\n\n{} end.\n\n{} zebra.", filler("alpha"), filler("beta"), filler("gamma"));
+    std::fs::create_dir_all(dir.join("qrels/passages")).unwrap();
+    let corpus = [
+        serde_json::json!({"_id": "d1", "title": "Long", "text": long, "metadata": {"format": "text"}}),
+        serde_json::json!({"_id": "d2", "title": "Short", "text": "delta zebra crossing"}),
+    ];
+    let lines: Vec<String> = corpus.iter().map(ToString::to_string).collect();
+    std::fs::write(dir.join("corpus.jsonl"), lines.join("\n")).unwrap();
+    std::fs::write(dir.join("queries.jsonl"), "{\"_id\": \"q1\", \"text\": \"gamma zebra\"}\n").unwrap();
+    std::fs::write(dir.join("qrels/test.tsv"), "q1\td1\t1\n").unwrap();
+    let third = format!("{} zebra.", filler("gamma"));
+    let passage = serde_json::json!({"_id": "d1#p2", "doc_id": "d1", "text": third});
+    std::fs::write(dir.join("passages.jsonl"), format!("{passage}\n")).unwrap();
+    std::fs::write(dir.join("qrels/passages/test.tsv"), "q1\td1#p2\t1\n").unwrap();
+}
+
+#[tokio::test]
+async fn long_documents_are_chunked_scored_from_passages_and_judged_per_passage() {
+    use ragtune_eval::retrieval::{DocScore, EvalChunking};
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("long");
+    long_docs(&data);
+    let mut opts = EvalOptions::new(&data);
+    opts.cache_dir = dir.path().join("cache");
+    opts.top_k = 10;
+    opts.chunker.chunk_size = 20;
+    opts.chunker.chunk_overlap = 5;
+
+    let chunked = run_eval(&opts, &mut |_| {}).await.unwrap();
+    assert_eq!(chunked.config["chunking"], "passages/size=20/overlap=5/section=1000");
+    assert_eq!(chunked.config["doc_score"], "max");
+    assert!(chunked.passages.unwrap() > 2, "{:?}", chunked.passages);
+    assert_eq!(chunked.metrics["mrr@10"], 1.0);
+    let level = chunked.passage_level.as_ref().expect("passage qrels are scored");
+    assert_eq!(level.queries, 1);
+    assert_eq!(level.metrics["mrr@10"], 1.0, "{level:?}");
+    assert!(level.unlocated.is_empty());
+
+    // Another aggregation is another report config, on the same cached index.
+    opts.doc_score = DocScore::Sum(2);
+    let summed = run_eval(&opts, &mut |_| {}).await.unwrap();
+    assert!(summed.index_cached);
+    assert_eq!(summed.config["doc_score"], "sum:2");
+
+    // Whole documents: another index, no passage level, and the config baselines were made with.
+    opts.chunking = EvalChunking::Whole;
+    let whole = run_eval(&opts, &mut |_| {}).await.unwrap();
+    assert!(!whole.index_cached);
+    assert_eq!(whole.config["chunking"], "whole-documents");
+    assert!(whole.config.get("doc_score").is_none());
+    assert_eq!(whole.passages, Some(2));
+    assert!(whole.passage_level.is_none());
+
+    // Plain text has no header paths: the header boost changes nothing but the report's config.
+    opts.chunking = EvalChunking::Passages;
+    opts.doc_score = DocScore::Max;
+    opts.header_boost = 0.5;
+    let boosted = run_eval(&opts, &mut |_| {}).await.unwrap();
+    assert_eq!(boosted.config["header_boost"], 0.5);
+    assert_eq!(boosted.metrics, chunked.metrics);
+    assert_eq!(boosted.passage_level, chunked.passage_level);
+}

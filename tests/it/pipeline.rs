@@ -451,6 +451,8 @@ async fn budgeted_reranking_runs_inside_the_pipeline_within_its_document_budget(
     cfg.rerank.max_docs = 1;
     cfg.rerank.policy = ragtune::rerank::RerankPolicy::Greedy;
     cfg.pipeline.context = ragtune::ContextMode::Full;
+    // On this corpus without headers the header boost runs and moves nothing, before and after reranking.
+    cfg.search.header_boost = 0.1;
     let llm = ScriptedLlm::new("Scurvy is caused by a lack of vitamin C [1].")
         .with_reply("How useful is this passage", r#"{"score": 7}"#)
         .with_reply("Statements:", r#"{"verdicts": [{"statement": 1, "verdict": "SUPPORTED"}]}"#);
@@ -462,6 +464,9 @@ async fn budgeted_reranking_runs_inside_the_pipeline_within_its_document_budget(
     assert!(event.detail["stopped_by"].as_str().unwrap_or("").contains("budget"), "{event:?}");
     assert_eq!(r.cost.stages["rerank"].docs, 1);
     assert!(r.crag.final_count >= 2, "more candidates than the budget: {:?}", r.crag);
+    assert!(!event.detail.contains_key("header_boost"), "{event:?}");
+    let boost = r.trace.iter().find(|e| e.stage == "header_boost").expect("the boosted retriever ran");
+    assert_eq!((boost.action.as_str(), &boost.detail["reason"]), ("unchanged", &"no hit has a header path".into()));
 }
 
 #[tokio::test]

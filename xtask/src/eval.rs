@@ -19,7 +19,8 @@
 //! `--matrix` runs every retriever and fusion method on every dataset into one table and an HTML report (see
 //! `matrix.rs`).
 //!
-//! Baselines live in `eval/baselines/<dataset>-<split>-<retriever>.json` (the report JSON of a reference run).
+//! Baselines live in `eval/baselines/<dataset>-<split>-<retriever>.json` (the report JSON of a reference run), or
+//! `...-<retriever>-whole.json` for a run with `--chunking whole`.
 //! A metric more than 0.005 below its baseline is reported as a regression and fails the command;
 //! `--update-baseline` writes the new report as the baseline instead.
 
@@ -162,17 +163,24 @@ fn baseline_name(report: &serde_json::Value) -> Result<String> {
         Some(kind) => format!("-{kind}"),
         None => String::new(),
     };
-    Ok(format!("{dataset}-{split}-{retriever}{transform}.json"))
+    // Whole-document indexing (`--chunking whole`) is compared with its own baselines; chunked runs, the default,
+    // with the plain name.
+    let whole = if report["config"]["chunking"].as_str() == Some("whole-documents") { "-whole" } else { "" };
+    Ok(format!("{dataset}-{split}-{retriever}{transform}{whole}.json"))
 }
 
 /// Prints every metric beside its baseline and returns the regressions.
 fn compare(baseline: &serde_json::Value, report: &serde_json::Value) -> Vec<String> {
     let mut regressions = Vec::new();
     println!("{:<12} {:>9} {:>9} {:>8}", "metric", "baseline", "now", "delta");
-    if let Some(metrics) = baseline["metrics"].as_object() {
+    // Document-level metrics, then passage-level ones when the baseline has them.
+    for (level, prefix) in [(&baseline["metrics"], ""), (&baseline["passage_level"]["metrics"], "passage ")] {
+        let now_level = if prefix.is_empty() { &report["metrics"] } else { &report["passage_level"]["metrics"] };
+        let Some(metrics) = level.as_object() else { continue };
         for (name, base) in metrics {
-            let (Some(base), Some(now)) = (base.as_f64(), report["metrics"][name].as_f64()) else { continue };
+            let (Some(base), Some(now)) = (base.as_f64(), now_level[name].as_f64()) else { continue };
             let delta = now - base;
+            let name = format!("{prefix}{name}");
             println!("{name:<12} {base:>9.4} {now:>9.4} {delta:>+8.4}");
             if delta < -TOLERANCE {
                 regressions.push(format!("{name}: {now:.4} < baseline {base:.4}"));
@@ -191,6 +199,19 @@ mod tests {
         let base = serde_json::json!({"metrics": {"ndcg@10": 0.68, "recall@100": 0.92}});
         let now = serde_json::json!({"metrics": {"ndcg@10": 0.67, "recall@100": 0.918}});
         assert_eq!(compare(&base, &now), vec!["ndcg@10: 0.6700 < baseline 0.6800".to_owned()]);
+        let base = serde_json::json!({"metrics": {}, "passage_level": {"metrics": {"ndcg@10": 0.6}}});
+        let now = serde_json::json!({"metrics": {}, "passage_level": {"metrics": {"ndcg@10": 0.5}}});
+        assert_eq!(compare(&base, &now), vec!["passage ndcg@10: 0.5000 < baseline 0.6000".to_owned()]);
+    }
+
+    #[test]
+    fn whole_document_runs_have_baselines_of_their_own() {
+        let report = |chunking: &str| serde_json::json!({"dataset": "scifact", "split": "test", "config": {"retriever": "dense", "chunking": chunking}});
+        assert_eq!(baseline_name(&report("whole-documents")).unwrap(), "scifact-test-dense-whole.json");
+        assert_eq!(
+            baseline_name(&report("passages/size=100/overlap=20/section=1000")).unwrap(),
+            "scifact-test-dense.json"
+        );
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use ragtune::rerank::RerankPolicy;
 use ragtune::{Bm25Settings, Config, StoreBackend, Transform};
-use ragtune_eval::{EvalOptions, QaEvalOptions, RerankEvalOptions};
+use ragtune_eval::{DocScore, EvalChunking, EvalOptions, QaEvalOptions, RerankEvalOptions};
 
 use crate::args::{LlmArgs, OutArgs, Overrides, QdrantArgs, RetrievalTuning, load_config};
 
@@ -16,7 +16,7 @@ use crate::args::{LlmArgs, OutArgs, Overrides, QdrantArgs, RetrievalTuning, load
 #[command(
     args_conflicts_with_subcommands = true,
     subcommand_negates_reqs = true,
-    override_usage = "ragtune eval <retrieval|qa|crag|rerank> --dataset <DIR> [OPTIONS]"
+    override_usage = "ragtune eval <retrieval|qa|crag|rerank|build-cmu-set> --dataset <DIR> [OPTIONS]"
 )]
 pub struct EvalArgs {
     #[command(subcommand)]
@@ -39,6 +39,23 @@ enum EvalKind {
     /// The retrieval metrics and the budgeted reranking controller on the retrieved candidates: nDCG@10 per policy
     /// and budget beside a full rerank (scores cached under $RAGTUNE_HOME/rerank-cache).
     Rerank(RerankArgs),
+    /// Build a BEIR retrieval set of long documents from the CMU Wikipedia QA set: articles as documents,
+    /// questions as queries, document- and passage-level qrels, train and test splits by article title.
+    BuildCmuSet(BuildCmuSetArgs),
+}
+
+/// `eval build-cmu-set`.
+#[derive(Debug, clap::Args)]
+struct BuildCmuSetArgs {
+    /// The CMU QA dataset directory (S08/, S09/, ...).
+    #[arg(long, value_name = "DIR")]
+    dataset: PathBuf,
+    /// The directory to write the BEIR set to.
+    #[arg(long, value_name = "DIR")]
+    out: PathBuf,
+    /// Write the articles as Markdown under a `# title` heading (header paths for the header boost).
+    #[arg(long)]
+    markdown: bool,
 }
 
 /// A BEIR dataset, how to index and retrieve it, and where the report goes.
@@ -95,6 +112,22 @@ struct BeirFlags {
     /// Evaluate only the first N queries of the split (for slow transformations).
     #[arg(long, value_name = "N")]
     limit: Option<usize>,
+    /// How documents are indexed: `passages` (long documents chunked so passages fit the model's window) or
+    /// `whole` (one passage per document; the dense model sees only its beginning).
+    #[arg(long, value_name = "MODE", default_value = "passages")]
+    chunking: EvalChunking,
+    /// Words per passage with `--chunking passages` (default 100: passages that fit the model's 256-token window).
+    #[arg(long, value_name = "WORDS")]
+    chunk_size: Option<usize>,
+    /// Words shared by consecutive passages (default 20).
+    #[arg(long, value_name = "WORDS")]
+    chunk_overlap: Option<usize>,
+    /// How a document is scored from its passages: max, sum:N or mean:N (its best N passages).
+    #[arg(long, value_name = "HOW", default_value = "max")]
+    doc_score: DocScore,
+    /// The header boost weight, 0..=1 (default: the config's `[search] header_boost`, 0: off).
+    #[arg(long, value_name = "W")]
+    header_boost: Option<f32>,
 }
 
 /// `eval crag`: a BEIR evaluation read as Corrective-RAG decisions.
@@ -248,6 +281,12 @@ pub async fn run(config: Option<&Path>, args: EvalArgs) -> anyhow::Result<()> {
             out.write(&report)
         }
         EvalKind::Qa(qa) => answers(config, qa).await,
+        EvalKind::BuildCmuSet(BuildCmuSetArgs { dataset, out, markdown }) => {
+            let opts = ragtune_eval::CmuSetOptions { dataset, out: out.clone(), markdown };
+            let report = ragtune_eval::build_cmu_set(&opts, &mut |line| eprintln!("{line}"))?;
+            print!("{}", ragtune_eval::cmu_set_table(&report, &out));
+            Ok(())
+        }
     }
 }
 
@@ -300,6 +339,21 @@ fn beir_options(
     opts.store = beir.store;
     opts.limit = beir.limit;
     opts.rerank = rerank;
+    opts.chunking = beir.chunking;
+    // Like BM25, the chunk sizes start from the evaluation's defaults (passages that fit the model's window), not
+    // the config, so that reports compare with baselines.
+    if let Some(n) = beir.chunk_size {
+        opts.chunker.chunk_size = n;
+    }
+    if let Some(n) = beir.chunk_overlap {
+        opts.chunker.chunk_overlap = n;
+    }
+    opts.chunker.chunker().validate().map_err(|e| e.context("--chunk-size/--chunk-overlap ([chunking])"))?;
+    opts.doc_score = beir.doc_score;
+    opts.header_boost = beir.header_boost.unwrap_or(cfg.search.header_boost);
+    if !(0.0..=1.0).contains(&opts.header_boost) {
+        anyhow::bail!("--header-boost must be between 0 and 1, got {}", opts.header_boost);
+    }
     Ok((opts, cfg, beir.out))
 }
 

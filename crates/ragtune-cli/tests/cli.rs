@@ -305,6 +305,19 @@ fn eval_usage_errors_exit_with_2() {
     assert_eq!(out.status.code(), Some(2));
     let err = text(&out.stderr);
     assert!(err.contains("unknown fusion method `mean`; available: rrf, convex, dbsf"), "{err}");
+    for (flag, value, message) in [
+        ("--doc-score", "sum:0", "unknown document score `sum:0`; available: max, sum:N, mean:N"),
+        ("--chunking", "sections", "unknown chunking `sections`; available: passages, whole"),
+    ] {
+        let out = ragtune(&["eval", "retrieval", "--dataset", "tiny", flag, value], dir.path());
+        assert_eq!(out.status.code(), Some(2), "{flag}");
+        assert!(text(&out.stderr).contains(message), "{}", text(&out.stderr));
+    }
+    assert_eq!(ragtune(&["eval", "build-cmu-set", "--dataset", "x"], dir.path()).status.code(), Some(2), "--out");
+    // A missing dataset is a runtime error that names it.
+    let out = ragtune(&["eval", "build-cmu-set", "--dataset", "nowhere", "--out", "set"], dir.path());
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("nowhere"), "{}", text(&out.stderr));
 }
 
 #[test]

@@ -475,17 +475,19 @@ fn windows_1252(bytes: &[u8]) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use ragtune::core::ErrorKind;
 
-    fn write(dir: &Path, name: &str, content: &[u8]) {
+    /// Writes `content` to `dir/name`, creating directories.
+    pub(crate) fn write(dir: &Path, name: &str, content: &[u8]) {
         let path = dir.join(name);
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(path, content).unwrap();
     }
 
-    const HEADER: &str =
+    /// The header line of a questions file.
+    pub(crate) const HEADER: &str =
         "ArticleTitle\tQuestion\tAnswer\tDifficultyFromQuestioner\tDifficultyFromAnswerer\tArticleFile\n";
 
     /// Two semesters with the troubles of the real files.

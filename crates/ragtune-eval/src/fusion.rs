@@ -237,7 +237,9 @@ pub async fn run_fusion_calibration(
     // The retrievers the hybrid strategy fuses, asked as deep as it asks them.
     let bm25 = engine.retriever(Strategy::Bm25).await?;
     let dense = engine.retriever(Strategy::Dense).await?;
-    let depth = opts.hybrid.depth.max(opts.top_k);
+    // With chunking, `eval retrieval` asks for `passage_depth` passages (three per wanted document), so the grid
+    // fuses as deep for its points to be the numbers `eval retrieval` reports.
+    let depth = opts.hybrid.depth.max(opts.passage_depth());
     let mut queries = data.queries_with_qrels();
     if let Some(limit) = opts.limit {
         queries.truncate(limit);
@@ -257,7 +259,7 @@ pub async fn run_fusion_calibration(
     }
     let points = grid.methods.len() * grid.adaptive.len() * (grid.steps as usize + 1);
     log(&format!("fusing them with {points} settings"));
-    fit_fusion(&lists, &data.qrels, &opts.hybrid, grid, opts.top_k)
+    fit_fusion(&lists, &data.qrels, &opts.hybrid, grid, opts.passage_depth())
 }
 
 /// The fitted fusion as a configuration file `--config` reads: a `[hybrid]` section, under a comment that says what

@@ -6,7 +6,9 @@
 //!   [`RerankPolicy`](ragtune::rerank::RerankPolicy) and budget;
 //! - [`crag`]: Corrective-RAG decision statistics and the calibration of the evaluators' thresholds;
 //! - [`fusion`]: the hybrid fusion (method, weights, query-time strength) fitted on a training split;
-//! - [`qa`]: answer-level evaluation on the CMU Wikipedia QA set, read by [`cmu_qa`].
+//! - [`qa`]: answer-level evaluation on the CMU Wikipedia QA set, read by [`cmu_qa`];
+//! - [`cmu_set`]: a BEIR retrieval set of long documents built from the CMU QA set, with passage-level
+//!   judgements that [`passages`] scores.
 //!
 //! The crate depends on the facade `ragtune` and reaches the layers through its re-exports. Nothing in the engine
 //! depends on it: only the command-line tool, xtask, the integration tests and the benchmarks do
@@ -42,12 +44,15 @@
 //! ```
 
 pub mod cmu_qa;
+pub mod cmu_set;
 pub mod crag;
 pub mod fusion;
+pub mod passages;
 pub mod qa;
 pub mod rerank;
 pub mod retrieval;
 
+pub use cmu_set::{CmuSetOptions, CmuSetReport, build_cmu_set, cmu_set_table};
 pub use crag::{
     CragEvalReport, calibration_toml, crag_table, learned_table, learned_toml, run_calibration, run_crag_eval,
     run_learned_calibration,
@@ -55,4 +60,4 @@ pub use crag::{
 pub use fusion::{FusionFit, FusionGrid, fusion_table, fusion_toml, run_fusion_calibration};
 pub use qa::{QaEvalOptions, QaEvalReport, is_qa_dataset, qa_table, run_qa_calibration, run_qa_eval};
 pub use rerank::{RerankEvalOptions, RerankEvalReport, evaluate_reranking, rerank_table};
-pub use retrieval::{EvalOptions, EvalReport, run_eval, summary_table};
+pub use retrieval::{DocScore, EvalChunking, EvalOptions, EvalReport, run_eval, summary_table};

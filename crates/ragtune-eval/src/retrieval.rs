@@ -10,12 +10,101 @@ use ragtune::evaluators::metrics::{Metric, Runs, evaluate, percentile};
 use serde::{Deserialize, Serialize};
 
 use ragtune::{
-    Bm25Settings, Chunking, Config, EmbeddingMode, EmbeddingSettings, Engine, HybridSettings, LlmSettings,
-    QdrantSettings, StoreBackend, StoreConfig, Strategy, Transform, TransformSettings,
+    Bm25Settings, Chunking, ChunkingSettings, Config, EmbeddingMode, EmbeddingSettings, Engine, HybridSettings,
+    LlmSettings, QdrantSettings, SearchSettings, StoreBackend, StoreConfig, Strategy, Transform, TransformSettings,
 };
 
 /// The retrievers `eval` knows.
 pub const RETRIEVERS: [&str; 3] = ["bm25", "dense", "hybrid"];
+
+/// How a retrieval evaluation cuts the corpus into indexed passages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EvalChunking {
+    /// The default: a document longer than one passage is chunked by the facade's chunker (`Chunking::Auto`:
+    /// header-aware sections and passages for Markdown, windows of `chunk_size` words with `chunk_overlap` words of
+    /// overlap, cut at paragraph or sentence ends, for plain text); shorter documents stay whole. Documents are
+    /// scored from their passages ([`DocScore`]).
+    #[default]
+    Passages,
+    /// One passage per document (title and text), as BEIR baselines index: the dense model sees only the first
+    /// `embedding.max_length` tokens of a long document.
+    Whole,
+}
+
+impl std::str::FromStr for EvalChunking {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "passages" | "chunked" => Ok(Self::Passages),
+            "whole" | "whole-documents" => Ok(Self::Whole),
+            _ => Err(Error::invalid_input(format!("unknown chunking `{s}`; available: passages, whole"))),
+        }
+    }
+}
+
+impl std::fmt::Display for EvalChunking {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Passages => "passages",
+            Self::Whole => "whole",
+        })
+    }
+}
+
+/// How a document's score is made from the scores of its retrieved passages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DocScore {
+    /// The best passage's score (MaxP), the default: a document ranks where its best passage ranks.
+    #[default]
+    Max,
+    /// The sum of its best `n` retrieved passages' scores: documents with several good passages rise.
+    Sum(usize),
+    /// The mean of its best `n` retrieved passages' scores (over the passages retrieved, at most `n`).
+    Mean(usize),
+}
+
+impl std::str::FromStr for DocScore {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        let bad =
+            || Error::invalid_input(format!("unknown document score `{s}`; available: max, sum:N, mean:N (N >= 1)"));
+        if s == "max" {
+            return Ok(Self::Max);
+        }
+        let (kind, n) = s.split_once(':').ok_or_else(bad)?;
+        let n: usize = n.parse().ok().filter(|&n| n >= 1).ok_or_else(bad)?;
+        match kind {
+            "sum" => Ok(Self::Sum(n)),
+            "mean" => Ok(Self::Mean(n)),
+            _ => Err(bad()),
+        }
+    }
+}
+
+impl std::fmt::Display for DocScore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Max => f.write_str("max"),
+            Self::Sum(n) => write!(f, "sum:{n}"),
+            Self::Mean(n) => write!(f, "mean:{n}"),
+        }
+    }
+}
+
+/// Words per passage of the evaluation's chunking: 100-word passages (as DPR cut Wikipedia) fit the default
+/// model's 256-token window for all but about 1 % of passages on SciFact and CMU QA (checked with the model's
+/// tokenizer: 200-word passages, the `[chunking]` default, overflow it for 54 % and 64 %; docs/eval.md).
+pub const EVAL_CHUNK_WORDS: usize = 100;
+
+/// Words shared by consecutive passages of the evaluation's chunking.
+pub const EVAL_CHUNK_OVERLAP: usize = 20;
+
+/// With [`EvalChunking::Passages`], each query asks for this many passages per document wanted (`top_k`), so that
+/// `top_k` documents remain after passages of the same document are merged.
+pub const PASSAGES_PER_DOCUMENT: usize = 3;
 
 /// What to evaluate.
 #[derive(Debug, Clone, PartialEq)]
@@ -51,6 +140,16 @@ pub struct EvalOptions {
     pub limit: Option<usize>,
     /// Also measure the budgeted reranking controller on the retrieved candidates.
     pub rerank: Option<crate::rerank::RerankEvalOptions>,
+    /// Whole documents or passages (the default).
+    pub chunking: EvalChunking,
+    /// The chunker's sizes for [`EvalChunking::Passages`] (the facade's `[chunking]` settings; by default
+    /// [`EVAL_CHUNK_WORDS`] and [`EVAL_CHUNK_OVERLAP`], not the configuration's, so that reports compare with
+    /// baselines).
+    pub chunker: ChunkingSettings,
+    /// How documents are scored from their passages.
+    pub doc_score: DocScore,
+    /// The weight of the header boost (`[search] header_boost`; 0 is off).
+    pub header_boost: f32,
 }
 
 impl EvalOptions {
@@ -72,6 +171,44 @@ impl EvalOptions {
             llm: LlmSettings::default(),
             limit: None,
             rerank: None,
+            chunking: EvalChunking::default(),
+            chunker: ChunkingSettings {
+                chunk_size: EVAL_CHUNK_WORDS,
+                chunk_overlap: EVAL_CHUNK_OVERLAP,
+                ..ChunkingSettings::default()
+            },
+            doc_score: DocScore::default(),
+            header_boost: 0.0,
+        }
+    }
+
+    /// How the index cuts documents, as the facade's [`Chunking`].
+    #[must_use]
+    pub fn index_chunking(&self) -> Chunking {
+        match self.chunking {
+            EvalChunking::Whole => Chunking::WholeDocuments,
+            EvalChunking::Passages => Chunking::Auto(self.chunker.chunker()),
+        }
+    }
+
+    /// The chunking as it enters cache keys and reports: `whole-documents`, or `passages` with the sizes.
+    #[must_use]
+    pub fn chunking_key(&self) -> String {
+        match self.chunking {
+            EvalChunking::Whole => "whole-documents".to_owned(),
+            EvalChunking::Passages => {
+                let c = &self.chunker;
+                format!("passages/size={}/overlap={}/section={}", c.chunk_size, c.chunk_overlap, c.max_section_size)
+            }
+        }
+    }
+
+    /// Passages asked for per query: `top_k`, times [`PASSAGES_PER_DOCUMENT`] when documents are chunked.
+    #[must_use]
+    pub fn passage_depth(&self) -> usize {
+        match self.chunking {
+            EvalChunking::Whole => self.top_k,
+            EvalChunking::Passages => self.top_k.saturating_mul(PASSAGES_PER_DOCUMENT),
         }
     }
 }
@@ -110,9 +247,21 @@ pub struct EvalReport {
     /// Documents in the corpus.
     pub documents: usize,
     /// Documents longer than the embedding model's window (`embedding.max_length` tokens), whose dense vector saw
-    /// only their beginning; `None` without dense vectors, or for a cached index older than this count.
+    /// only their beginning; `None` without dense vectors, for a cached index older than this count, or when
+    /// documents were chunked (see `truncated_passages`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub truncated_documents: Option<usize>,
+    /// With chunking: passages still longer than the model's window; `None` as for `truncated_documents`, or
+    /// with whole documents.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub truncated_passages: Option<usize>,
+    /// Searchable passages in the index (`None` for a cached index older than this count).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub passages: Option<usize>,
+    /// Passage-level metrics, when the dataset has passage qrels (`qrels/passages/<split>.tsv`) and documents were
+    /// chunked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub passage_level: Option<crate::passages::PassageLevel>,
     /// Queries that failed (for example an empty query text); they score 0.
     pub failed_queries: Vec<String>,
     /// Problems met while loading the dataset.
@@ -199,8 +348,9 @@ pub async fn run_eval(opts: &EvalOptions, log: &mut dyn FnMut(&str)) -> Result<E
         None
     };
     let data = ragtune::ingest::load_beir(&opts.dataset, &opts.split)?;
+    let gold_passages = crate::passages::load_passage_qrels(&opts.dataset, &opts.split)?;
     let name = dataset_name(&opts.dataset);
-    let chunking = "whole-documents";
+    let chunking = opts.chunking_key();
     // Dense and hybrid need the embedding model; BM25 indexes without it (faster, and no model needed).
     let embedder = match strategy {
         Strategy::Bm25 => None,
@@ -233,6 +383,14 @@ pub async fn run_eval(opts: &EvalOptions, log: &mut dyn FnMut(&str)) -> Result<E
     if let Some(limit) = opts.limit {
         config["limit"] = limit.into();
     }
+    // Only beside chunking, so that whole-document reports compare with the baselines made before they existed.
+    if opts.chunking == EvalChunking::Passages {
+        config["doc_score"] = opts.doc_score.to_string().into();
+        config["passage_depth"] = opts.passage_depth().into();
+    }
+    if opts.header_boost > 0.0 {
+        config["header_boost"] = opts.header_boost.into();
+    }
     if let Some(e) = &embedder {
         // Threads and batch size change speed, not results: they stay out of the config that baselines compare.
         config["embedder"] = serde_json::json!({ "spec": e.spec(), "max_length": opts.embedding.max_length });
@@ -249,8 +407,20 @@ pub async fn run_eval(opts: &EvalOptions, log: &mut dyn FnMut(&str)) -> Result<E
         }
     }
 
-    let (engine, cached, location, index_seconds, truncated_documents) =
-        open_beir_index(opts, &name, &data.corpus, embedder.clone(), llm.clone(), log).await?;
+    let IndexOpened { engine, cached, location, seconds: index_seconds, truncated, passages } =
+        open_index(opts, &name, &data.corpus, embedder.clone(), llm.clone(), log).await?;
+    if gold_passages.is_some() && opts.chunking == EvalChunking::Whole {
+        log("passage qrels are not scored with whole documents (every passage of a retrieved document would count)");
+    }
+    let (truncated_documents, truncated_passages) = match opts.chunking {
+        EvalChunking::Whole => (truncated, None),
+        EvalChunking::Passages => (None, truncated),
+    };
+    let mut passage_runs: Runs = BTreeMap::new();
+    let mut locator = crate::passages::Locator::new(&data.corpus);
+    let passage_issues = gold_passages.as_ref().map(|g| g.issues.clone()).unwrap_or_default();
+    let gold = gold_passages.filter(|_| opts.chunking == EvalChunking::Passages).map(|g| g.locate(&data.corpus));
+    let gold = gold.as_ref();
 
     let retriever = engine.transformed_retriever(strategy, transform).await?;
     let mut queries = data.queries_with_qrels();
@@ -266,7 +436,7 @@ pub async fn run_eval(opts: &EvalOptions, log: &mut dyn FnMut(&str)) -> Result<E
     let mut routes: BTreeMap<String, usize> = BTreeMap::new();
     let mut pools: Vec<(String, String, Vec<ragtune::core::Candidate>)> = Vec::new();
     for (i, q) in queries.iter().enumerate() {
-        let query = Query { id: Some(q.id.clone()), ..Query::new(q.text.clone()).with_top_k(opts.top_k) };
+        let query = Query { id: Some(q.id.clone()), ..Query::new(q.text.clone()).with_top_k(opts.passage_depth()) };
         let sink = TraceSink::new();
         let ctx = Ctx::new().with_trace(sink.clone());
         let t = Instant::now();
@@ -299,7 +469,12 @@ pub async fn run_eval(opts: &EvalOptions, log: &mut dyn FnMut(&str)) -> Result<E
                 if let Some(r) = &opts.rerank {
                     pools.push((q.id.clone(), q.text.clone(), list.iter().take(r.pool).cloned().collect()));
                 }
-                runs.insert(q.id.clone(), document_run(&list));
+                if let Some(g) = gold {
+                    passage_runs.insert(q.id.clone(), g.passage_run(&list, &mut locator, opts.top_k));
+                }
+                let mut run = document_run_with(&list, opts.doc_score);
+                run.truncate(opts.top_k);
+                runs.insert(q.id.clone(), run);
             }
             Err(e) => failed.push(format!("{}: {e}", q.id)),
         }
@@ -323,6 +498,7 @@ pub async fn run_eval(opts: &EvalOptions, log: &mut dyn FnMut(&str)) -> Result<E
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     let report = evaluate(&qrels, &runs, &metrics);
+    let passage_level = gold.map(|g| g.evaluate(&evaluated, &passage_runs, &metrics));
     let summary = |v: &mut Vec<f64>| {
         v.sort_by(f64::total_cmp);
         let mean = if v.is_empty() { 0.0 } else { v.iter().sum::<f64>() / v.len() as f64 };
@@ -364,8 +540,11 @@ pub async fn run_eval(opts: &EvalOptions, log: &mut dyn FnMut(&str)) -> Result<E
         index_cached: cached,
         documents: data.corpus.len(),
         truncated_documents,
+        truncated_passages,
+        passages,
+        passage_level,
         failed_queries: failed,
-        load_issues: data.issues.iter().map(ToString::to_string).collect(),
+        load_issues: data.issues.iter().map(ToString::to_string).chain(passage_issues).collect(),
         store_location: location,
         cost,
         latency_split_ms,
@@ -375,8 +554,8 @@ pub async fn run_eval(opts: &EvalOptions, log: &mut dyn FnMut(&str)) -> Result<E
 }
 
 /// Opens the cached index of a BEIR corpus for the options' BM25 and embedding settings, building it when no
-/// complete one exists (or `opts.reindex`). Returns the engine, whether the index was cached, where it lives and
-/// the seconds indexing took.
+/// complete one exists (or `opts.reindex`). Returns the engine, whether the index was cached, where it lives,
+/// the seconds indexing took and the passages the model truncated.
 pub(crate) async fn open_beir_index(
     opts: &EvalOptions,
     name: &str,
@@ -385,7 +564,32 @@ pub(crate) async fn open_beir_index(
     llm: Option<std::sync::Arc<dyn ragtune::core::Llm>>,
     log: &mut dyn FnMut(&str),
 ) -> Result<(Engine, bool, String, f64, Option<usize>)> {
-    let chunking = "whole-documents";
+    let o = open_index(opts, name, corpus, embedder, llm, log).await?;
+    Ok((o.engine, o.cached, o.location, o.seconds, o.truncated))
+}
+
+/// What [`open_index`] opened.
+struct IndexOpened {
+    engine: Engine,
+    cached: bool,
+    location: String,
+    seconds: f64,
+    /// Passages longer than the model's window (with dense vectors).
+    truncated: Option<usize>,
+    /// Searchable passages.
+    passages: Option<usize>,
+}
+
+/// [`open_beir_index`] with everything it knows.
+async fn open_index(
+    opts: &EvalOptions,
+    name: &str,
+    corpus: &[ragtune::core::Document],
+    embedder: Option<std::sync::Arc<dyn ragtune::core::Embedder>>,
+    llm: Option<std::sync::Arc<dyn ragtune::core::Llm>>,
+    log: &mut dyn FnMut(&str),
+) -> Result<IndexOpened> {
+    let chunking = opts.chunking_key();
     let data_corpus = corpus;
     // The index depends on the corpus bytes and on everything that changes the stored vectors.
     let corpus_hash = hash_file(&opts.dataset.join("corpus.jsonl"))?;
@@ -432,6 +636,8 @@ pub(crate) async fn open_beir_index(
         hybrid: opts.hybrid,
         embedding: opts.embedding.clone(),
         transform: opts.transform.clone(),
+        chunking: opts.chunker,
+        search: SearchSettings { header_boost: opts.header_boost, ..SearchSettings::default() },
         ..Config::default()
     };
     let mut engine = Engine::open_with_embedder(cfg, embedder.clone()).await?.with_llm(llm.clone());
@@ -439,41 +645,85 @@ pub(crate) async fn open_beir_index(
     // Documents the model truncated: counted when indexing, kept in the completion marker for later runs (`None`
     // for a cache written before the count existed).
     let dense = embedder.is_some();
-    let truncated = if cached {
+    let (truncated, passages) = if cached {
         log(&format!("using the cached index {location}"));
-        std::fs::read(&marker)
+        let marked = std::fs::read(&marker)
             .ok()
             .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
-            .and_then(|v| v["truncated"].as_u64())
-            .and_then(|n| usize::try_from(n).ok())
+            .unwrap_or_default();
+        let count = |field: &str| marked[field].as_u64().and_then(|n| usize::try_from(n).ok());
+        (count("truncated"), count("passages"))
     } else {
-        log(&format!("indexing {} documents into {location}", data_corpus.len()));
-        let report = engine.index_documents(data_corpus, Chunking::WholeDocuments, &mut |_, _| {}).await?;
+        log(&format!("indexing {} documents into {location} ({chunking})", data_corpus.len()));
+        let report = engine.index_documents(data_corpus, opts.index_chunking(), &mut |_, _| {}).await?;
         if opts.store == StoreBackend::Embedded {
-            let marked = serde_json::json!({ "key": key, "truncated": report.truncated });
+            let marked = serde_json::json!({ "key": key, "truncated": report.truncated, "passages": report.passages });
             std::fs::write(&marker, serde_json::to_vec_pretty(&marked).unwrap_or_default())
                 .map_err(|e| Error::permanent(format!("cannot write {}", marker.display())).with_source(e))?;
         }
-        Some(report.truncated)
-    }
-    .filter(|_| dense);
-    let index_seconds = started.elapsed().as_secs_f64();
+        (Some(report.truncated), Some(report.passages))
+    };
+    let truncated = truncated.filter(|_| dense);
+    let seconds = started.elapsed().as_secs_f64();
     if let Some(n) = truncated.filter(|&n| n > 0) {
-        log(&format!(
-            "warning: {n} of {} documents are longer than the embedding model's {}-token window: their dense vectors \
-             see only their beginning (chunk long documents so that every passage fits)",
-            data_corpus.len(),
-            opts.embedding.max_length
-        ));
+        let message = match opts.chunking {
+            EvalChunking::Whole => format!(
+                "warning: {n} of {} documents are longer than the embedding model's {}-token window: their dense \
+                 vectors see only their beginning (`--chunking passages` chunks long documents)",
+                data_corpus.len(),
+                opts.embedding.max_length
+            ),
+            EvalChunking::Passages => format!(
+                "warning: {n} of {} passages are longer than the embedding model's {}-token window: their dense \
+                 vectors see only their beginning (a smaller `[chunking] chunk_size` makes every passage fit)",
+                passages.map_or_else(|| "the".to_owned(), |p| p.to_string()),
+                opts.embedding.max_length
+            ),
+        };
+        log(&message);
     }
-    Ok((engine, cached, location, index_seconds, truncated))
+    Ok(IndexOpened { engine, cached, location, seconds, truncated, passages })
 }
 
 /// A ranked list of chunks as a `trec_eval` run of documents: a document counts once, at its best-ranked chunk,
-/// with that chunk's score.
+/// with that chunk's score (`DocScore::Max`).
 pub(crate) fn document_run(list: &[ragtune::core::Candidate]) -> Vec<(String, f32)> {
     let mut seen = HashSet::new();
     list.iter().filter(|c| seen.insert(c.chunk.doc_id.as_str())).map(|c| (c.chunk.doc_id.clone(), c.score)).collect()
+}
+
+/// A ranked list of chunks (best first) as a `trec_eval` run of documents scored by `how`: each document once,
+/// ordered by its score, ties by the rank of its best chunk. `Max` is [`document_run`]; `Sum(n)` and `Mean(n)`
+/// aggregate a document's first `n` chunks of the list (its best `n` retrieved passages).
+#[must_use]
+pub fn document_run_with(list: &[ragtune::core::Candidate], how: DocScore) -> Vec<(String, f32)> {
+    let n = match how {
+        DocScore::Max => return document_run(list),
+        DocScore::Sum(n) | DocScore::Mean(n) => n,
+    };
+    // Per document, in order of its best chunk: the scores of its first `n` chunks.
+    let mut order: Vec<(&str, Vec<f32>)> = Vec::new();
+    let mut at: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    for c in list {
+        let i = *at.entry(c.chunk.doc_id.as_str()).or_insert_with(|| {
+            order.push((c.chunk.doc_id.as_str(), Vec::new()));
+            order.len() - 1
+        });
+        if order[i].1.len() < n {
+            order[i].1.push(c.score);
+        }
+    }
+    let mut run: Vec<(usize, String, f32)> = order
+        .into_iter()
+        .enumerate()
+        .map(|(rank, (doc, scores))| {
+            let sum: f32 = scores.iter().sum();
+            let score = if matches!(how, DocScore::Mean(_)) { sum / scores.len().max(1) as f32 } else { sum };
+            (rank, doc.to_owned(), score)
+        })
+        .collect();
+    run.sort_by(|a, b| b.2.total_cmp(&a.2).then(a.0.cmp(&b.0)));
+    run.into_iter().map(|(_, doc, score)| (doc, score)).collect()
 }
 
 /// A dataset's name for reports and cache keys: its directory's name.
@@ -499,6 +749,21 @@ pub fn summary_table(r: &EvalReport) -> String {
     out.push_str(&format!("{:<12} {:>8}\n", "metric", "value"));
     for (k, v) in &r.metrics {
         out.push_str(&format!("{k:<12} {v:>8.4}\n"));
+    }
+    if let Some(p) = &r.passage_level {
+        out.push_str(&format!("passage level ({} queries)\n", p.queries));
+        for (k, v) in &p.metrics {
+            out.push_str(&format!("{k:<12} {v:>8.4}\n"));
+        }
+    }
+    if let Some(n) = r.truncated_documents.filter(|&n| n > 0) {
+        out.push_str(&format!("truncated    {n} documents longer than the model's window\n"));
+    }
+    if let Some(n) = r.truncated_passages.filter(|&n| n > 0) {
+        out.push_str(&format!(
+            "truncated    {n} of {} passages longer than the model's window\n",
+            r.passages.map_or_else(|| "?".to_owned(), |p| p.to_string())
+        ));
     }
     out.push_str(&format!(
         "latency ms   p50 {:.3}  p99 {:.3}  mean {:.3}\nindex        {:.2} s{}\n",
@@ -532,4 +797,75 @@ pub fn summary_table(r: &EvalReport) -> String {
         out.push_str(&format!("failed queries: {}\n", r.failed_queries.len()));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ragtune::core::{Candidate, Chunk};
+
+    /// Renders the document run of a chunk list (`(chunk id, doc id, score)`, best first) scored by `how`.
+    fn check(list: &[(&str, &str, f32)], how: &str, expect: &str) {
+        let list: Vec<Candidate> = list
+            .iter()
+            .map(|&(id, doc, score)| Candidate { chunk: Chunk::new(id, doc, "t"), score, sources: BTreeMap::new() })
+            .collect();
+        let run = document_run_with(&list, how.parse().unwrap());
+        let got: Vec<String> = run.iter().map(|(d, s)| format!("{d} {s:.2}")).collect();
+        assert_eq!(got.join(", "), expect);
+    }
+
+    const LIST: [(&str, &str, f32); 6] = [
+        ("a#0", "a", 0.9),
+        ("b#0", "b", 0.8),
+        ("b#1", "b", 0.7),
+        ("c#0", "c", 0.6),
+        ("b#2", "b", 0.5),
+        ("a#1", "a", 0.1),
+    ];
+
+    #[test]
+    fn documents_are_scored_from_their_passages() {
+        check(&LIST, "max", "a 0.90, b 0.80, c 0.60");
+        check(&LIST, "sum:2", "b 1.50, a 1.00, c 0.60");
+        check(&LIST, "sum:3", "b 2.00, a 1.00, c 0.60");
+        check(&LIST, "sum:1", "a 0.90, b 0.80, c 0.60");
+        // The mean is over the passages retrieved (at most N): c's one passage is its mean.
+        check(&LIST, "mean:2", "b 0.75, c 0.60, a 0.50");
+        check(&LIST, "mean:3", "b 0.67, c 0.60, a 0.50");
+        check(&[], "sum:2", "");
+    }
+
+    #[test]
+    fn equal_aggregates_keep_the_order_of_the_best_passage() {
+        check(&[("x#0", "x", 0.5), ("y#0", "y", 0.5), ("x#1", "x", 0.5), ("y#1", "y", 0.5)], "sum:2", "x 1.00, y 1.00");
+    }
+
+    #[test]
+    fn doc_score_and_chunking_parse_and_print() {
+        for s in ["max", "sum:3", "mean:1"] {
+            assert_eq!(s.parse::<DocScore>().unwrap().to_string(), s);
+        }
+        for bad in ["", "min", "sum", "sum:0", "mean:x", "sum:-1"] {
+            let e = bad.parse::<DocScore>().unwrap_err();
+            assert!(e.message().contains("max, sum:N, mean:N"), "{bad}: {e}");
+        }
+        assert_eq!("passages".parse::<EvalChunking>().unwrap(), EvalChunking::Passages);
+        assert_eq!("whole".parse::<EvalChunking>().unwrap().to_string(), "whole");
+        assert!("sections".parse::<EvalChunking>().is_err());
+        assert_eq!(EvalChunking::default(), EvalChunking::Passages);
+    }
+
+    #[test]
+    fn the_cache_key_and_depth_follow_the_chunking() {
+        let mut opts = EvalOptions::new("d");
+        assert_eq!(opts.chunking_key(), "passages/size=100/overlap=20/section=1000");
+        assert_eq!(opts.passage_depth(), 300);
+        assert!(matches!(opts.index_chunking(), Chunking::Auto(_)));
+        opts.chunking = EvalChunking::Whole;
+        // The key of whole documents is the one caches had before chunking existed.
+        assert_eq!(opts.chunking_key(), "whole-documents");
+        assert_eq!(opts.passage_depth(), 100);
+        assert_eq!(opts.index_chunking(), Chunking::WholeDocuments);
+    }
 }

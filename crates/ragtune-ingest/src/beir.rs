@@ -123,6 +123,17 @@ pub fn load_beir(dir: impl AsRef<Path>, split: &str) -> Result<BeirDataset> {
     Ok(BeirDataset { split: split.to_owned(), corpus: corpus.items, queries: queries.items, qrels, issues })
 }
 
+/// Loads one qrels file (`query-id \t corpus-id \t score`, an optional header), with the lines it stepped over.
+/// The ids are not checked against a corpus: passage-level judgements name passages, not documents.
+///
+/// # Errors
+/// [`ErrorKind::NotFound`](ragtune_core::ErrorKind::NotFound) when the file is missing,
+/// [`ErrorKind::Permanent`](ragtune_core::ErrorKind::Permanent) when it cannot be read.
+pub fn load_qrels(path: impl AsRef<Path>) -> Result<(Qrels, Vec<LoadIssue>)> {
+    let path = path.as_ref();
+    read_qrels(open(path)?, path)
+}
+
 /// `dir/qrels/<split>.tsv`, or a NotFound error that lists the splits there are.
 fn qrels_path(dir: &Path, split: &str) -> Result<PathBuf> {
     let path = dir.join("qrels").join(format!("{split}.tsv"));

@@ -5,7 +5,8 @@
 //! - [`HybridRetriever`]: fusion of any retrievers by weighted Reciprocal Rank Fusion, a convex combination of
 //!   normalised scores or distribution-based score fusion, with fixed or query-time weights ([`fuse`] is the pure
 //!   function, in [`fusion`]);
-//! - [`ParentRetriever`]: "snippet then parent" — search passages, return their parent sections.
+//! - [`ParentRetriever`]: "snippet then parent" — search passages, return their parent sections;
+//! - [`HeaderBoostRetriever`]: the header boost ([`boost`]) after any retriever's ranking.
 //!
 //! - [`transform`]: query transformations around any retriever — HyDE, multi-query fusion, rewrite, synonym
 //!   expansion, the complexity router and multi-hop retrieval (LLM-driven ones through the `Llm` seam, degrading
@@ -36,6 +37,7 @@
 //! # }
 //! ```
 
+pub mod boost;
 mod dense;
 pub mod fusion;
 mod hybrid;
@@ -43,6 +45,7 @@ mod parent;
 mod sparse;
 pub mod transform;
 
+pub use boost::{HeaderBoostRetriever, header_boost};
 pub use dense::DenseRetriever;
 pub use fusion::{FusionConfig, FusionMethod, fuse, fusion_weights, rrf_fuse};
 pub use hybrid::{Fused, HybridConfig, HybridRetriever};

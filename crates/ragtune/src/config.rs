@@ -499,11 +499,15 @@ pub struct SearchSettings {
     pub top_k: usize,
     /// The retrieval strategy.
     pub strategy: Strategy,
+    /// The weight of the header boost (`ragtune_retrieve::boost`): after retrieval and fusion, a hit whose header
+    /// path shares keywords with the query gains `header_boost × Jaccard × the list's score spread`. 0 is off;
+    /// hits without headers (whole documents, plain text) are never moved.
+    pub header_boost: f32,
 }
 
 impl Default for SearchSettings {
     fn default() -> Self {
-        Self { top_k: 10, strategy: Strategy::Auto }
+        Self { top_k: 10, strategy: Strategy::Auto, header_boost: 0.0 }
     }
 }
 
@@ -904,6 +908,10 @@ impl Config {
         self.judge.validate().map_err(section("judge"))?;
         self.retry.validate().map_err(section("retry"))?;
         self.hybrid.validate().map_err(section("hybrid"))?;
+        let boost = self.search.header_boost;
+        if !boost.is_finite() || !(0.0..=1.0).contains(&boost) {
+            return Err(Error::invalid_input(format!("[search] header_boost must be between 0 and 1, got {boost}")));
+        }
         let p = &self.pipeline;
         if p.reserve_tokens >= p.max_context_tokens {
             return Err(Error::invalid_input(format!(
@@ -1149,6 +1157,8 @@ mod tests {
             ("[hybrid]\nk = -1.0\n", "[hybrid]: k must"),
             ("[hybrid]\ndepth = 0\n", "[hybrid]: depth must"),
             ("[hybrid]\nfusion = \"mean\"\n", "fusion"),
+            ("[search]\nheader_boost = 1.5\n", "[search] header_boost must be between 0 and 1, got 1.5"),
+            ("[search]\nheader_boost = -0.1\n", "[search] header_boost"),
         ] {
             let err = Config::from_toml(toml).unwrap_err();
             assert!(err.to_string().contains(expect), "{toml}: {err}");
@@ -1160,5 +1170,14 @@ mod tests {
         let err = Config::from_toml("[bm25]\nk2 = 1.0\n").unwrap_err();
         assert!(err.to_string().contains("k2"), "{err}");
         assert!(err.to_string().contains("line 2"), "{err}");
+    }
+
+    #[test]
+    fn the_header_boost_round_trips_and_is_off_by_default() {
+        assert_eq!(Config::default().search.header_boost, 0.0);
+        let cfg = Config::from_toml("[search]\nheader_boost = 0.1\n").unwrap();
+        assert_eq!(cfg.search.header_boost, 0.1);
+        let back = Config::from_toml(&toml::to_string(&cfg).unwrap()).unwrap();
+        assert_eq!(back, cfg);
     }
 }

@@ -567,7 +567,17 @@ impl Engine {
     /// ([`Unavailable`](ragtune_core::ErrorKind::Unavailable)); a synonym table that cannot be read; `routed` as a
     /// route's own transformation.
     pub async fn transformed_retriever(&self, requested: Strategy, transform: Transform) -> Result<Arc<dyn Retriever>> {
-        self.transformed(requested, transform, self.config.transform.max_hops).await
+        let retriever = self.transformed(requested, transform, self.config.transform.max_hops).await?;
+        // The header boost comes after fusion and transformation, on the list the caller receives.
+        let boost = self.config.search.header_boost;
+        if boost > 0.0 {
+            return Ok(Arc::new(ragtune_retrieve::HeaderBoostRetriever::new(
+                retriever,
+                boost,
+                ragtune_evaluators::text::keywords,
+            )?));
+        }
+        Ok(retriever)
     }
 
     fn llm_or_none(&self) -> Arc<dyn Llm> {

@@ -400,8 +400,27 @@ impl Env<'_> {
     /// Budgeted reranking; the candidates unchanged when it cannot run.
     async fn rerank(&self, candidates: Vec<Candidate>) -> (Vec<Candidate>, Report) {
         match self.engine.rerank(&self.ctx, &self.question, candidates.clone()).await {
-            Ok((reranked, spent)) => {
-                let report = Report::new("controller").detail("candidates", reranked.len()).cost(spent);
+            Ok((mut reranked, spent)) => {
+                let mut report = Report::new("controller").detail("candidates", reranked.len()).cost(spent);
+                // The header boost comes after reranking too, which reorders the boosted retrieval list.
+                let weight = self.engine.config().search.header_boost;
+                let boosts = ragtune_retrieve::header_boost(
+                    &self.question,
+                    &mut reranked,
+                    weight,
+                    ragtune_evaluators::text::keywords,
+                );
+                if !boosts.is_empty() {
+                    let boosted: Vec<serde_json::Value> = boosts
+                        .iter()
+                        .map(|b| {
+                            serde_json::json!({
+                                "chunk": b.chunk_id, "jaccard": f64::from(b.jaccard), "added": f64::from(b.added),
+                            })
+                        })
+                        .collect();
+                    report = report.detail("header_boost", boosted);
+                }
                 (reranked, report)
             }
             Err(e) => {
