@@ -62,6 +62,10 @@ pub struct CalibrateArgs {
     /// evaluations never sample (docs/eval.md, "Calibrating the web trigger").
     #[arg(long, value_name = "SEMESTER")]
     local_semester: Option<String>,
+    /// How a BEIR corpus is indexed, as in `ragtune eval retrieval`: `passages` (the default: long documents chunked
+    /// so passages fit the model's window) or `whole` (one passage per document). Fit on the indexing you evaluate.
+    #[arg(long, value_name = "MODE", default_value = "passages")]
+    chunking: ragtune_eval::EvalChunking,
 }
 
 pub async fn run(config: Option<&Path>, args: CalibrateArgs) -> anyhow::Result<()> {
@@ -163,6 +167,7 @@ fn beir_options(cfg: &ragtune::Config, args: &CalibrateArgs, retriever: &str) ->
     opts.embedding = cfg.embedding.clone();
     opts.hybrid = cfg.hybrid;
     opts.limit = args.limit;
+    opts.chunking = args.chunking;
     if let Some(dir) = &args.cache_dir {
         opts.cache_dir.clone_from(dir);
     }
