@@ -1,7 +1,7 @@
 //! `cargo xtask eval --matrix`: every retriever and fusion method on every dataset, in one table and one report.
 //!
 //! ```text
-//! cargo xtask eval --matrix                                   # SciFact (and every set found, see below)
+//! cargo xtask eval --matrix                                   # SciFact and the CMU QA sets (built if missing)
 //! cargo xtask eval --matrix --dataset DIR --dataset DIR2      # the BEIR-format datasets named
 //! cargo xtask eval --matrix --update-baseline                 # after an intended change
 //! cargo xtask eval --matrix --rerank-report rerank.json       # adds the rerank budget curve to the report
@@ -43,14 +43,27 @@ struct Setting {
     fitted: bool,
 }
 
-/// The rows: each retriever alone, then every fusion method at its defaults, then the fusion fitted on train.
+/// The rows: each retriever alone (dense also on whole documents, which the model sees only the beginning of), then
+/// every fusion method at its defaults, the fusion fitted on train, and the header boost on. Every row but the
+/// `whole documents` one indexes passages (`eval retrieval`'s default chunking) and scores documents by their best
+/// passage.
 const SETTINGS: &[Setting] = &[
     Setting { name: "bm25", args: &["--retriever", "bm25"], fitted: false },
+    Setting {
+        name: "dense, whole documents (truncated)",
+        args: &["--retriever", "dense", "--chunking", "whole"],
+        fitted: false,
+    },
     Setting { name: "dense", args: &["--retriever", "dense"], fitted: false },
     Setting { name: "hybrid rrf", args: &["--retriever", "hybrid", "--fusion", "rrf"], fitted: false },
     Setting { name: "hybrid convex", args: &["--retriever", "hybrid", "--fusion", "convex"], fitted: false },
     Setting { name: "hybrid dbsf", args: &["--retriever", "hybrid", "--fusion", "dbsf"], fitted: false },
     Setting { name: "hybrid fitted on train", args: &["--retriever", "hybrid"], fitted: true },
+    Setting {
+        name: "hybrid rrf + header boost 0.1",
+        args: &["--retriever", "hybrid", "--fusion", "rrf", "--header-boost", "0.1"],
+        fitted: false,
+    },
 ];
 
 /// Rows that need an LLM (`--llm-url`): the query transformations over default hybrid retrieval. They give the
@@ -103,17 +116,13 @@ pub fn run(args: &[String]) -> Result<()> {
             ),
         }
     }
-    if datasets.is_empty() {
-        let scifact = sh.root().join("../shared/data/beir/scifact");
-        if !scifact.join("corpus.jsonl").is_file() {
-            bail!("no --dataset given and {} is missing", scifact.display());
-        }
-        datasets.push(scifact);
-    }
     std::fs::create_dir_all(&out_dir).with_context(|| format!("cannot create {}", out_dir.display()))?;
     // One release build; every run below uses the binary directly.
     shell::run(&mut sh.cargo(&["build", "--release", "--quiet", "-j2", "-p", "ragtune-cli"]))?;
     let exe = sh.target_dir().join("release").join("ragtune");
+    if datasets.is_empty() {
+        datasets = default_datasets(&sh, &exe)?;
+    }
     let load_before = load();
 
     let mut cells: BTreeMap<String, BTreeMap<String, Cell>> = BTreeMap::new();
@@ -140,6 +149,10 @@ pub fn run(args: &[String]) -> Result<()> {
             shell::run(cmd.arg("--out").arg(&report_path))?;
             let report = read_json(&report_path)?;
             cells.entry(name.clone()).or_default().insert(setting.name.to_owned(), cell(&report)?);
+            // A dataset with passage-level judgements gets a column of its own for them.
+            if let Some(passages) = passage_cell(&report) {
+                cells.entry(format!("{name} (passages)")).or_default().insert(setting.name.to_owned(), passages);
+            }
         }
     }
     let load_after = load();
@@ -186,6 +199,40 @@ pub fn run(args: &[String]) -> Result<()> {
     Ok(())
 }
 
+/// SciFact, and the CMU QA retrieval sets (plain text, and Markdown with the article titles as headers, for the
+/// header boost) built from `../shared/data/qa/cmu-wiki-qa` by `ragtune eval build-cmu-set` into `target/sets/`.
+fn default_datasets(sh: &Shell, exe: &Path) -> Result<Vec<PathBuf>> {
+    let data = sh.root().join("../shared/data");
+    let mut out = Vec::new();
+    let scifact = data.join("beir/scifact");
+    if scifact.join("corpus.jsonl").is_file() {
+        out.push(scifact);
+    } else {
+        println!("matrix: {} is missing: no SciFact column", scifact.display());
+    }
+    let cmu = data.join("qa/cmu-wiki-qa");
+    if cmu.is_dir() {
+        for (name, markdown) in [("cmu-qa", false), ("cmu-qa-md", true)] {
+            let set = sh.target_dir().join("sets").join(name);
+            if !set.join("corpus.jsonl").is_file() {
+                let mut build = sh.cmd(exe);
+                build.args(["eval", "build-cmu-set", "--dataset"]).arg(&cmu).arg("--out").arg(&set);
+                if markdown {
+                    build.arg("--markdown");
+                }
+                shell::run(&mut build)?;
+            }
+            out.push(set);
+        }
+    } else {
+        println!("matrix: {} is missing: no CMU QA columns", cmu.display());
+    }
+    if out.is_empty() {
+        bail!("no --dataset given and none of the default datasets is in {}", data.display());
+    }
+    Ok(out)
+}
+
 fn dataset_name(dir: &Path) -> Result<String> {
     Ok(dir
         .canonicalize()
@@ -212,6 +259,17 @@ fn cell(report: &Value) -> Result<Cell> {
     Ok(Cell {
         ndcg: metric("ndcg@10")?,
         recall: metric("recall@100")?,
+        p50_ms: report["latency_ms"]["p50"].as_f64().unwrap_or(f64::NAN),
+        llm_tokens: report["cost"]["llm_tokens_per_query"].as_f64().unwrap_or(0.0),
+    })
+}
+
+/// The passage-level numbers of a report, when the dataset has passage judgements (and the run indexed passages).
+fn passage_cell(report: &Value) -> Option<Cell> {
+    let level = report.get("passage_level").filter(|v| v.is_object())?;
+    Some(Cell {
+        ndcg: level["metrics"]["ndcg@10"].as_f64()?,
+        recall: level["metrics"]["recall@100"].as_f64()?,
         p50_ms: report["latency_ms"]["p50"].as_f64().unwrap_or(f64::NAN),
         llm_tokens: report["cost"]["llm_tokens_per_query"].as_f64().unwrap_or(0.0),
     })
