@@ -145,7 +145,7 @@ pub fn run(args: &[String]) -> Result<()> {
                 shell::run(fit.arg(&fitted))?;
                 cmd.arg("--config").arg(&fitted);
             }
-            let report_path = out_dir.join(format!("{name}-{}.json", setting.name.replace(' ', "-")));
+            let report_path = out_dir.join(format!("{name}-{}.json", file_stem(setting.name)));
             shell::run(cmd.arg("--out").arg(&report_path))?;
             let report = read_json(&report_path)?;
             cells.entry(name.clone()).or_default().insert(setting.name.to_owned(), cell(&report)?);
@@ -231,6 +231,11 @@ fn default_datasets(sh: &Shell, exe: &Path) -> Result<Vec<PathBuf>> {
         bail!("no --dataset given and none of the default datasets is in {}", data.display());
     }
     Ok(out)
+}
+
+/// A setting's name as part of a file name: words joined by `-`.
+fn file_stem(name: &str) -> String {
+    name.split(|c: char| !c.is_ascii_alphanumeric() && c != '.').filter(|w| !w.is_empty()).collect::<Vec<_>>().join("-")
 }
 
 fn dataset_name(dir: &Path) -> Result<String> {
@@ -570,6 +575,12 @@ mod tests {
             out.entry(dataset.to_owned()).or_default().insert(row.to_owned(), cell);
         }
         out
+    }
+
+    #[test]
+    fn report_files_are_named_by_words() {
+        assert_eq!(file_stem("dense, whole documents (truncated)"), "dense-whole-documents-truncated");
+        assert_eq!(file_stem("hybrid rrf + header boost 0.1"), "hybrid-rrf-header-boost-0.1");
     }
 
     #[test]
