@@ -33,6 +33,16 @@ pub struct Boost {
     pub added: f32,
 }
 
+/// The boosts as the trace records them (`[{"chunk", "jaccard", "added"}]`), one rendering for every stage that
+/// applies the boost.
+#[must_use]
+pub fn boosts_json(boosts: &[Boost]) -> serde_json::Value {
+    boosts
+        .iter()
+        .map(|b| serde_json::json!({"chunk": b.chunk_id, "jaccard": f64::from(b.jaccard), "added": f64::from(b.added)}))
+        .collect()
+}
+
 /// The Jaccard overlap of two keyword sets: shared over all; 0 when either is empty.
 #[must_use]
 pub fn jaccard(a: &BTreeSet<String>, b: &BTreeSet<String>) -> f32 {
@@ -130,15 +140,7 @@ impl Retriever for HeaderBoostRetriever {
                 };
                 TraceEvent::new("header_boost", "unchanged").detail("reason", why)
             } else {
-                let boosted: Vec<serde_json::Value> = boosts
-                    .iter()
-                    .map(|b| {
-                        serde_json::json!({
-                            "chunk": b.chunk_id, "jaccard": f64::from(b.jaccard), "added": f64::from(b.added),
-                        })
-                    })
-                    .collect();
-                TraceEvent::new("header_boost", "boost").detail("boosted", boosted)
+                TraceEvent::new("header_boost", "boost").detail("boosted", boosts_json(&boosts))
             };
             ctx.trace(event.detail("weight", f64::from(self.weight)).elapsed(started.elapsed()));
         }

@@ -411,15 +411,7 @@ impl Env<'_> {
                     ragtune_evaluators::text::keywords,
                 );
                 if !boosts.is_empty() {
-                    let boosted: Vec<serde_json::Value> = boosts
-                        .iter()
-                        .map(|b| {
-                            serde_json::json!({
-                                "chunk": b.chunk_id, "jaccard": f64::from(b.jaccard), "added": f64::from(b.added),
-                            })
-                        })
-                        .collect();
-                    report = report.detail("header_boost", boosted);
+                    report = report.detail("header_boost", ragtune_retrieve::boost::boosts_json(&boosts));
                 }
                 (reranked, report)
             }
