@@ -5,6 +5,7 @@
 //! cargo xtask eval --matrix --dataset DIR --dataset DIR2      # the BEIR-format datasets named
 //! cargo xtask eval --matrix --update-baseline                 # after an intended change
 //! cargo xtask eval --matrix --rerank-report rerank.json       # adds the rerank budget curve to the report
+//! cargo xtask eval --matrix --render-only                     # redraws table and page from the last run's reports
 //! ```
 //!
 //! For each dataset and each setting of [`SETTINGS`] it runs `ragtune eval retrieval` (release build, the test split
@@ -55,7 +56,7 @@ const SETTINGS: &[Setting] = &[
         fitted: false,
     },
     Setting { name: "dense", args: &["--retriever", "dense"], fitted: false },
-    Setting { name: "hybrid rrf", args: &["--retriever", "hybrid", "--fusion", "rrf"], fitted: false },
+    Setting { name: "hybrid rrf (default)", args: &["--retriever", "hybrid", "--fusion", "rrf"], fitted: false },
     Setting { name: "hybrid convex", args: &["--retriever", "hybrid", "--fusion", "convex"], fitted: false },
     Setting { name: "hybrid dbsf", args: &["--retriever", "hybrid", "--fusion", "dbsf"], fitted: false },
     Setting { name: "hybrid fitted on train", args: &["--retriever", "hybrid"], fitted: true },
@@ -92,6 +93,7 @@ pub fn run(args: &[String]) -> Result<()> {
     let sh = Shell::new();
     let mut datasets: Vec<PathBuf> = Vec::new();
     let mut llm = false;
+    let mut render_only = false;
     let (mut split, mut update, mut out_dir, mut rerank, mut extra) =
         ("test".to_owned(), false, sh.target_dir().join("eval").join("matrix"), None, Vec::new());
     let mut it = args.iter();
@@ -103,6 +105,8 @@ pub fn run(args: &[String]) -> Result<()> {
             "--out-dir" => out_dir = PathBuf::from(value()?),
             "--rerank-report" => rerank = Some(PathBuf::from(value()?)),
             "--update-baseline" => update = true,
+            // Redraw the table and the page from the reports an earlier run left in the out dir; run nothing.
+            "--render-only" => render_only = true,
             // Passed to every run (for example `--limit 50` for a quick look, `--threads 2`).
             "--limit" | "--threads" => extra.extend([a.clone(), value()?]),
             // The LLM for the transformation rows; without it those rows are not run.
@@ -123,7 +127,7 @@ pub fn run(args: &[String]) -> Result<()> {
     if datasets.is_empty() {
         datasets = default_datasets(&sh, &exe)?;
     }
-    let load_before = load();
+    let load_before = if render_only { "not measured (redrawn from earlier reports)".to_owned() } else { load() };
 
     let mut cells: BTreeMap<String, BTreeMap<String, Cell>> = BTreeMap::new();
     for dataset in &datasets {
@@ -131,6 +135,13 @@ pub fn run(args: &[String]) -> Result<()> {
         let has_train = dataset.join("qrels").join("train.tsv").is_file();
         let llm_rows = if llm { LLM_SETTINGS } else { &[] };
         for setting in SETTINGS.iter().chain(llm_rows) {
+            let report_path = out_dir.join(format!("{name}-{}.json", file_stem(setting.name)));
+            if render_only {
+                if report_path.is_file() {
+                    add_report(&mut cells, &name, setting.name, &read_json(&report_path)?)?;
+                }
+                continue;
+            }
             let mut cmd = sh.cmd(&exe);
             cmd.args(["eval", "retrieval", "--dataset"]).arg(dataset).args(["--split", split.as_str()]);
             cmd.args(setting.args).args(&extra);
@@ -145,17 +156,11 @@ pub fn run(args: &[String]) -> Result<()> {
                 shell::run(fit.arg(&fitted))?;
                 cmd.arg("--config").arg(&fitted);
             }
-            let report_path = out_dir.join(format!("{name}-{}.json", file_stem(setting.name)));
             shell::run(cmd.arg("--out").arg(&report_path))?;
-            let report = read_json(&report_path)?;
-            cells.entry(name.clone()).or_default().insert(setting.name.to_owned(), cell(&report)?);
-            // A dataset with passage-level judgements gets a column of its own for them.
-            if let Some(passages) = passage_cell(&report) {
-                cells.entry(format!("{name} (passages)")).or_default().insert(setting.name.to_owned(), passages);
-            }
+            add_report(&mut cells, &name, setting.name, &read_json(&report_path)?)?;
         }
     }
-    let load_after = load();
+    let load_after = if render_only { "–".to_owned() } else { load() };
 
     let table = markdown(&cells);
     let violations = fusion_violations(&cells);
@@ -182,6 +187,9 @@ pub fn run(args: &[String]) -> Result<()> {
     println!("matrix: reports, matrix.md, matrix.json and report.html in {}", out_dir.display());
 
     let baseline_path = sh.root().join("eval").join("baselines").join(format!("matrix-{split}.json"));
+    if render_only {
+        return Ok(());
+    }
     if update {
         std::fs::write(&baseline_path, serde_json::to_string_pretty(&baseline_of(&matrix_json))? + "\n")?;
         println!("baseline updated: {}", baseline_path.display());
@@ -267,6 +275,20 @@ fn cell(report: &Value) -> Result<Cell> {
         p50_ms: report["latency_ms"]["p50"].as_f64().unwrap_or(f64::NAN),
         llm_tokens: report["cost"]["llm_tokens_per_query"].as_f64().unwrap_or(0.0),
     })
+}
+
+/// Puts a report's numbers in the matrix; a dataset with passage-level judgements gets a column of its own for them.
+fn add_report(
+    cells: &mut BTreeMap<String, BTreeMap<String, Cell>>,
+    dataset: &str,
+    setting: &str,
+    report: &Value,
+) -> Result<()> {
+    cells.entry(dataset.to_owned()).or_default().insert(setting.to_owned(), cell(report)?);
+    if let Some(passages) = passage_cell(report) {
+        cells.entry(format!("{dataset} (passages)")).or_default().insert(setting.to_owned(), passages);
+    }
+    Ok(())
 }
 
 /// The passage-level numbers of a report, when the dataset has passage judgements (and the run indexed passages).
@@ -396,7 +418,7 @@ struct Series {
     points: Vec<(f64, f64, String)>,
 }
 
-/// A scatter plot of `series` as an SVG document, each point labelled; `log_x` for latency-like axes.
+/// A scatter plot of `series` as an SVG document, each point labelled, with a legend when there are several.
 fn scatter(title: &str, x_desc: &str, series: &[Series]) -> Result<String> {
     let all: Vec<(f64, f64)> =
         series.iter().flat_map(|s| s.points.iter().map(|p| (p.0, p.1))).filter(|p| p.0.is_finite()).collect();
@@ -431,7 +453,9 @@ fn scatter(title: &str, x_desc: &str, series: &[Series]) -> Result<String> {
                 .label(s.name.clone())
                 .legend(move |(x, y)| Circle::new((x, y), 4, colour.filled()));
         }
-        chart.configure_series_labels().border_style(BLACK).background_style(WHITE).draw().map_err(plot_err)?;
+        if series.len() > 1 {
+            chart.configure_series_labels().border_style(BLACK).background_style(WHITE).draw().map_err(plot_err)?;
+        }
         root.present().map_err(plot_err)?;
     }
     Ok(svg)
@@ -506,7 +530,12 @@ fn html(
             })
             .collect()
     };
-    let latency = scatter("nDCG@10 against query latency", "p50 latency per query (ms)", &series(&|c| c.p50_ms))?;
+    // One latency chart per dataset: their nDCG@10 ranges differ too much to share an axis.
+    let mut latency = String::new();
+    for s in series(&|c| c.p50_ms) {
+        let title = format!("{}: nDCG@10 against query latency", s.name);
+        latency.push_str(&scatter(&title, "p50 latency per query (ms)", std::slice::from_ref(&s))?);
+    }
     let tokens = if cells.values().flat_map(BTreeMap::values).any(|c| c.llm_tokens > 0.0) {
         scatter("nDCG@10 against LLM tokens", "LLM tokens per query", &series(&|c| c.llm_tokens))?
     } else {
@@ -629,7 +658,7 @@ mod tests {
             {"policy": "baseline-top-b", "budget": 0.1, "ndcg_at_10": 0.69}]}});
         let page = html("test", &c, &markdown(&c), Some(&rerank), "0.5", "0.7").unwrap();
         assert!(page.starts_with("<!doctype html>"));
-        assert_eq!(page.matches("<svg").count(), 2, "latency and the budget curve; no tokens were spent");
+        assert_eq!(page.matches("<svg").count(), 2, "latency (one dataset) and the budget curve; no tokens spent");
         assert!(page.contains("spends no LLM tokens"));
         // Nothing is fetched: no script, no stylesheet or image from elsewhere (the SVG namespace URI is a name).
         assert!(!page.contains("<script") && !page.contains("<link") && !page.contains("src="), "no CDN");
