@@ -108,6 +108,9 @@ async fn run(
     // Real vectors and the real word distribution.
     let mut opts = EvalOptions::new(dataset);
     opts.retriever = "dense".to_owned();
+    // The abstracts' own vectors (one per document), as every earlier run sampled: the same bases whatever the
+    // evaluation's default chunking, so a `--reuse` run queries the store it built.
+    opts.chunking = ragtune_eval::EvalChunking::Whole;
     eprintln!("scale: reading the real vectors of {dataset} (the dense evaluation index, cached)");
     let report = run_eval(&opts, &mut |_| {}).await?;
     let source = EmbeddedStore::open(&report.store_location)?;
