@@ -907,6 +907,8 @@ mod tests {
     }
 
     #[test]
+    // A one-batch expectation is written as the one range it is (`&[0..3]`), not as a list of indexes.
+    #[allow(clippy::single_range_in_vec_init)]
     fn batches_are_runs_of_the_batch_size_and_small_calls_use_every_session() {
         // Large calls (at least two runs per session): runs of `batch`.
         check_split(&[1, 2, 3, 4, 5, 6, 7, 8, 9], 2, 2, &[0..2, 2..4, 4..6, 6..8, 8..9]);
