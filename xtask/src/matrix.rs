@@ -581,8 +581,8 @@ fn html(
          figure{{margin:1.5em 0}}</style></head><body>\n<h1>Quality across datasets</h1>\n\
          <p>Split <code>{split}</code>; every number from <code>cargo xtask eval --matrix</code> (load average before / \
          after: {load_before} / {load_after}; latency is per query, one at a time, on this machine under that load).</p>\n\
-         {table}\n{checks}\n<h2>Quality against cost</h2>\n<figure>{latency}</figure>\n<figure>{tokens}</figure>\n\
-         <h2>Reranking under a budget</h2>\n<figure>{curve}</figure>\n</body></html>\n",
+         {table}\n{checks}\n<h2 id=\"cost\">Quality against cost</h2>\n<figure>{latency}</figure>\n<figure>{tokens}</figure>\n\
+         <h2 id=\"rerank\">Reranking under a budget</h2>\n<figure>{curve}</figure>\n</body></html>\n",
         split = escape(split),
         load_before = escape(load_before),
         load_after = escape(load_after),
