@@ -92,8 +92,8 @@ async fn retrieve_split(
         })?),
     };
     let llm = ragtune::load_llm(&config.llm)?;
-    let (engine, _, location, _, _) =
-        crate::retrieval::open_beir_index(opts, &name, &data.corpus, embedder, llm, log).await?;
+    let crate::retrieval::IndexOpened { engine, location, .. } =
+        crate::retrieval::open_index(opts, &name, &data.corpus, embedder, llm, log).await?;
     // The engine evaluating and correcting uses the CRAG settings of `config` on the cached index.
     let engine_cfg = ragtune::Config {
         crag: config.crag.clone(),
@@ -405,32 +405,21 @@ pub async fn run_crag_eval(
     let h = &config.crag.heuristic;
     let m = &config.crag.model;
     // (stats, evaluator, the kind it is): heuristic and model-based always, the learned one when configured.
+    let row = |name: &str, thresholds: (f32, f32), evaluator: Box<dyn RelevanceEvaluator>, kind: EvaluatorKind| {
+        (DecisionStats { evaluator: name.into(), thresholds, ..Default::default() }, evaluator, kind)
+    };
     let mut rows: Vec<(DecisionStats, Box<dyn RelevanceEvaluator>, EvaluatorKind)> = vec![
-        (
-            DecisionStats {
-                evaluator: "heuristic".into(),
-                thresholds: (h.relevant_threshold, h.partial_threshold),
-                ..Default::default()
-            },
+        row(
+            "heuristic",
+            (h.relevant_threshold, h.partial_threshold),
             Box::new(HeuristicEvaluator::new(h.clone())?),
             EvaluatorKind::Heuristic,
         ),
-        (
-            DecisionStats { evaluator: "model:retrieval".into(), thresholds: (m.upper, m.lower), ..Default::default() },
-            Box::new(model_evaluator(config)?),
-            EvaluatorKind::Model,
-        ),
+        row("model:retrieval", (m.upper, m.lower), Box::new(model_evaluator(config)?), EvaluatorKind::Model),
     ];
     if let Some(learned) = &config.crag.learned {
-        rows.push((
-            DecisionStats {
-                evaluator: "learned".into(),
-                thresholds: (learned.upper, learned.lower),
-                ..Default::default()
-            },
-            Box::new(LearnedEvaluator::new(learned.clone())?),
-            EvaluatorKind::Learned,
-        ));
+        let evaluator = Box::new(LearnedEvaluator::new(learned.clone())?);
+        rows.push(row("learned", (learned.upper, learned.lower), evaluator, EvaluatorKind::Learned));
     } else if config.crag.evaluator == EvaluatorKind::Learned {
         return Err(Error::invalid_input("[crag] evaluator = \"learned\" needs a [crag.learned] section"));
     }

@@ -232,8 +232,8 @@ pub async fn run_fusion_calibration(
     let name = crate::retrieval::dataset_name(&opts.dataset);
     let settings = ragtune::EmbeddingSettings { mode: EmbeddingMode::On, ..opts.embedding.clone() };
     let embedder = ragtune::load_embedder(&settings)?;
-    let (engine, _, location, _, _) =
-        crate::retrieval::open_beir_index(opts, &name, &data.corpus, Some(embedder), None, log).await?;
+    let crate::retrieval::IndexOpened { engine, location, .. } =
+        crate::retrieval::open_index(opts, &name, &data.corpus, Some(embedder), None, log).await?;
     // The retrievers the hybrid strategy fuses, asked as deep as it asks them.
     let bm25 = engine.retriever(Strategy::Bm25).await?;
     let dense = engine.retriever(Strategy::Dense).await?;

@@ -553,26 +553,11 @@ pub async fn run_eval(opts: &EvalOptions, log: &mut dyn FnMut(&str)) -> Result<E
     })
 }
 
-/// Opens the cached index of a BEIR corpus for the options' BM25 and embedding settings, building it when no
-/// complete one exists (or `opts.reindex`). Returns the engine, whether the index was cached, where it lives,
-/// the seconds indexing took and the passages the model truncated.
-pub(crate) async fn open_beir_index(
-    opts: &EvalOptions,
-    name: &str,
-    corpus: &[ragtune::core::Document],
-    embedder: Option<std::sync::Arc<dyn ragtune::core::Embedder>>,
-    llm: Option<std::sync::Arc<dyn ragtune::core::Llm>>,
-    log: &mut dyn FnMut(&str),
-) -> Result<(Engine, bool, String, f64, Option<usize>)> {
-    let o = open_index(opts, name, corpus, embedder, llm, log).await?;
-    Ok((o.engine, o.cached, o.location, o.seconds, o.truncated))
-}
-
 /// What [`open_index`] opened.
-struct IndexOpened {
-    engine: Engine,
+pub(crate) struct IndexOpened {
+    pub(crate) engine: Engine,
     cached: bool,
-    location: String,
+    pub(crate) location: String,
     seconds: f64,
     /// Passages longer than the model's window (with dense vectors).
     truncated: Option<usize>,
@@ -580,8 +565,10 @@ struct IndexOpened {
     passages: Option<usize>,
 }
 
-/// [`open_beir_index`] with everything it knows.
-async fn open_index(
+/// Opens the cached index of a BEIR corpus for the options' BM25, embedding and chunking settings, building it when
+/// no complete one exists (or `opts.reindex`): the engine, whether the index was cached, where it lives, the seconds
+/// indexing took and the passages the model truncated.
+pub(crate) async fn open_index(
     opts: &EvalOptions,
     name: &str,
     corpus: &[ragtune::core::Document],
