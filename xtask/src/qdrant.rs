@@ -367,7 +367,7 @@ pub fn start(layout: &Layout, bin: &Path, nodes: usize, base: u16) -> Result<Run
         // A peer joins through node 0, which must be up first; the others start one after another for the same
         // reason (each registers with the consensus before the next).
         let child = running.children.last_mut().expect("invariant: just pushed");
-        if let Err(error) = tq::wait_ready(child, &running.record.nodes[i].http, tq::READY_TIMEOUT) {
+        if let Err(error) = tq::wait_ready(child, &ports[i], tq::READY_TIMEOUT) {
             let log_text = std::fs::read_to_string(&log_path).unwrap_or_default();
             for child in &mut running.children {
                 let pid = child.id();

@@ -111,25 +111,34 @@ pub fn spawn_node(bin: &Path, spec: &NodeSpec) -> io::Result<Child> {
     cmd.spawn().map_err(|e| annotate(e, &format!("cannot start the Qdrant binary {}", bin.display())))
 }
 
-/// Waits until the node answers `/readyz` with 200, or fails when the process exits or `timeout` passes.
+/// Waits until the node answers `/readyz` with 200 on its REST port and accepts connections on its gRPC port, or
+/// fails when the process exits or `timeout` passes. Qdrant serves REST and gRPC from separate listeners, and on a
+/// loaded machine `/readyz` can answer before the gRPC port (the one ragtune talks to) is bound.
 ///
 /// # Errors
-/// The process exited, or no ready answer within `timeout` (with the last answer seen).
-pub fn wait_ready(child: &mut Child, http_url: &str, timeout: Duration) -> io::Result<()> {
+/// The process exited, or not ready within `timeout` (with the last answer seen).
+pub fn wait_ready(child: &mut Child, ports: &NodePorts, timeout: Duration) -> io::Result<()> {
     let started = Instant::now();
+    let http_url = ports.http_url();
+    let grpc = std::net::SocketAddr::from(([127, 0, 0, 1], ports.grpc));
     loop {
         if let Some(status) = child.try_wait()? {
             return Err(io::Error::other(format!("Qdrant exited during start-up ({status})")));
         }
-        let last = match http_get(http_url, "/readyz", None) {
-            Ok((200, _)) => return Ok(()),
+        let last = match http_get(&http_url, "/readyz", None) {
+            Ok((200, _)) => match std::net::TcpStream::connect_timeout(&grpc, Duration::from_secs(1)) {
+                Ok(_) => return Ok(()),
+                Err(error) => {
+                    format!("/readyz answered 200 but the gRPC port {} refuses connections: {error}", ports.grpc)
+                }
+            },
             Ok((code, body)) => format!("/readyz: {code} {}", body.trim()),
             Err(error) => error.to_string(),
         };
         if started.elapsed() >= timeout {
             return Err(io::Error::new(
                 io::ErrorKind::TimedOut,
-                format!("no ready answer from {http_url}/readyz within {}s (last: {last})", timeout.as_secs()),
+                format!("{http_url} not ready within {}s (last: {last})", timeout.as_secs()),
             ));
         }
         std::thread::sleep(Duration::from_millis(200));
@@ -375,7 +384,7 @@ impl Nodes {
             spec.bootstrap = None;
         }
         let mut child = spawn_node(&self.bin, &spec)?;
-        if let Err(error) = wait_ready(&mut child, &spec.ports.http_url(), READY_TIMEOUT) {
+        if let Err(error) = wait_ready(&mut child, &spec.ports, READY_TIMEOUT) {
             let _ = child.kill();
             let _ = child.wait();
             return Err(io::Error::new(
