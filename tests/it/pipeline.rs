@@ -151,18 +151,21 @@ async fn an_llm_returning_invalid_json_falls_back_where_structure_is_needed() {
 async fn a_scripted_llm_pipeline_extracts_verified_sentences_and_judges_with_the_llm() {
     let dir = tempfile::tempdir().unwrap();
     let llm = ScriptedLlm::new("{}")
-        .with_reply(
-            "Copy every sentence",
-            r#"{"extracts": [{"doc": 1, "sentence": "Scurvy is a disease caused by a lack of vitamin C."},
-                             {"doc": 1, "sentence": "Scurvy is caused by bad luck."}]}"#,
-        )
+        // Sentence 1 is the first retrieved document's first sentence; 99 names none and is rejected.
+        .with_reply("Which sentences", r#"{"sentences": [1, 99]}"#)
         .with_reply("Sources:", "Scurvy is caused by a lack of vitamin C [1].")
         .with_reply("Statements:", r#"{"verdicts": [{"statement": 1, "verdict": "SUPPORTED"}]}"#);
     let engine = indexed(dir.path(), config(dir.path())).await.with_llm(Some(Arc::new(llm)));
     let r = engine.ask("What causes scurvy?").await.unwrap();
     assert_eq!(r.context_report.method, ContextMethod::Extract, "{}", notes(&r));
     assert_eq!(r.context.len(), 1);
-    assert_eq!(r.context[0].text, "Scurvy is a disease caused by a lack of vitamin C.");
+    // The chosen sentence and its neighbour (extract.window = 1), in the source's words.
+    assert_eq!(
+        r.context[0].text,
+        "Scurvy is a disease caused by a lack of vitamin C. Sailors on long voyages suffered from scurvy."
+    );
+    let extract = r.trace.iter().find(|e| e.stage == "extract").expect("extraction is traced");
+    assert_eq!((extract.detail["verified"].as_u64(), extract.detail["rejected"].as_u64()), (Some(1), Some(1)));
     assert_eq!(r.answer.as_deref(), Some("Scurvy is caused by a lack of vitamin C [1]."));
     assert_eq!(r.citations[0].doc_id, "scurvy");
     let f = r.faithfulness.as_ref().unwrap();
@@ -348,7 +351,7 @@ async fn a_deadline_hit_mid_pipeline_still_answers_with_what_exists() {
     let engine = indexed(dir.path(), cfg).await.with_llm(Some(Arc::new(SlowLlm(Duration::from_millis(400)))));
     let r = engine.ask("What causes scurvy?").await.unwrap();
     // Retrieval and evaluation ran; extraction hit the deadline and fell back; generation and judging were
-    // skipped; the answer is extractive from the refinement strips.
+    // skipped; the answer is extractive from the whole passages.
     assert!(r.crag.decision.is_some());
     assert_eq!(r.answer_kind, AnswerKind::Extractive);
     assert!(!r.citations.is_empty());

@@ -16,7 +16,7 @@ use std::time::Instant;
 use crate::cmu_qa::{ArticleText, QaQuestion, load_cmu_qa};
 use ragtune::core::{Ctx, Embedder, Error, Query, Result};
 use ragtune::evaluators::faithfulness::{FaithfulnessJudge, JudgeConfig};
-use ragtune::evaluators::metrics::answer::{score_answer, sentence_has_answer};
+use ragtune::evaluators::metrics::answer::{contains_answer, score_answer, sentence_has_answer};
 use ragtune::evaluators::metrics::percentile;
 use ragtune::evaluators::refine::Refiner;
 use serde::{Deserialize, Serialize};
@@ -180,6 +180,15 @@ pub struct ExperimentReport {
     /// Those notes by kind (the text before the first `:`), with how many answers carried each.
     #[serde(default)]
     pub notes: BTreeMap<String, usize>,
+    /// How the contexts were made (`full`, `extract`, `extract-fallback`, ...), with how many answers each.
+    #[serde(default)]
+    pub context_methods: BTreeMap<String, usize>,
+    /// Share of questions whose article was in the context.
+    #[serde(default)]
+    pub article_in_context: f64,
+    /// Share of the non-yes/no questions whose gold answer occurs in the context's text.
+    #[serde(default)]
+    pub answer_in_context: f64,
     /// With a knowledge split: the questions whose article is local and those only on the web, scored apart.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub split: Option<SplitScores>,
@@ -272,6 +281,20 @@ pub struct AnswerRecord {
     pub latency_ms: f64,
     /// The answer's notes (skipped, failed or degraded stages).
     pub notes: Vec<String>,
+    /// How the context was made (`full`, `refine`, `extract`, `extract-fallback`, `none`).
+    #[serde(default)]
+    pub context_method: String,
+    /// Attempts of the retry loop (1 when the first answer was accepted).
+    #[serde(default)]
+    pub attempts: usize,
+    /// Whether the question's article (or its copy in the other semester) is among the context's documents.
+    #[serde(default)]
+    pub article_in_context: bool,
+    /// Whether a gold answer occurs in the context's text (as [`score_answer`] finds it in an answer); `None` for
+    /// yes/no questions, whose gold answer is not a span. With `correct`, this tells a context that lost the
+    /// answer from a generator that missed it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer_in_context: Option<bool>,
     /// With a knowledge split: whether the question's article is local (`false`: only on the web).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub local: Option<bool>,
@@ -636,6 +659,16 @@ pub async fn run_qa_eval(opts: &QaEvalOptions, log: &mut dyn FnMut(&str)) -> Res
             tokens += response.cost.tokens;
             calls += response.cost.llm_calls;
             ctx_tokens += response.context_report.tokens_after;
+            let context_method = response.context_report.method.to_string();
+            *r.context_methods.entry(context_method.clone()).or_default() += 1;
+            let article_in_context = response
+                .context
+                .iter()
+                .any(|p| p.doc_id == q.article_id || p.title.as_deref() == Some(q.article_title.as_str()));
+            let answer_in_context = (!score.yes_no).then(|| {
+                let text = response.context.iter().map(|p| p.text.as_str()).collect::<Vec<_>>().join("\n");
+                q.answers.iter().any(|g| contains_answer(&text, g))
+            });
             r.answers.push(AnswerRecord {
                 id: q.id.clone(),
                 question: q.question.clone(),
@@ -651,6 +684,10 @@ pub async fn run_qa_eval(opts: &QaEvalOptions, log: &mut dyn FnMut(&str)) -> Res
                 context_tokens: response.context_report.tokens_after,
                 latency_ms,
                 notes: response.notes.iter().map(ToString::to_string).collect(),
+                context_method,
+                attempts: response.attempts.len(),
+                article_in_context,
+                answer_in_context,
                 local: local_titles.as_ref().map(|titles| titles.contains(&q.article_title)),
                 web_used: response.crag.web_search_used,
                 triangulation: response.triangulation.as_ref().map(TriangulationCounts::of),
@@ -679,6 +716,9 @@ pub async fn run_qa_eval(opts: &QaEvalOptions, log: &mut dyn FnMut(&str)) -> Res
         r.tokens_per_question = tokens as f64 / n;
         r.llm_calls_per_question = calls as f64 / n;
         r.context_tokens = ctx_tokens as f64 / n;
+        r.article_in_context = r.answers.iter().filter(|a| a.article_in_context).count() as f64 / n;
+        let spans: Vec<bool> = r.answers.iter().filter_map(|a| a.answer_in_context).collect();
+        r.answer_in_context = spans.iter().filter(|x| **x).count() as f64 / spans.len().max(1) as f64;
         r.split = SplitScores::from_answers(&r.answers);
         r.triangulation = TriangulationCounts::total(r.answers.iter().filter_map(|a| a.triangulation.as_ref()));
         experiments.push(r);
@@ -813,6 +853,42 @@ pub async fn refinement_check(
     Ok(r)
 }
 
+/// Question by question, `e` against plain RAG (`base`): who got which right, and for the questions only plain
+/// RAG got right, where `e` lost them — its context lacked the article (retrieval), had the article but not the
+/// answer's text (extraction, refinement or the budget cut it), or had the answer and the generator missed it.
+#[must_use]
+pub fn versus(base: &ExperimentReport, e: &ExperimentReport) -> String {
+    let by_id: BTreeMap<&str, &AnswerRecord> = base.answers.iter().map(|a| (a.id.as_str(), a)).collect();
+    let (mut both, mut neither, mut only_base, mut only_e) = (0, 0, 0, 0);
+    let (mut no_article, mut lost_span, mut generator, mut yes_no, mut fallback, mut retried) = (0, 0, 0, 0, 0, 0);
+    for a in &e.answers {
+        let Some(b) = by_id.get(a.id.as_str()) else { continue };
+        match (b.correct, a.correct) {
+            (true, true) => both += 1,
+            (false, false) => neither += 1,
+            (false, true) => only_e += 1,
+            (true, false) => {
+                only_base += 1;
+                fallback += usize::from(a.context_method == "extract-fallback");
+                retried += usize::from(a.attempts > 1);
+                if !a.article_in_context {
+                    no_article += 1;
+                } else {
+                    match a.answer_in_context {
+                        None => yes_no += 1,
+                        Some(false) => lost_span += 1,
+                        Some(true) => generator += 1,
+                    }
+                }
+            }
+        }
+    }
+    format!(
+        "{:<20} vs baseline: both right {both}, neither {neither}, only baseline {only_base}, only {} {only_e}; of the {only_base} lost: article not in the context {no_article}, article but not the answer's text {lost_span}, answer in the context but missed {generator}, yes/no with the article {yes_no} (context by fallback {fallback}, retried {retried})\n",
+        e.experiment, e.experiment
+    )
+}
+
 /// Renders the summary table printed after an answer-level evaluation.
 #[must_use]
 pub fn qa_table(r: &QaEvalReport) -> String {
@@ -860,6 +936,22 @@ pub fn qa_table(r: &QaEvalReport) -> String {
                 "{:<20} triangulation of {} answers: {} claims, VERIFIED {}, LIKELY {}, UNVERIFIED {}; coverage {:.1} %, tier-1 ratio {:.2}; support check {:?}\n",
                 e.experiment, t.answers, t.claims, t.verified, t.likely, t.unverified, t.coverage_pct, t.tier1_ratio, t.support_checks
             ));
+        }
+    }
+    for e in r.experiments.iter().filter(|e| e.experiment != "no_retrieval" && e.questions > 0) {
+        out.push_str(&format!(
+            "{:<20} context: article in it {:.1} %, gold answer in its text {:.1} % (non-yes/no), {:.0} tokens; made by {:?}; retried {}\n",
+            e.experiment,
+            e.article_in_context * 100.0,
+            e.answer_in_context * 100.0,
+            e.context_tokens,
+            e.context_methods,
+            e.retried
+        ));
+    }
+    if let Some(base) = r.experiments.iter().find(|e| e.experiment == "baseline") {
+        for e in r.experiments.iter().filter(|e| e.experiment != "baseline" && e.experiment != "no_retrieval") {
+            out.push_str(&versus(base, e));
         }
     }
     if let Some(f) = &r.refinement {

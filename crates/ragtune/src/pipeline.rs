@@ -154,7 +154,7 @@ pub enum ContextMethod {
     Refine,
     /// Sentences extracted by the LLM and verified against their passages.
     Extract,
-    /// Extraction failed; refinement strips were used.
+    /// Extraction failed or found too little; the whole passages were used.
     ExtractFallback,
     /// Nothing was retrieved.
     None,
@@ -189,7 +189,7 @@ pub enum AnswerKind {
 /// How the context was reduced before generation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ContextReport {
-    /// `full`, `refine`, `extract`, `extract-fallback` (extraction failed and refinement strips were used), or
+    /// `full`, `refine`, `extract`, `extract-fallback` (extraction failed and the whole passages were used), or
     /// `none` (nothing was retrieved).
     pub method: ContextMethod,
     /// Estimated tokens of the retrieved passages.

@@ -54,7 +54,7 @@ impl Stage {
         match self {
             Self::Evaluate => Some("evaluation skipped: the deadline has passed"),
             Self::Correct => Some("correction skipped: the deadline has passed"),
-            Self::Extract => Some("extraction skipped: the deadline has passed; refinement strips are used"),
+            Self::Extract => Some("extraction skipped: the deadline has passed; the whole passages are used"),
             Self::Generate => Some("generation skipped: the deadline has passed; the answer is extractive"),
             Self::Judge => Some("judge skipped: the deadline has passed"),
             Self::Retry | Self::Rewrite => Some("retry skipped: the deadline has passed"),

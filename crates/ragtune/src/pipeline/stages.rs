@@ -151,25 +151,29 @@ impl Run<'_> {
         result
     }
 
-    /// The context before assembly: whole passages, refinement strips, or verified extracted sentences.
+    /// The context before assembly: whole passages, refinement strips, or the sentences extraction kept.
+    ///
+    /// Extraction needs no refinement: when it fails it falls back to the whole passages (never less than plain
+    /// retrieval gives). Without an LLM, extraction mode uses refinement's strips.
     async fn reduce(&mut self, candidates: &[Candidate]) -> Reduced {
         let (env, ledger) = (&self.env, &mut self.ledger);
         let cfg = env.engine.config();
         if cfg.pipeline.context == ContextMode::Full || candidates.is_empty() {
             return (whole_passages(candidates), ContextMethod::Full, None);
         }
+        if cfg.pipeline.context == ContextMode::Extract {
+            if let Some(llm) = env.engine.llm().cloned() {
+                let extracted = ledger.stage(Stage::Extract, env.extract(llm, candidates)).await;
+                return extracted
+                    .flatten()
+                    .unwrap_or_else(|| (whole_passages(candidates), ContextMethod::ExtractFallback, None));
+            }
+            ledger.note(NoteKind::NoLlm, "query-focused extraction needs an LLM: refinement strips are used");
+        }
         let Some(refined) = ledger.step(Stage::Refine, env.refine(candidates)).await else {
             return (whole_passages(candidates), ContextMethod::Full, None);
         };
-        if cfg.pipeline.context == ContextMode::Refine {
-            return (strips(&refined), ContextMethod::Refine, None);
-        }
-        let Some(llm) = env.engine.llm().cloned() else {
-            ledger.note(NoteKind::NoLlm, "query-focused extraction needs an LLM: refinement strips are used");
-            return (strips(&refined), ContextMethod::Refine, None);
-        };
-        let extracted = ledger.stage(Stage::Extract, env.extract(llm, candidates, &refined)).await;
-        extracted.flatten().unwrap_or_else(|| (strips(&refined), ContextMethod::Refine, None))
+        (strips(&refined), ContextMethod::Refine, None)
     }
 
     /// The answer: the LLM's from the numbered context when there is an LLM, a context and time; extractive
@@ -467,27 +471,22 @@ impl Env<'_> {
         }
     }
 
-    /// Query-focused extraction over the refined candidates; `None` when it failed (strips are used).
-    async fn extract(
-        &self,
-        llm: Arc<dyn Llm>,
-        candidates: &[Candidate],
-        refined: &Refined,
-    ) -> (Option<Reduced>, Report) {
+    /// Query-focused extraction over the candidates; `None` when it was cut short (whole passages are used).
+    async fn extract(&self, llm: Arc<dyn Llm>, candidates: &[Candidate]) -> (Option<Reduced>, Report) {
         let cfg = self.engine.config();
         let extractor = Extractor::new(llm, prompts::EXTRACT, prompts::REPAIR_JSON, cfg.extract.clone());
         let mut notes = Vec::new();
         let extraction = if cfg.pipeline.extraction_per_document {
-            self.extract_each(&extractor, candidates, refined, &mut notes).await
+            self.extract_each(&extractor, candidates, &mut notes).await
         } else {
-            extractor.extract(&self.ctx, &self.question, candidates, refined).await
+            extractor.extract(&self.ctx, &self.question, candidates).await
         };
         match extraction {
             Ok(e) => {
                 let method = match &e.method {
                     ExtractionMethod::Llm => ContextMethod::Extract,
                     ExtractionMethod::Fallback { reason } => {
-                        let text = format!("extraction fell back to refinement strips: {reason}");
+                        let text = format!("extraction fell back to the whole passages: {reason}");
                         notes.push(Note::new(NoteKind::ExtractionFallback, text));
                         ContextMethod::ExtractFallback
                     }
@@ -498,14 +497,18 @@ impl Env<'_> {
                     .filter(|p| !p.sentences.is_empty())
                     .map(|p| passage(&p.chunk_id, &p.doc_id, p.title.as_ref(), p.sentences.join(" ")))
                     .collect();
-                let report = Report::new(method.to_string()).detail("verified", e.verified).cost(e.cost).notes(notes);
+                let report = Report::new(method.to_string())
+                    .detail("verified", e.verified)
+                    .detail("rejected", e.rejected.len())
+                    .cost(e.cost)
+                    .notes(notes);
                 (Some((passages, method, Some(e))), report)
             }
             Err(e) => {
                 let report = Report::new("failed")
                     .detail("error", e.to_string())
                     .notes(notes)
-                    .note(NoteKind::ExtractionFallback, format!("extraction failed, refinement strips are used: {e}"));
+                    .note(NoteKind::ExtractionFallback, format!("extraction failed, whole passages are used: {e}"));
                 (None, report)
             }
         }
@@ -516,12 +519,11 @@ impl Env<'_> {
         &self,
         extractor: &Extractor,
         candidates: &[Candidate],
-        refined: &Refined,
         notes: &mut Vec<Note>,
     ) -> ragtune_core::Result<Extraction> {
         let mut merged: Option<Extraction> = None;
         for c in candidates {
-            let one = extractor.extract(&self.ctx, &self.question, std::slice::from_ref(c), refined).await;
+            let one = extractor.extract(&self.ctx, &self.question, std::slice::from_ref(c)).await;
             match (merged.as_mut(), one) {
                 (None, Ok(e)) => merged = Some(e),
                 (Some(m), Ok(e)) => {
