@@ -282,9 +282,7 @@ impl Extractor {
             }
             let w = self.config.window;
             let last = spans[chunk].len() - 1;
-            for k in index.saturating_sub(w)..=(index + w).min(last) {
-                kept[chunk][k] = true;
-            }
+            kept[chunk][index.saturating_sub(w)..=(index + w).min(last)].fill(true);
         }
         for ((c, spans), kept) in candidates.iter().zip(spans).zip(kept) {
             let mut sentences = Vec::new();
