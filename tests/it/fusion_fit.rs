@@ -7,7 +7,7 @@
 
 use ragtune::Config;
 use ragtune::retrieve::FusionMethod;
-use ragtune_eval::fusion::{FusionGrid, fusion_toml, run_fusion_calibration};
+use ragtune_eval::fusion::{DatasetFit, FusionGrid, fusion_toml, joint_fit, run_fusion_calibration};
 use ragtune_eval::retrieval::{EvalOptions, run_eval};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
@@ -42,7 +42,8 @@ async fn the_fusion_fitted_on_train_is_what_eval_measures_with_the_written_file(
     }
 
     // The written file, read as `--config` reads it, makes the evaluation measure the fitted fusion.
-    let text = fusion_toml(&fit, "tiny", "train");
+    let joint = joint_fit(vec![DatasetFit { name: "tiny".into(), fit: fit.clone() }]).unwrap();
+    let text = fusion_toml(&joint, "train");
     let cfg = Config::from_toml(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
     let fitted = run_eval(&EvalOptions { hybrid: cfg.hybrid, ..opts.clone() }, log).await.unwrap();
     assert_eq!(ndcg(&fitted), fit.best.ndcg_at_10, "{text}");
