@@ -7,7 +7,7 @@
 
 use ragtune::Config;
 use ragtune::retrieve::FusionMethod;
-use ragtune_eval::fusion::{FusionGrid, fusion_toml, run_fusion_calibration};
+use ragtune_eval::fusion::{DatasetFit, FusionGrid, fusion_toml, joint_fit, run_fusion_calibration};
 use ragtune_eval::retrieval::{EvalOptions, run_eval};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
@@ -28,24 +28,46 @@ async fn the_fusion_fitted_on_train_is_what_eval_measures_with_the_written_file(
     assert_eq!((fit.queries, fit.depth, fit.points.len()), (12, 100, 3 * 4 * 21), "{fit:?}");
     assert!(fit.best.ndcg_at_10 >= fit.bm25_alone.max(fit.dense_alone), "{fit:?}");
 
-    // The grid fuses with the engine's function: RRF at equal weights is the default hybrid retrieval, and the ends
-    // of the grid are the retrievers alone, each scored as `eval retrieval` scores it.
+    // The grid fuses with the engine's function: the default hybrid retrieval (convex, BM25 0.6 / dense 0.4,
+    // adaptive 0.5) and RRF at equal weights are points of the grid, and its ends are the retrievers alone, each
+    // scored as `eval retrieval` scores it.
     let ndcg = |r: &ragtune_eval::EvalReport| r.metrics["ndcg@10"];
-    let hybrid = run_eval(&opts, log).await.unwrap();
-    let point = |m: FusionMethod, w: f32| {
-        *fit.points.iter().find(|p| p.method == m && p.adaptive == 0.0 && p.dense_weight == w).unwrap()
+    let point = |m: FusionMethod, adaptive: f32, w: f32| {
+        *fit.points.iter().find(|p| p.method == m && p.adaptive == adaptive && p.dense_weight == w).unwrap()
     };
-    assert_eq!(ndcg(&hybrid), point(FusionMethod::Rrf, 0.5).ndcg_at_10);
+    let hybrid = run_eval(&opts, log).await.unwrap();
+    assert_eq!(ndcg(&hybrid), point(FusionMethod::Convex, 0.5, 0.4).ndcg_at_10);
+    let rrf = ragtune::HybridSettings {
+        fusion: FusionMethod::Rrf,
+        bm25_weight: 1.0,
+        dense_weight: 1.0,
+        adaptive: 0.0,
+        ..ragtune::HybridSettings::default()
+    };
+    let report = run_eval(&EvalOptions { hybrid: rrf, ..opts.clone() }, log).await.unwrap();
+    assert_eq!(ndcg(&report), point(FusionMethod::Rrf, 0.0, 0.5).ndcg_at_10);
     for (retriever, alone) in [("bm25", fit.bm25_alone), ("dense", fit.dense_alone)] {
         let report = run_eval(&EvalOptions { retriever: retriever.into(), ..opts.clone() }, log).await.unwrap();
         assert_eq!(ndcg(&report), alone, "{retriever}");
     }
 
     // The written file, read as `--config` reads it, makes the evaluation measure the fitted fusion.
-    let text = fusion_toml(&fit, "tiny", "train");
+    let joint = joint_fit(vec![DatasetFit { name: "tiny".into(), fit: fit.clone() }]).unwrap();
+    let text = fusion_toml(&joint, "train");
     let cfg = Config::from_toml(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
     let fitted = run_eval(&EvalOptions { hybrid: cfg.hybrid, ..opts.clone() }, log).await.unwrap();
     assert_eq!(ndcg(&fitted), fit.best.ndcg_at_10, "{text}");
     assert_eq!(fitted.config["fusion"]["method"], fit.best.method.name());
     assert_eq!(fitted.config["fusion"]["dense_weight"], f64::from(fit.best.dense_weight));
+}
+
+#[test]
+fn the_engine_default_fusion_is_the_file_the_joint_fit_wrote() {
+    // ADR 0014: `configs/fusion-default.toml` is what `ragtune calibrate --fusion` wrote from the SciFact and CMU QA
+    // train splits; the engine's `[hybrid]` default is that section, field for field.
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs/fusion-default.toml");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert!(text.starts_with("# Written by `ragtune calibrate --fusion` from scifact `train`"), "{text}");
+    assert!(text.contains("and cmu-qa `train`"), "{text}");
+    assert_eq!(Config::from_toml(&text).unwrap().hybrid, Config::default().hybrid);
 }

@@ -44,22 +44,22 @@ pub struct LlmArgs {
 /// Retrieval and transformation settings the evaluations tune from the command line.
 #[derive(Debug, Default, Clone, clap::Args)]
 pub struct RetrievalTuning {
-    /// How hybrid fuses BM25 and dense: rrf, convex, dbsf (default: the config's, rrf).
+    /// How hybrid fuses BM25 and dense: rrf, convex, dbsf (default: the config's, convex).
     #[arg(long, value_name = "METHOD")]
     pub fusion: Option<ragtune::FusionMethod>,
-    /// Strength of hybrid's query-time weights, 0..=8 (default: the config's, 0: fixed weights).
+    /// Strength of hybrid's query-time weights, 0..=8, 0 for fixed weights (default: the config's, 0.5).
     #[arg(long, value_name = "X")]
     pub adaptive: Option<f32>,
-    /// RRF constant k for hybrid (default 60).
+    /// RRF constant k for hybrid with --fusion rrf (default: the config's, 60).
     #[arg(long = "rrf-k")]
     pub rrf_k: Option<f32>,
-    /// Candidates per strategy before fusion (default 100).
+    /// Candidates per strategy before fusion (default: the config's, 100).
     #[arg(long)]
     pub depth: Option<usize>,
-    /// Weight of BM25 in hybrid fusion (default 1).
+    /// Weight of BM25 in hybrid fusion (default: the config's, 0.6).
     #[arg(long = "bm25-weight")]
     pub bm25_weight: Option<f32>,
-    /// Weight of dense retrieval in hybrid fusion (default 1).
+    /// Weight of dense retrieval in hybrid fusion (default: the config's, 0.4).
     #[arg(long = "dense-weight")]
     pub dense_weight: Option<f32>,
     /// ONNX Runtime threads for the embedding model (default 1).

@@ -18,9 +18,10 @@ pub struct CalibrateArgs {
         conflicts_with_all = ["retriever", "k", "target_precision", "evaluator", "local_semester", "incorrect_precision", "incorrect_recall"]
     )]
     fusion: bool,
-    /// The BEIR dataset directory.
-    #[arg(long, value_name = "DIR")]
-    dataset: PathBuf,
+    /// The BEIR dataset directory. With --fusion it may be given more than once: each dataset is fitted on its own
+    /// split and one setting is chosen for all (the largest smallest gain over the better of BM25 and dense alone).
+    #[arg(long, value_name = "DIR", required = true)]
+    dataset: Vec<PathBuf>,
     /// The split to fit on (never the test split you report on).
     #[arg(long, default_value = "train")]
     split: String,
@@ -68,6 +69,28 @@ pub struct CalibrateArgs {
     chunking: ragtune_eval::EvalChunking,
 }
 
+impl CalibrateArgs {
+    /// What the parser cannot check: several datasets are for `--fusion` only.
+    ///
+    /// # Errors
+    /// The message of the usage error.
+    pub fn validate(&self) -> Result<(), String> {
+        if !self.fusion && self.dataset.len() > 1 {
+            return Err(format!(
+                "--dataset is given {} times: only --fusion fits on several datasets",
+                self.dataset.len()
+            ));
+        }
+        Ok(())
+    }
+
+    /// The one dataset of a calibration other than `--fusion` (`main` refuses several, see [`Self::validate`];
+    /// the parser requires one).
+    fn dataset(&self) -> &Path {
+        self.dataset.first().map_or(Path::new(""), PathBuf::as_path)
+    }
+}
+
 pub async fn run(config: Option<&Path>, args: CalibrateArgs) -> anyhow::Result<()> {
     let cfg = load_config(config, Overrides::default())?;
     if args.fusion {
@@ -78,13 +101,13 @@ pub async fn run(config: Option<&Path>, args: CalibrateArgs) -> anyhow::Result<(
     if evaluator == ragtune::EvaluatorKind::Learned {
         return learned(cfg, args).await;
     }
-    let name = dataset_name(&args.dataset);
+    let name = dataset_name(args.dataset());
     let name = name.as_str();
     let log = &mut |l: &str| eprintln!("{l}");
     let cache_dir = args.cache_dir.clone().unwrap_or_else(|| ragtune::ragtune_home().join("eval-cache"));
-    let (c, split) = if ragtune_eval::is_qa_dataset(&args.dataset) {
+    let (c, split) = if ragtune_eval::is_qa_dataset(args.dataset()) {
         let opts = ragtune_eval::QaEvalOptions {
-            dataset: args.dataset.clone(),
+            dataset: args.dataset().to_path_buf(),
             experiments: Vec::new(),
             config: cfg.clone(),
             limit: args.limit,
@@ -97,7 +120,7 @@ pub async fn run(config: Option<&Path>, args: CalibrateArgs) -> anyhow::Result<(
         let local = args.local_semester.as_ref().map_or_else(String::new, |s| format!(", {s} local"));
         (c, format!("questions from {}{local}", ragtune_eval::qa::QA_CALIBRATION_FROM))
     } else {
-        let opts = beir_options(&cfg, &args, &args.retriever);
+        let opts = beir_options(&cfg, &args, args.dataset(), &args.retriever);
         let c = ragtune_eval::run_calibration(&opts, &cfg, evaluator, args.k, args.target_precision, log).await?;
         (c, args.split.clone())
     };
@@ -105,33 +128,37 @@ pub async fn run(config: Option<&Path>, args: CalibrateArgs) -> anyhow::Result<(
     write_and_report(&out, &text, &c)
 }
 
-/// `--fusion`: every train query's BM25 and dense lists once, the fusion grid over them, the best into a file.
+/// `--fusion`: every train query's BM25 and dense lists once per dataset, the fusion grid over them, the setting
+/// chosen for all the datasets into a file.
 async fn fusion(cfg: ragtune::Config, args: CalibrateArgs) -> anyhow::Result<()> {
-    if ragtune_eval::is_qa_dataset(&args.dataset) {
-        anyhow::bail!(
-            "--fusion needs a BEIR dataset (corpus.jsonl, queries.jsonl, qrels/); {} is a QA dataset",
-            args.dataset.display()
-        );
+    let mut fits = Vec::with_capacity(args.dataset.len());
+    for dataset in &args.dataset {
+        if ragtune_eval::is_qa_dataset(dataset) {
+            anyhow::bail!(
+                "--fusion needs a BEIR dataset (corpus.jsonl, queries.jsonl, qrels/); {} is a QA dataset",
+                dataset.display()
+            );
+        }
+        let opts = beir_options(&cfg, &args, dataset, "hybrid");
+        let grid = ragtune_eval::FusionGrid::default();
+        let fit = ragtune_eval::run_fusion_calibration(&opts, &grid, &mut |l| eprintln!("{l}")).await?;
+        fits.push(ragtune_eval::DatasetFit { name: dataset_name(dataset), fit });
     }
-    let name = dataset_name(&args.dataset);
-    let opts = beir_options(&cfg, &args, "hybrid");
-    let fit =
-        ragtune_eval::run_fusion_calibration(&opts, &ragtune_eval::FusionGrid::default(), &mut |l| eprintln!("{l}"))
-            .await?;
+    let joint = ragtune_eval::joint_fit(fits)?;
     let out = args.out.unwrap_or_else(|| PathBuf::from("configs/fusion-calibrated.toml"));
-    write_file(&out, &ragtune_eval::fusion_toml(&fit, &name, &args.split))?;
-    print!("{}", ragtune_eval::fusion_table(&fit));
+    write_file(&out, &ragtune_eval::fusion_toml(&joint, &args.split))?;
+    print!("{}", ragtune_eval::fusion_table(&joint));
     println!("wrote {}", out.display());
     Ok(())
 }
 
 /// `--evaluator learned`: every train query's retrieval, its features and label, the logistic fit, the file.
 async fn learned(cfg: ragtune::Config, args: CalibrateArgs) -> anyhow::Result<()> {
-    if ragtune_eval::is_qa_dataset(&args.dataset) {
+    if ragtune_eval::is_qa_dataset(args.dataset()) {
         anyhow::bail!(
             "--evaluator learned needs a BEIR dataset (corpus.jsonl, queries.jsonl, qrels/<split>.tsv); {} is a QA \
              dataset",
-            args.dataset.display()
+            args.dataset().display()
         );
     }
     for (flag, v) in
@@ -141,8 +168,8 @@ async fn learned(cfg: ragtune::Config, args: CalibrateArgs) -> anyhow::Result<()
             anyhow::bail!("{flag} must be within [0, 1], got {v}");
         }
     }
-    let name = dataset_name(&args.dataset);
-    let opts = beir_options(&cfg, &args, &args.retriever);
+    let name = dataset_name(args.dataset());
+    let opts = beir_options(&cfg, &args, args.dataset(), &args.retriever);
     let options = ragtune::evaluators::crag::FitOptions {
         target_precision: args.target_precision,
         incorrect_floor: Some(ragtune::evaluators::crag::IncorrectFloor {
@@ -159,9 +186,9 @@ async fn learned(cfg: ragtune::Config, args: CalibrateArgs) -> anyhow::Result<()
     Ok(())
 }
 
-/// The evaluation options of a BEIR dataset from the arguments, retrieving with `retriever`.
-fn beir_options(cfg: &ragtune::Config, args: &CalibrateArgs, retriever: &str) -> EvalOptions {
-    let mut opts = EvalOptions::new(&args.dataset);
+/// The evaluation options of the BEIR dataset `dataset` from the arguments, retrieving with `retriever`.
+fn beir_options(cfg: &ragtune::Config, args: &CalibrateArgs, dataset: &Path, retriever: &str) -> EvalOptions {
+    let mut opts = EvalOptions::new(dataset);
     opts.split.clone_from(&args.split);
     retriever.clone_into(&mut opts.retriever);
     opts.embedding = cfg.embedding.clone();

@@ -17,7 +17,7 @@ mod serve;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 #[derive(Debug, Parser)]
 #[command(name = "ragtune", version, about = "A self-correcting, budget-aware retrieval engine for RAG.")]
@@ -73,6 +73,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Checks the parser cannot express are usage errors too (exit code 2, with clap's usage line).
+    if let Command::Calibrate(args) = &cli.command
+        && let Err(message) = args.validate()
+    {
+        Cli::command().error(clap::error::ErrorKind::ArgumentConflict, message).exit();
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {

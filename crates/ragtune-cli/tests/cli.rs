@@ -301,6 +301,11 @@ fn eval_usage_errors_exit_with_2() {
     assert_eq!(out.status.code(), Some(2));
     let err = text(&out.stderr);
     assert!(err.contains("unknown rerank policy `random`; available: greedy, dynamic, uncertainty"), "{err}");
+    // Several datasets are for `--fusion` only.
+    let out = ragtune(&["calibrate", "--dataset", "a", "--dataset", "b"], dir.path());
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(err.contains("--dataset is given 2 times: only --fusion fits on several datasets"), "{err}");
     let out = ragtune(&["eval", "retrieval", "--dataset", "tiny", "--fusion", "mean"], dir.path());
     assert_eq!(out.status.code(), Some(2));
     let err = text(&out.stderr);

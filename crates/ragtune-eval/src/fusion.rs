@@ -89,12 +89,13 @@ impl FusionPoint {
     /// `rrf`, `convex, adaptive 1`: the method and its strength, as tables print it.
     #[must_use]
     pub fn label(&self) -> String {
-        if self.adaptive > 0.0 {
-            format!("{}, adaptive {}", self.method, self.adaptive)
-        } else {
-            self.method.to_string()
-        }
+        label(self.method, self.adaptive)
     }
+}
+
+/// `rrf`, `convex, adaptive 1`: a method and its strength, as tables and file headers print them.
+fn label(method: FusionMethod, adaptive: f32) -> String {
+    if adaptive > 0.0 { format!("{method}, adaptive {adaptive}") } else { method.to_string() }
 }
 
 /// The result of a fit.
@@ -262,32 +263,170 @@ pub async fn run_fusion_calibration(
     fit_fusion(&lists, &data.qrels, &opts.hybrid, grid, opts.passage_depth())
 }
 
+/// One dataset's fit, named, as part of a [`JointFusionFit`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DatasetFit {
+    /// The dataset's name (its directory's name).
+    pub name: String,
+    /// The fit on its split.
+    pub fit: FusionFit,
+}
+
+/// One setting of the grid scored on every dataset of a [`JointFusionFit`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JointPoint {
+    /// The method.
+    pub method: FusionMethod,
+    /// The strength of the query-time weights.
+    pub adaptive: f32,
+    /// The BM25 weight.
+    pub bm25_weight: f32,
+    /// The dense weight.
+    pub dense_weight: f32,
+    /// Mean nDCG@10 on each dataset, in the order of [`JointFusionFit::datasets`].
+    pub ndcg_at_10: Vec<f64>,
+    /// The smallest, over the datasets, of this setting's nDCG@10 minus the better of BM25 alone and dense alone
+    /// there: negative when the fusion loses to its better part somewhere.
+    pub worst_gain: f64,
+    /// The mean of [`ndcg_at_10`](Self::ndcg_at_10) over the datasets.
+    pub mean_ndcg_at_10: f64,
+}
+
+impl JointPoint {
+    /// `rrf`, `convex, adaptive 1`: the method and its strength, as tables print it.
+    #[must_use]
+    pub fn label(&self) -> String {
+        label(self.method, self.adaptive)
+    }
+
+    /// Whether `self` is chosen over `other`: a larger worst gain, then a larger mean nDCG@10 (grid order decides
+    /// among equals, the earlier one staying).
+    fn beats(&self, other: &Self) -> bool {
+        self.worst_gain
+            .total_cmp(&other.worst_gain)
+            .then(self.mean_ndcg_at_10.total_cmp(&other.mean_ndcg_at_10))
+            .is_gt()
+    }
+}
+
+/// One fusion for several datasets, each fitted on its own split with the same grid: the setting whose smallest gain
+/// over the better of BM25 alone and dense alone, across the datasets, is largest ("never lose to the better part"
+/// as the objective); ties by mean nDCG@10, then grid order.
+///
+/// On one dataset the better part is a constant, so the choice is that dataset's best nDCG@10 ([`FusionFit::best`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JointFusionFit {
+    /// The datasets and their fits, in the order given.
+    pub datasets: Vec<DatasetFit>,
+    /// The chosen setting of each method and strength, in grid order.
+    pub per_method: Vec<JointPoint>,
+    /// The chosen setting of all.
+    pub best: JointPoint,
+}
+
+/// Chooses one fusion for `datasets` (see [`JointFusionFit`]).
+///
+/// # Errors
+/// [`InvalidInput`](ragtune::core::ErrorKind::InvalidInput) for no dataset, or fits of different grids, RRF
+/// constants or depths.
+pub fn joint_fit(datasets: Vec<DatasetFit>) -> Result<JointFusionFit> {
+    let first = datasets.first().ok_or_else(|| Error::invalid_input("no dataset to fit the fusion on"))?;
+    let setting = |p: &FusionPoint| (p.method, p.adaptive.to_bits(), p.bm25_weight.to_bits(), p.dense_weight.to_bits());
+    for d in &datasets[1..] {
+        let same_grid = d.fit.points.len() == first.fit.points.len()
+            && d.fit.points.iter().zip(&first.fit.points).all(|(a, b)| setting(a) == setting(b));
+        if !same_grid || d.fit.k.to_bits() != first.fit.k.to_bits() || d.fit.depth != first.fit.depth {
+            return Err(Error::invalid_input(format!(
+                "the fusion fits of {} and {} differ in grid, RRF k or depth: they cannot be chosen from jointly",
+                first.name, d.name
+            )));
+        }
+    }
+    let n = datasets.len() as f64;
+    let joint = |i: usize| {
+        let p = first.fit.points[i];
+        let ndcg_at_10: Vec<f64> = datasets.iter().map(|d| d.fit.points[i].ndcg_at_10).collect();
+        let worst_gain = datasets
+            .iter()
+            .map(|d| d.fit.points[i].ndcg_at_10 - d.fit.bm25_alone.max(d.fit.dense_alone))
+            .fold(f64::INFINITY, f64::min);
+        let mean_ndcg_at_10 = ndcg_at_10.iter().sum::<f64>() / n;
+        JointPoint {
+            method: p.method,
+            adaptive: p.adaptive,
+            bm25_weight: p.bm25_weight,
+            dense_weight: p.dense_weight,
+            ndcg_at_10,
+            worst_gain,
+            mean_ndcg_at_10,
+        }
+    };
+    let mut per_method: Vec<JointPoint> = Vec::new();
+    for i in 0..first.fit.points.len() {
+        let point = joint(i);
+        match per_method.last_mut() {
+            Some(last) if last.method == point.method && last.adaptive.to_bits() == point.adaptive.to_bits() => {
+                if point.beats(last) {
+                    *last = point;
+                }
+            }
+            _ => per_method.push(point),
+        }
+    }
+    let best = per_method
+        .iter()
+        .cloned()
+        .reduce(|a, b| if b.beats(&a) { b } else { a })
+        .ok_or_else(|| Error::invalid_input("the fusion grid is empty"))?;
+    Ok(JointFusionFit { datasets, per_method, best })
+}
+
 /// The fitted fusion as a configuration file `--config` reads: a `[hybrid]` section, under a comment that says what
-/// it was fitted on and the best train nDCG@10 of every method.
+/// it was fitted on, how it was chosen and the best train nDCG@10 of every method.
 #[must_use]
-pub fn fusion_toml(fit: &FusionFit, dataset: &str, split: &str) -> String {
+pub fn fusion_toml(joint: &JointFusionFit, split: &str) -> String {
+    let Some(first) = joint.datasets.first() else { return String::new() };
+    let fit = &first.fit;
     let step = 1.0 / f64::from(fit.steps);
+    let sources: Vec<String> =
+        joint.datasets.iter().map(|d| format!("{} `{split}` ({} queries)", d.name, d.fit.queries)).collect();
+    let one = joint.datasets.len() == 1;
+    let rule = if one {
+        "keeping the best mean nDCG@10 on that split.\n".to_owned()
+    } else {
+        "keeping the setting whose smallest gain over\n# the better of BM25 alone and dense alone, across the datasets, is largest (ties: mean nDCG@10).\n"
+            .to_owned()
+    };
     let mut out = format!(
-        "# Written by `ragtune calibrate --fusion` from {dataset} `{split}` ({queries} queries): the BM25 and dense lists\n\
+        "# Written by `ragtune calibrate --fusion` from {sources}: the BM25 and dense lists\n\
          # (depth {depth}) of every query fused by each method with dense_weight w from 0 to 1 in steps of {step}\n\
-         # and bm25_weight 1 - w (RRF k = {k}), keeping the best mean nDCG@10 on that split.\n\
-         # nDCG@10 there: BM25 alone {bm25:.4}, dense alone {dense:.4}; the best of each method:\n",
-        queries = fit.queries,
+         # and bm25_weight 1 - w (RRF k = {k}), {rule}",
+        sources = sources.join(" and "),
         depth = fit.depth,
         k = fit.k,
-        bm25 = fit.bm25_alone,
-        dense = fit.dense_alone,
     );
-    for p in &fit.per_method {
+    let alone: Vec<String> = joint
+        .datasets
+        .iter()
+        .map(|d| {
+            let name = if one { String::new() } else { format!("{} ", d.name) };
+            format!("{name}BM25 alone {:.4}, dense alone {:.4}", d.fit.bm25_alone, d.fit.dense_alone)
+        })
+        .collect();
+    let names: Vec<&str> = joint.datasets.iter().map(|d| d.name.as_str()).collect();
+    let each = if one { String::new() } else { format!(" (on {})", names.join(" / ")) };
+    out.push_str(&format!("# nDCG@10 there: {}; the best of each method{each}:\n", alone.join("; ")));
+    for p in &joint.per_method {
+        let ndcg: Vec<String> = p.ndcg_at_10.iter().map(|v| format!("{v:.4}")).collect();
         out.push_str(&format!(
-            "#   {:<20} {:.4}  (bm25_weight {}, dense_weight {})\n",
+            "#   {:<20} {}  (bm25_weight {}, dense_weight {})\n",
             p.label(),
-            p.ndcg_at_10,
+            ndcg.join(" / "),
             p.bm25_weight,
             p.dense_weight
         ));
     }
-    let b = &fit.best;
+    let b = &joint.best;
     out.push_str(&format!(
         "[hybrid]\nfusion = \"{}\"\nk = {:?}\ndepth = {}\nbm25_weight = {:?}\ndense_weight = {:?}\nadaptive = {:?}\n",
         b.method, fit.k, fit.depth, b.bm25_weight, b.dense_weight, b.adaptive
@@ -295,19 +434,44 @@ pub fn fusion_toml(fit: &FusionFit, dataset: &str, split: &str) -> String {
     out
 }
 
-/// The fit as the table `ragtune calibrate --fusion` prints.
+/// The fit as the table `ragtune calibrate --fusion` prints: per dataset the two retrievers alone, then each
+/// method's chosen setting with its nDCG@10 on every dataset (and, with several datasets, its worst gain).
 #[must_use]
-pub fn fusion_table(fit: &FusionFit) -> String {
-    let mut out = format!(
-        "{} queries; nDCG@10 BM25 alone {:.4}, dense alone {:.4}\n{:<22} {:>8} {:>12} {:>13}\n",
-        fit.queries, fit.bm25_alone, fit.dense_alone, "fusion", "nDCG@10", "bm25_weight", "dense_weight"
-    );
-    for p in &fit.per_method {
-        let mark = if *p == fit.best { "  <- best" } else { "" };
+pub fn fusion_table(joint: &JointFusionFit) -> String {
+    let one = joint.datasets.len() == 1;
+    let mut out = String::new();
+    for d in &joint.datasets {
+        let own = &d.fit.best;
         out.push_str(&format!(
-            "{:<22} {:>8.4} {:>12} {:>13}{mark}\n",
+            "{}: {} queries; nDCG@10 BM25 alone {:.4}, dense alone {:.4}; its own best {} {:.4} (bm25_weight {}, \
+             dense_weight {})\n",
+            d.name,
+            d.fit.queries,
+            d.fit.bm25_alone,
+            d.fit.dense_alone,
+            own.label(),
+            own.ndcg_at_10,
+            own.bm25_weight,
+            own.dense_weight
+        ));
+    }
+    let names: Vec<&str> = joint.datasets.iter().map(|d| d.name.as_str()).collect();
+    let gain = if one { String::new() } else { format!(" {:>10}", "worst gain") };
+    out.push_str(&format!(
+        "{:<22} {:>8} {:>12} {:>13}{gain}\n",
+        "fusion",
+        if one { "nDCG@10".to_owned() } else { names.join(" / ") },
+        "bm25_weight",
+        "dense_weight"
+    ));
+    for p in &joint.per_method {
+        let mark = if *p == joint.best { "  <- best" } else { "" };
+        let ndcg: Vec<String> = p.ndcg_at_10.iter().map(|v| format!("{v:.4}")).collect();
+        let gain = if one { String::new() } else { format!(" {:>+10.4}", p.worst_gain) };
+        out.push_str(&format!(
+            "{:<22} {:>8} {:>12} {:>13}{gain}{mark}\n",
             p.label(),
-            p.ndcg_at_10,
+            ndcg.join(" / "),
             p.bm25_weight,
             p.dense_weight
         ));
@@ -434,20 +598,101 @@ mod tests {
         assert_eq!(point.ndcg_at_10, by_hand);
     }
 
-    #[test]
-    fn the_written_file_is_a_configuration_the_engine_reads() {
+    /// The fit of the synthetic set alone, named `name`.
+    fn one(name: &str) -> DatasetFit {
         let (queries, qrels) = synthetic();
         let fit = fit_fusion(&queries, &qrels, &HybridSettings::default(), &FusionGrid::default(), 100).unwrap();
-        let text = fusion_toml(&fit, "tiny", "train");
+        DatasetFit { name: name.into(), fit }
+    }
+
+    #[test]
+    fn the_written_file_is_a_configuration_the_engine_reads() {
+        let joint = joint_fit(vec![one("tiny")]).unwrap();
+        let text = fusion_toml(&joint, "train");
         let cfg = ragtune::Config::from_toml(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
         let h = cfg.hybrid;
         assert_eq!((h.fusion, h.bm25_weight, h.dense_weight, h.adaptive), (FusionMethod::Convex, 0.35, 0.65, 0.0));
         assert_eq!((h.k, h.depth), (60.0, 100));
         assert!(text.starts_with("# Written by `ragtune calibrate --fusion` from tiny `train` (4 queries)"), "{text}");
+        assert!(text.contains("keeping the best mean nDCG@10 on that split."), "{text}");
         assert!(text.contains("BM25 alone 0.7327, dense alone 0.8155"), "{text}");
         assert!(text.contains("#   dbsf, adaptive 2"), "{text}");
         assert!(text.contains("bm25_weight = 0.35\ndense_weight = 0.65\n"), "{text}");
-        assert!(fusion_table(&fit).contains("<- best"));
+        assert!(fusion_table(&joint).contains("<- best"));
+    }
+
+    #[test]
+    fn on_one_dataset_the_joint_choice_is_its_own_best() {
+        let single = one("tiny");
+        let joint = joint_fit(vec![single.clone()]).unwrap();
+        let b = &joint.best;
+        let own = single.fit.best;
+        assert_eq!(
+            (b.method, b.adaptive, b.bm25_weight, b.dense_weight),
+            (own.method, own.adaptive, own.bm25_weight, own.dense_weight)
+        );
+        assert_eq!(b.ndcg_at_10, vec![own.ndcg_at_10]);
+        assert_eq!(b.worst_gain, own.ndcg_at_10 - single.fit.bm25_alone.max(single.fit.dense_alone));
+        let per: Vec<(FusionMethod, f32, f32)> =
+            joint.per_method.iter().map(|p| (p.method, p.adaptive, p.dense_weight)).collect();
+        let own: Vec<(FusionMethod, f32, f32)> =
+            single.fit.per_method.iter().map(|p| (p.method, p.adaptive, p.dense_weight)).collect();
+        assert_eq!(per, own);
+    }
+
+    #[test]
+    fn several_datasets_get_the_setting_with_the_largest_smallest_gain() {
+        // Dataset `a` is the synthetic set (dense alone 0.8155 is its better part); on `b` the same four queries are
+        // judged by BM25's first document, so there BM25 alone is perfect and weight on dense can only lose. No
+        // setting gains on both; the joint choice is the one that loses least to the worse-served dataset: RRF with
+        // BM25 ahead, which keeps `b` perfect and gives `a` 0.7827 (0.0327 below dense alone). It is neither
+        // dataset's own best (convex on `a`, BM25 alone on `b`).
+        let a = one("a");
+        let (queries, _) = synthetic();
+        let q = qrels(&[("q1", "a1"), ("q2", "a2"), ("q3", "x3"), ("q4", "y4")]);
+        let b = fit_fusion(&queries, &q, &HybridSettings::default(), &FusionGrid::default(), 100).unwrap();
+        assert_eq!(b.bm25_alone, 1.0);
+        let joint = joint_fit(vec![a.clone(), DatasetFit { name: "b".into(), fit: b.clone() }]).unwrap();
+        let best = &joint.best;
+        // No setting of the grid beats it on the worst gain, and it is neither dataset's own choice.
+        let worst = |i: usize| {
+            (a.fit.points[i].ndcg_at_10 - a.fit.bm25_alone.max(a.fit.dense_alone))
+                .min(b.points[i].ndcg_at_10 - b.bm25_alone.max(b.dense_alone))
+        };
+        let top = (0..a.fit.points.len()).map(worst).fold(f64::NEG_INFINITY, f64::max);
+        assert_eq!(best.worst_gain, top);
+        let i =
+            a.fit.points.iter().position(|p| {
+                (p.method, p.adaptive, p.dense_weight) == (best.method, best.adaptive, best.dense_weight)
+            });
+        let i = i.unwrap();
+        assert_eq!(best.ndcg_at_10, vec![a.fit.points[i].ndcg_at_10, b.points[i].ndcg_at_10]);
+        assert_eq!(
+            (best.method, best.adaptive, best.bm25_weight, best.dense_weight),
+            (FusionMethod::Rrf, 0.0, 0.65, 0.35)
+        );
+        assert_eq!(
+            format!("{:.4} {:.4} {:.4}", best.ndcg_at_10[0], best.ndcg_at_10[1], best.worst_gain),
+            "0.7827 1.0000 -0.0327"
+        );
+        assert_ne!((best.method, best.dense_weight), (a.fit.best.method, a.fit.best.dense_weight));
+        assert_ne!((best.method, best.dense_weight), (b.best.method, b.best.dense_weight));
+        let text = fusion_toml(&joint, "train");
+        assert!(text.starts_with("# Written by `ragtune calibrate --fusion` from a `train` (4 queries) and b `train`"));
+        assert!(text.contains("a BM25 alone 0.7327, dense alone 0.8155; b BM25 alone 1.0000"), "{text}");
+        assert!(text.contains("smallest gain over\n# the better of BM25 alone and dense alone"), "{text}");
+        assert!(ragtune::Config::from_toml(&text).is_ok(), "{text}");
+        assert!(fusion_table(&joint).contains("worst gain"));
+    }
+
+    #[test]
+    fn fits_of_different_grids_are_not_chosen_from_jointly() {
+        let (queries, qrels) = synthetic();
+        let grid = FusionGrid { steps: 4, ..FusionGrid::default() };
+        let coarse = fit_fusion(&queries, &qrels, &HybridSettings::default(), &grid, 100).unwrap();
+        let err = joint_fit(vec![one("a"), DatasetFit { name: "b".into(), fit: coarse }]).unwrap_err();
+        assert!(err.to_string().contains("a and b differ in grid"), "{err}");
+        assert!(joint_fit(Vec::new()).is_err());
     }
 
     #[test]

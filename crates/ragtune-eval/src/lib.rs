@@ -57,7 +57,9 @@ pub use crag::{
     CragEvalReport, calibration_toml, crag_table, learned_table, learned_toml, run_calibration, run_crag_eval,
     run_learned_calibration,
 };
-pub use fusion::{FusionFit, FusionGrid, fusion_table, fusion_toml, run_fusion_calibration};
+pub use fusion::{
+    DatasetFit, FusionFit, FusionGrid, JointFusionFit, fusion_table, fusion_toml, joint_fit, run_fusion_calibration,
+};
 pub use qa::{QaEvalOptions, QaEvalReport, is_qa_dataset, qa_table, run_qa_calibration, run_qa_eval};
 pub use rerank::{RerankEvalOptions, RerankEvalReport, evaluate_reranking, rerank_table};
 pub use retrieval::{DocScore, EvalChunking, EvalOptions, EvalReport, run_eval, summary_table};

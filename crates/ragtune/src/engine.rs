@@ -69,7 +69,7 @@ const BATCH_CHUNKS: usize = 256;
 /// The ragtune engine on the configured store (the embedded store by default, or Qdrant).
 ///
 /// It indexes documents with BM25 and, when the embedding model is available, dense vectors; it answers queries
-/// with BM25, dense or hybrid (RRF) retrieval, with query transformations and routing around them; and it answers
+/// with BM25, dense or hybrid retrieval (fused as `[hybrid]` says), with query transformations and routing around them; and it answers
 /// questions with the whole corrective pipeline ([`ask`](Self::ask), [`query`](Self::query)).
 #[derive(Debug, Clone)]
 pub struct Engine {
