@@ -156,19 +156,25 @@ pub const REPAIR_JSON: Prompt = Prompt {
     max_tokens: 256,
 };
 
+/// The most sentence numbers the extraction answer may list ([`EXTRACT`]'s schema).
+pub const EXTRACT_MAX_SENTENCES: usize = 10;
+
 /// Query-focused extraction (`ragtune_evaluators::extract`): one call over all retrieved passages, shown one
 /// numbered sentence per line, that answers with the numbers of the sentences answering the question. The caller
 /// keeps those sentences (and their neighbours) in the source's own words.
 ///
 /// Version 2 asks for numbers; version 1 asked the model to copy the sentences word for word, and a 0.5B model's
 /// copies failed verification in about half of the questions (docs/eval.md, "Answer-level evaluation").
+/// Version 3 caps the list at [`EXTRACT_MAX_SENTENCES`] in the prompt and the schema (a grammar-constrained server
+/// closes the list there): under version 2 a 1.5B model's answer ran to the 128-token limit, and the cut JSON
+/// fell back after a repair that ran to its own limit.
 pub const EXTRACT: Prompt = Prompt {
     id: "extract",
-    version: 2,
+    version: 3,
     system: "You pick the sentences of documents that answer a question. You answer with JSON only.",
     user: "Question: {{query}}\n\nThe documents, one numbered sentence per line:\n\n{{documents}}\n\nWhich sentences \
-           help answer the question? List the numbers of the sentences that state the answer or facts it needs. \
-           Use an empty list when no sentence helps.\n\n\
+           help answer the question? List the numbers of the sentences that state the answer or facts it needs, \
+           at most 10, the most useful first. Use an empty list when no sentence helps.\n\n\
            Answer as {\"sentences\": [<sentence number>, ...]}.",
     schema: Some(extract_schema),
     temperature: 0.0,
@@ -179,7 +185,7 @@ fn extract_schema() -> Value {
     json!({
         "type": "object",
         "properties": {
-            "sentences": { "type": "array", "items": { "type": "integer", "minimum": 1 } }
+            "sentences": { "type": "array", "items": { "type": "integer", "minimum": 1 }, "maxItems": EXTRACT_MAX_SENTENCES }
         },
         "required": ["sentences"],
         "additionalProperties": false
@@ -365,6 +371,13 @@ pub const ALL: [&Prompt; 13] = [
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_extraction_prompt_states_the_cap_its_schema_enforces() {
+        assert!(EXTRACT.user.contains(&format!("at most {EXTRACT_MAX_SENTENCES},")), "{}", EXTRACT.user);
+        let schema = (EXTRACT.schema.unwrap())();
+        assert_eq!(schema["properties"]["sentences"]["maxItems"], EXTRACT_MAX_SENTENCES);
+    }
 
     #[test]
     fn every_prompt_renders_with_its_values_and_refuses_a_missing_one() {
