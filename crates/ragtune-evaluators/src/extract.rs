@@ -77,10 +77,8 @@ pub struct ExtractedPassage {
 /// A number in the LLM's answer that names no shown sentence.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Rejected {
-    /// The document the number would fall in (1-based; 0 when none).
-    pub doc: usize,
-    /// What the model wrote.
-    pub sentence: String,
+    /// The list item as the model wrote it (JSON).
+    pub item: String,
     /// Why it was rejected (`no sentence 57`, `not a sentence number`).
     pub reason: String,
 }
@@ -220,9 +218,12 @@ impl Extractor {
                 Some(title) => format!("Document {} ({title}):", d + 1),
                 None => format!("Document {}:", d + 1),
             };
-            let start_chars = |byte: usize| c.chunk.text[..byte].chars().count();
+            // Characters before the current sentence, counted on from the previous one.
+            let (mut chars, mut counted) = (0, 0);
             for (index, &(s, e)) in spans.iter().enumerate() {
-                if index > 0 && start_chars(s) >= self.config.max_chars_per_doc {
+                chars += c.chunk.text[counted..s].chars().count();
+                counted = s;
+                if index > 0 && chars >= self.config.max_chars_per_doc {
                     break;
                 }
                 numbered.push(Numbered { chunk: d, index });
@@ -269,12 +270,12 @@ impl Extractor {
         for item in chosen {
             let Some(n) = number(item) else {
                 let reason = "not a sentence number".to_owned();
-                out.rejected.push(Rejected { doc: 0, sentence: item.to_string(), reason });
+                out.rejected.push(Rejected { item: item.to_string(), reason });
                 continue;
             };
             let Some(&Numbered { chunk, index }) = n.checked_sub(1).and_then(|i| numbered.get(i)) else {
                 let reason = format!("no sentence {n} (the documents have {})", numbered.len());
-                out.rejected.push(Rejected { doc: 0, sentence: item.to_string(), reason });
+                out.rejected.push(Rejected { item: item.to_string(), reason });
                 continue;
             };
             if !std::mem::replace(&mut seen[n - 1], true) {
@@ -490,8 +491,8 @@ mod tests {
             None,
         );
         assert_eq!(out.verified, 2);
-        assert_eq!(out.rejected[0].sentence, "9");
-        assert_eq!(out.rejected[2].sentence, "\"two\"");
+        assert_eq!(out.rejected[0].item, "9");
+        assert_eq!(out.rejected[2].item, "\"two\"");
     }
 
     #[test]
