@@ -168,11 +168,20 @@ pub struct JudgeConfig {
     pub embedding_weight: f32,
     /// The most characters of context put in the judge prompt; longer contexts are cut.
     pub max_context_chars: usize,
+    /// With an LLM configured: judge without it first, and keep that verdict when it finds every statement
+    /// `Supported`; the LLM is asked only when the LLM-free judge is unsure. `false` asks the LLM every time.
+    pub llm_only_when_unsure: bool,
 }
 
 impl Default for JudgeConfig {
     fn default() -> Self {
-        Self { supported_threshold: 0.7, partial_threshold: 0.4, embedding_weight: 0.5, max_context_chars: 6000 }
+        Self {
+            supported_threshold: 0.7,
+            partial_threshold: 0.4,
+            embedding_weight: 0.5,
+            max_context_chars: 6000,
+            llm_only_when_unsure: true,
+        }
     }
 }
 
@@ -416,18 +425,44 @@ impl FaithfulnessJudge {
             Verdicts { supports: Vec::new(), method: configured, prompt: None, cost: Cost::ZERO }
         } else {
             let statements: Vec<&str> = to_judge.iter().map(|&i| texts[i].as_str()).collect();
+            // The cheap judge first when the LLM is asked only where it is unsure.
+            let mut cheap = None;
+            if self.llm.is_some() && self.config.llm_only_when_unsure {
+                let mut cheap_notes = Vec::new();
+                let v = self.judge_without_llm(ctx, &statements, passages, &mut cheap_notes).await?;
+                let all_supported = v.supports.iter().all(|s| matches!(s, Some((Support::Supported, _, _))));
+                if all_supported {
+                    notes.append(&mut cheap_notes);
+                    notes.push(
+                        "the LLM judge was not asked: the LLM-free judge found every statement supported".to_owned(),
+                    );
+                }
+                cheap = Some((v, cheap_notes, all_supported));
+            }
             let mut via_llm = None;
             let mut spent = Cost::ZERO;
-            if let Some(judge) = &self.llm {
-                match self.judge_with_llm(ctx, judge, question, &statements, passages, &mut notes).await {
-                    Ok(v) => via_llm = Some(v),
-                    Err((reason, cost)) => {
-                        // A cancelled request stops here; any other failure degrades to the LLM-free judge.
-                        ctx.check()?;
-                        fallback_reason = Some(reason);
-                        spent = cost;
+            match (&self.llm, cheap) {
+                (Some(_), Some((v, _, true))) => via_llm = Some(v),
+                (Some(judge), cheap) => {
+                    match self.judge_with_llm(ctx, judge, question, &statements, passages, &mut notes).await {
+                        Ok(mut v) => {
+                            v.cost += cheap.map_or(Cost::ZERO, |(c, _, _)| c.cost);
+                            via_llm = Some(v);
+                        }
+                        Err((reason, cost)) => {
+                            // A cancelled request stops here; any other failure degrades to the LLM-free judge.
+                            ctx.check()?;
+                            fallback_reason = Some(reason);
+                            spent = cost;
+                            if let Some((mut v, cheap_notes, _)) = cheap {
+                                notes.extend(cheap_notes);
+                                v.cost += spent;
+                                via_llm = Some(v);
+                            }
+                        }
                     }
                 }
+                (None, _) => {}
             }
             match via_llm {
                 Some(v) => v,
@@ -858,7 +893,15 @@ mod tests {
         ]
     }
 
+    /// A judge that asks the LLM about every answer (the tests of the LLM path).
     fn llm_judge(llm: &Arc<ScriptedLlm>) -> FaithfulnessJudge {
+        let llm: Arc<dyn Llm> = llm.clone();
+        let config = JudgeConfig { llm_only_when_unsure: false, ..JudgeConfig::default() };
+        FaithfulnessJudge::new(config).unwrap().with_llm(llm, JUDGE, REPAIR)
+    }
+
+    /// A judge with the default configuration: the LLM is asked only where the LLM-free judge is unsure.
+    fn cascade_judge(llm: &Arc<ScriptedLlm>) -> FaithfulnessJudge {
         let llm: Arc<dyn Llm> = llm.clone();
         FaithfulnessJudge::new(JudgeConfig::default()).unwrap().with_llm(llm, JUDGE, REPAIR)
     }
@@ -987,6 +1030,53 @@ mod tests {
         assert!(f.cost.tokens > 0);
         assert!(f.fallback_reason.is_none());
         assert_eq!(serde_json::to_value(f.method).unwrap(), json!("llm"));
+    }
+
+    #[tokio::test]
+    async fn by_default_the_llm_is_asked_only_where_the_llm_free_judge_is_unsure() {
+        // Every statement stated in the context: the LLM-free verdict stands and the LLM is not called.
+        let llm = Arc::new(ScriptedLlm::new(r#"{"verdicts": [{"statement": 1, "verdict": "UNSUPPORTED"}]}"#));
+        let f = check(
+            &cascade_judge(&llm),
+            "The Eiffel Tower is in Paris [1]. Scurvy is caused by a lack of vitamin C [2].",
+            &passages(),
+            "llm-free (lexical) SUPPORTED supported=1.00 unsupported=0.00\n\
+             1. SUPPORTED 1.000 [1] The Eiffel Tower is in Paris.\n\
+             2. SUPPORTED 1.000 [2] Scurvy is caused by a lack of vitamin C.\n\
+             note: the LLM judge was not asked: the LLM-free judge found every statement supported",
+        )
+        .await;
+        assert_eq!((llm.calls(), f.cost.calls), (0, 0));
+        assert!(f.fallback_reason.is_none(), "the LLM did not fail; it was not needed");
+
+        // One statement the LLM-free judge cannot place: the LLM judges them all.
+        let reply =
+            r#"{"verdicts": [{"statement": 1, "verdict": "SUPPORTED"}, {"statement": 2, "verdict": "UNSUPPORTED"}]}"#;
+        let llm = Arc::new(ScriptedLlm::new(reply));
+        let f = check(
+            &cascade_judge(&llm),
+            "The Eiffel Tower is in Paris [1]. Scurvy is caused by sugar [2].",
+            &passages(),
+            "llm PARTIALLY_SUPPORTED supported=0.50 unsupported=0.50 prompt=judge@1\n\
+             1. SUPPORTED The Eiffel Tower is in Paris.\n\
+             2. UNSUPPORTED Scurvy is caused by sugar.",
+        )
+        .await;
+        assert_eq!((llm.calls(), f.cost.calls), (1, 1));
+
+        // The LLM asked and down: the LLM-free verdict already computed is the answer, with the reason.
+        let llm = Arc::new(ScriptedLlm::down());
+        let f = check(
+            &cascade_judge(&llm),
+            "Scurvy is caused by sugar.",
+            &passages(),
+            "llm-free (lexical) PARTIALLY_SUPPORTED supported=0.00 unsupported=0.00\n\
+             fallback: failed: scripted LLM failed call 1 on purpose\n\
+             1. PARTIALLY_SUPPORTED 0.667 [2] Scurvy is caused by sugar.",
+        )
+        .await;
+        assert_eq!(llm.calls(), 1);
+        assert_eq!(f.method, JudgeMethod::Lexical);
     }
 
     #[tokio::test]

@@ -184,6 +184,7 @@ fn unreachable_judge() -> FaithfulnessJudge {
         partial_threshold: 0.4,
         embedding_weight: 0.0,
         max_context_chars: 6000,
+        llm_only_when_unsure: true,
     })
     .expect("invariant: fixed thresholds are valid")
 }
