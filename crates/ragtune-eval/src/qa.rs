@@ -189,6 +189,10 @@ pub struct ExperimentReport {
     /// Share of the non-yes/no questions whose gold answer occurs in the context's text.
     #[serde(default)]
     pub answer_in_context: f64,
+    /// Mean LLM tokens per question by pipeline stage (`extract`, `generate`, `judge`, `rewrite`, `correct`, ...),
+    /// over every question of the experiment: where the tokens go.
+    #[serde(default)]
+    pub stage_tokens: BTreeMap<String, f64>,
     /// With a knowledge split: the questions whose article is local and those only on the web, scored apart.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub split: Option<SplitScores>,
@@ -301,6 +305,9 @@ pub struct AnswerRecord {
     /// Whether web results were added to the context.
     #[serde(default)]
     pub web_used: bool,
+    /// LLM tokens by pipeline stage, summed over attempts (stages that spent none are left out).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub stage_tokens: BTreeMap<String, u64>,
     /// The answer's triangulation table in numbers, when web passages were in its context.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub triangulation: Option<TriangulationCounts>,
@@ -395,7 +402,7 @@ pub struct RefinementReport {
 }
 
 /// The whole answer-level evaluation.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct QaEvalReport {
     /// The dataset name.
     pub dataset: String,
@@ -690,6 +697,13 @@ pub async fn run_qa_eval(opts: &QaEvalOptions, log: &mut dyn FnMut(&str)) -> Res
                 answer_in_context,
                 local: local_titles.as_ref().map(|titles| titles.contains(&q.article_title)),
                 web_used: response.crag.web_search_used,
+                stage_tokens: response
+                    .cost
+                    .stages
+                    .iter()
+                    .filter(|(_, c)| c.tokens > 0)
+                    .map(|(stage, c)| (stage.clone(), c.tokens))
+                    .collect(),
                 triangulation: response.triangulation.as_ref().map(TriangulationCounts::of),
             });
             if (i + 1) % 10 == 0 {
@@ -717,6 +731,7 @@ pub async fn run_qa_eval(opts: &QaEvalOptions, log: &mut dyn FnMut(&str)) -> Res
         r.llm_calls_per_question = calls as f64 / n;
         r.context_tokens = ctx_tokens as f64 / n;
         r.article_in_context = r.answers.iter().filter(|a| a.article_in_context).count() as f64 / n;
+        r.stage_tokens = mean_stage_tokens(&r.answers);
         let spans: Vec<bool> = r.answers.iter().filter_map(|a| a.answer_in_context).collect();
         r.answer_in_context = spans.iter().filter(|x| **x).count() as f64 / spans.len().max(1) as f64;
         r.split = SplitScores::from_answers(&r.answers);
@@ -889,6 +904,18 @@ pub fn versus(base: &ExperimentReport, e: &ExperimentReport) -> String {
     )
 }
 
+/// Mean LLM tokens per answer by stage, over every answer (an answer that spent nothing in a stage counts 0 there).
+fn mean_stage_tokens(answers: &[AnswerRecord]) -> BTreeMap<String, f64> {
+    let n = answers.len().max(1) as f64;
+    let mut out: BTreeMap<String, f64> = BTreeMap::new();
+    for a in answers {
+        for (stage, t) in &a.stage_tokens {
+            *out.entry(stage.clone()).or_default() += *t as f64 / n;
+        }
+    }
+    out
+}
+
 /// Renders the summary table printed after an answer-level evaluation.
 #[must_use]
 pub fn qa_table(r: &QaEvalReport) -> String {
@@ -948,6 +975,10 @@ pub fn qa_table(r: &QaEvalReport) -> String {
             e.context_methods,
             e.retried
         ));
+        if !e.stage_tokens.is_empty() {
+            let stages: Vec<String> = e.stage_tokens.iter().map(|(s, t)| format!("{s} {t:.0}")).collect();
+            out.push_str(&format!("{:<20} tokens per question by stage: {}\n", e.experiment, stages.join(", ")));
+        }
     }
     if let Some(base) = r.experiments.iter().find(|e| e.experiment == "baseline") {
         for e in r.experiments.iter().filter(|e| e.experiment != "baseline" && e.experiment != "no_retrieval") {
@@ -988,6 +1019,36 @@ mod tests {
     fn questions_are_bucketed_by_how_often_their_answer_is_mentioned() {
         let buckets: Vec<&str> = (1..=8).map(mentions_bucket).collect();
         assert_eq!(buckets, ["1", "2", "3-5", "3-5", "3-5", "6+", "6+", "6+"]);
+    }
+
+    #[test]
+    fn stage_tokens_are_averaged_over_every_answer() {
+        let answer = |stages: &[(&str, u64)]| AnswerRecord {
+            stage_tokens: stages.iter().map(|(s, t)| ((*s).to_owned(), *t)).collect(),
+            ..AnswerRecord::default()
+        };
+        let answers = [
+            answer(&[("extract", 1200), ("generate", 300)]),
+            answer(&[("extract", 800), ("generate", 200), ("judge", 400)]),
+        ];
+        let mean = mean_stage_tokens(&answers);
+        let expect: BTreeMap<String, f64> =
+            [("extract", 1000.0), ("generate", 250.0), ("judge", 200.0)].map(|(s, t)| (s.to_owned(), t)).into();
+        assert_eq!(mean, expect, "a stage an answer skipped counts 0 for it");
+        assert!(mean_stage_tokens(&[]).is_empty());
+
+        let mut report = QaEvalReport::default();
+        report.experiments.push(ExperimentReport {
+            experiment: "corrective".into(),
+            questions: 2,
+            stage_tokens: mean,
+            ..ExperimentReport::default()
+        });
+        let table = qa_table(&report);
+        assert!(
+            table.contains("corrective           tokens per question by stage: extract 1000, generate 250, judge 200"),
+            "{table}"
+        );
     }
 
     #[test]
