@@ -126,6 +126,19 @@ async fn an_llm_that_is_down_degrades_to_an_extractive_answer_and_the_llm_free_j
     assert!(has(&r, NoteKind::GenerationFailed), "{n}");
     assert!(has(&r, NoteKind::ExtractionFallback), "{n}");
     assert_eq!(r.context_report.method, ContextMethod::ExtractFallback);
+    // The extractive answer is the passages' own words: the LLM-free judge finds it supported, so the LLM judge
+    // is not asked (judge.llm_only_when_unsure) and nothing failed there.
+    let f = r.faithfulness.as_ref().unwrap();
+    assert!(f.label().starts_with("llm-free"));
+    assert_eq!(f.fallback_reason, None);
+    assert!(f.notes.iter().any(|n| n.starts_with("the LLM judge was not asked")), "{:?}", f.notes);
+
+    // Asked every time, the judge meets the LLM that is down and says so.
+    let other = tempfile::tempdir().unwrap();
+    let mut cfg = config(other.path());
+    cfg.judge.llm_only_when_unsure = false;
+    let engine = indexed(other.path(), cfg).await.with_llm(Some(Arc::new(ScriptedLlm::down())));
+    let r = engine.ask("What causes scurvy?").await.unwrap();
     let f = r.faithfulness.as_ref().unwrap();
     assert!(f.label().starts_with("llm-free"));
     assert!(f.fallback_reason.as_deref().unwrap_or("").starts_with("failed"), "{:?}", f.fallback_reason);
@@ -155,7 +168,10 @@ async fn a_scripted_llm_pipeline_extracts_verified_sentences_and_judges_with_the
         .with_reply("Which sentences", r#"{"sentences": [1, 99]}"#)
         .with_reply("Sources:", "Scurvy is caused by a lack of vitamin C [1].")
         .with_reply("Statements:", r#"{"verdicts": [{"statement": 1, "verdict": "SUPPORTED"}]}"#);
-    let engine = indexed(dir.path(), config(dir.path())).await.with_llm(Some(Arc::new(llm)));
+    // The LLM judges every answer here (by default it is asked only where the LLM-free judge is unsure).
+    let mut cfg = config(dir.path());
+    cfg.judge.llm_only_when_unsure = false;
+    let engine = indexed(dir.path(), cfg).await.with_llm(Some(Arc::new(llm)));
     let r = engine.ask("What causes scurvy?").await.unwrap();
     assert_eq!(r.context_report.method, ContextMethod::Extract, "{}", notes(&r));
     assert_eq!(r.context.len(), 1);
@@ -286,8 +302,10 @@ async fn with_an_llm_triangulation_asks_it_per_source_and_falls_back_to_the_lexi
         ScriptedLlm::new("Osteomalacia softens the bones of adults [1].")
             .with_reply(judge, r#"{"verdicts": [{"statement": 1, "verdict": "SUPPORTED"}]}"#),
     );
-    let engine =
-        indexed(dir.path(), config(dir.path())).await.with_web(Some(Arc::new(FakeWeb))).with_llm(Some(llm.clone()));
+    // The faithfulness judge asks the LLM every time here, so that its call is counted below.
+    let mut cfg = config(dir.path());
+    cfg.judge.llm_only_when_unsure = false;
+    let engine = indexed(dir.path(), cfg).await.with_web(Some(Arc::new(FakeWeb))).with_llm(Some(llm.clone()));
     let r = engine.ask(question).await.unwrap();
     let t = r.triangulation.as_ref().expect("web passages in the context: a triangulation table");
     assert_eq!(t.support_check, "llm", "{t:?}");
