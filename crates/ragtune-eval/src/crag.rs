@@ -260,11 +260,17 @@ pub fn learned_toml(
          # ({samples} queries, {failures} without a relevant document in the top {k}). {what}, {n} features,\n\
          # {settings} (chosen by cross-validated log loss);\n\
          # failure AUC {cv} cross-validated, {train} in-sample. Thresholds fitted on\n\
-         # {thresholds_on}: INCORRECT (p <= lower) precision {ip:.3}, recall {ir:.3};\n\
+         # {thresholds_on}{floor}: INCORRECT (p <= lower) precision {ip:.3}, recall {ir:.3};\n\
          # CORRECT (p >= upper) precision {cp:.3} on {share:.1} % of queries.\n",
         samples = c.samples,
         failures = c.failures,
         n = fit.model.features.len(),
+        floor = fit.incorrect_floor.map_or_else(String::new, |f| {
+            format!(
+                "\n# for INCORRECT precision >= {} and recall >= {} (best F1 when none reaches both)",
+                f.precision, f.recall
+            )
+        }),
         settings = fit.settings,
         cv = auc(fit.cv_auc),
         train = auc(fit.train_auc),

@@ -781,6 +781,8 @@ pub struct LearnedFit {
     /// INCORRECT precision and recall at the fitted `lower` within each fold's out-of-fold probabilities (how
     /// stable the operating point is across parts of the split), when cross-validated.
     pub fold_detection: Vec<(f32, f32)>,
+    /// The INCORRECT floor the lower threshold was fitted for (`FitOptions::incorrect_floor`).
+    pub incorrect_floor: Option<IncorrectFloor>,
     /// For a few INCORRECT recalls near the usual target (0.55 to 0.75), the out-of-fold threshold that reaches it
     /// with the best precision, when cross-validated: how much precision a margin on recall would cost.
     pub operating_points: Vec<OperatingPoint>,
@@ -1155,6 +1157,7 @@ fn finish(
         compared: Vec::new(),
         out_of_fold_probabilities: oof,
         fold_detection,
+        incorrect_floor: options.incorrect_floor,
         operating_points,
     };
     fit.compared.push(fit.summary());
