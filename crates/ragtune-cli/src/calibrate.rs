@@ -15,7 +15,7 @@ pub struct CalibrateArgs {
     /// RRF k and the depth are the config's `[hybrid]` ones.
     #[arg(
         long,
-        conflicts_with_all = ["retriever", "k", "target_precision", "evaluator", "local_semester", "incorrect_precision", "incorrect_recall"]
+        conflicts_with_all = ["retriever", "k", "target_precision", "evaluator", "local_semester", "incorrect_precision", "incorrect_recall", "model"]
     )]
     fusion: bool,
     /// The BEIR dataset directory. With --fusion it may be given more than once: each dataset is fitted on its own
@@ -35,11 +35,15 @@ pub struct CalibrateArgs {
     #[arg(long, value_name = "P", default_value_t = 0.9)]
     target_precision: f32,
     /// The evaluator fitted: `model` (upper/lower of the retrieval-score scorer), `heuristic` (the heuristic
-    /// evaluator's relevant/partial thresholds, its weights as configured) or `learned` (a logistic regression over
-    /// retrieval features with its two thresholds; BEIR datasets only; the written file also carries the
-    /// configuration's `[crag.model]`).
+    /// evaluator's relevant/partial thresholds, its weights as configured) or `learned` (a logistic regression or
+    /// gradient-boosted stumps over retrieval features, see `--model`, with its two thresholds; BEIR datasets only;
+    /// the written file also carries the configuration's `[crag.model]`).
     #[arg(long, value_name = "NAME", default_value = "model")]
     evaluator: String,
+    /// With `--evaluator learned`: the kind of model, `logistic` (a logistic regression), `stumps` (gradient-boosted
+    /// decision stumps) or `auto` (both, keeping the one with the higher cross-validated failure AUC on the split).
+    #[arg(long, value_name = "KIND", default_value = "auto")]
+    model: String,
     /// With `--evaluator learned`: the INCORRECT precision the lower threshold should reach on the split's
     /// cross-validated probabilities (with `--incorrect-recall`; when no threshold reaches both, the best F1).
     #[arg(long, value_name = "P", default_value_t = 0.4)]
@@ -168,9 +172,17 @@ async fn learned(cfg: ragtune::Config, args: CalibrateArgs) -> anyhow::Result<()
             anyhow::bail!("{flag} must be within [0, 1], got {v}");
         }
     }
+    let model = match args.model.as_str() {
+        "auto" => None,
+        kind => Some(
+            kind.parse::<ragtune::evaluators::crag::ModelKind>()
+                .map_err(|_| anyhow::anyhow!("--model is `auto`, `logistic` or `stumps`, got `{}`", args.model))?,
+        ),
+    };
     let name = dataset_name(args.dataset());
     let opts = beir_options(&cfg, &args, args.dataset(), &args.retriever);
     let options = ragtune::evaluators::crag::FitOptions {
+        model,
         target_precision: args.target_precision,
         incorrect_floor: Some(ragtune::evaluators::crag::IncorrectFloor {
             precision: args.incorrect_precision,

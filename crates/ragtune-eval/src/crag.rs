@@ -11,9 +11,9 @@ use std::sync::Arc;
 
 use ragtune::core::{Candidate, Ctx, Error, Query, RelevanceEvaluator, Result, Verdict, sort_ranked};
 use ragtune::evaluators::crag::{
-    Calibration, CalibrationSample, FEATURE_NAMES, FitOptions, HeuristicEvaluator, LearnedEvaluator, LearnedFit,
-    LearnedSample, ModelEvaluator, RetrievalScoreScorer, ScoreScale, calibrate, failure_auc, features, fit_learned,
-    heuristic_category,
+    Calibration, CalibrationSample, FEATURE_NAMES, FIRST_VERSION_FEATURES, FitOptions, FitSummary, HeuristicEvaluator,
+    LearnedEvaluator, LearnedFit, LearnedSample, ModelEvaluator, ModelKind, RetrievalScoreScorer, ScoreScale, Stump,
+    calibrate, failure_auc, features, fit_learned, heuristic_category,
 };
 use ragtune::evaluators::metrics::{Metric, Runs, evaluate};
 use serde::{Deserialize, Serialize};
@@ -194,7 +194,10 @@ pub fn learned_samples(judged: &[(String, Vec<Candidate>, bool)]) -> Vec<Learned
 /// Fits the learned evaluator on `opts.split` (use a training split) of a BEIR dataset: every query retrieved with
 /// `opts.retriever` (hybrid by default, so both BM25 and dense provenance exist), labelled by "a relevant document
 /// in the top `k`", its [`features`] computed from the candidates as the pipeline would see them, and
-/// [`fit_learned`] with `options` (L2 strength by cross-validation, thresholds on out-of-fold probabilities).
+/// [`fit_learned`] with `options` (settings by cross-validation, with `options.model` `None` the kind by
+/// out-of-fold AUC, thresholds on out-of-fold probabilities). For comparison, the fit's `compared` also holds the
+/// first version's model (logistic over the first [`FIRST_VERSION_FEATURES`] features) fitted the same way, unless
+/// that is the model fitted.
 ///
 /// # Errors
 /// Dataset, index or model failures; the fit's errors (a split where every query succeeded or every one failed).
@@ -212,13 +215,19 @@ pub async fn run_learned_calibration(
     let judged: Vec<(String, Vec<Candidate>, bool)> =
         judged.into_iter().map(|j| (j.text, j.candidates, j.succeeded)).collect();
     let samples = learned_samples(&judged);
+    let features = options.features.as_ref().map_or(FEATURE_NAMES.len(), Vec::len);
     log(&format!(
-        "fitting the learned evaluator on {} queries ({} failed retrievals) with {} features",
+        "fitting the learned evaluator on {} queries ({} failed retrievals) with {features} features",
         samples.len(),
         samples.iter().filter(|s| !s.succeeded).count(),
-        FEATURE_NAMES.len()
     ));
-    fit_learned(&samples, options)
+    let mut fit = fit_learned(&samples, options)?;
+    let first: Vec<String> = FEATURE_NAMES[..FIRST_VERSION_FEATURES].iter().map(|n| (*n).to_owned()).collect();
+    if !(fit.model.model == ModelKind::Logistic && fit.model.features == first) {
+        let reference = FitOptions { model: Some(ModelKind::Logistic), features: Some(first), ..options.clone() };
+        fit.compared.insert(0, fit_learned(&samples, &reference)?.summary());
+    }
+    Ok(fit)
 }
 
 /// The fitted learned evaluator as a configuration file: `[crag] evaluator = "learned"`, the `[crag.model]`
@@ -242,17 +251,27 @@ pub fn learned_toml(
     } else {
         "the model's own probabilities (too few samples of a class to cross-validate)"
     };
-    let header = format!(
+    let what = match fit.model.model {
+        ModelKind::Logistic => "A logistic regression of\n# \"retrieval succeeded\" over standardised features",
+        ModelKind::Stumps => "Gradient-boosted decision stumps\n# of \"retrieval succeeded\"",
+    };
+    let mut header = format!(
         "# Written by `ragtune calibrate --evaluator learned` from {dataset} `{split}` with {retriever} retrieval\n\
-         # ({samples} queries, {failures} without a relevant document in the top {k}). A logistic regression of\n\
-         # \"retrieval succeeded\" over standardised features, L2 {l2} (chosen by cross-validated log loss);\n\
+         # ({samples} queries, {failures} without a relevant document in the top {k}). {what}, {n} features,\n\
+         # {settings} (chosen by cross-validated log loss);\n\
          # failure AUC {cv} cross-validated, {train} in-sample. Thresholds fitted on\n\
-         # {thresholds_on}: INCORRECT (p <= lower) precision {ip:.3}, recall {ir:.3};\n\
-         # CORRECT (p >= upper) precision {cp:.3} on {share:.1} % of queries.\n\
-         # [crag.model] is the configuration's, copied for `ragtune eval crag`.\n",
+         # {thresholds_on}{floor}: INCORRECT (p <= lower) precision {ip:.3}, recall {ir:.3};\n\
+         # CORRECT (p >= upper) precision {cp:.3} on {share:.1} % of queries.\n",
         samples = c.samples,
         failures = c.failures,
-        l2 = fit.l2,
+        n = fit.model.features.len(),
+        floor = fit.incorrect_floor.map_or_else(String::new, |f| {
+            format!(
+                "\n# for INCORRECT precision >= {} and recall >= {} (best F1 when none reaches both)",
+                f.precision, f.recall
+            )
+        }),
+        settings = fit.settings,
         cv = auc(fit.cv_auc),
         train = auc(fit.train_auc),
         ip = c.incorrect_precision,
@@ -260,6 +279,15 @@ pub fn learned_toml(
         cp = c.correct_precision,
         share = c.correct_share * 100.0,
     );
+    if fit.compared.len() > 1 {
+        header.push_str(
+            "# Models compared (out-of-fold failure AUC; INCORRECT precision / recall at their own thresholds):\n",
+        );
+        for s in &fit.compared {
+            header.push_str(&format!("#   {}\n", summary_line(s)));
+        }
+    }
+    header.push_str("# [crag.model] is the configuration's, copied for `ragtune eval crag`.\n");
     let ser = |what: &str, e: toml::ser::Error| Error::permanent(format!("cannot serialise {what}")).with_source(e);
     let mut crag = toml::Table::new();
     crag.insert("evaluator".into(), toml::Value::String(EvaluatorKind::Learned.to_string()));
@@ -275,33 +303,107 @@ pub fn learned_toml(
     Ok(format!("{header}{body}"))
 }
 
-/// The fit as text: the weights by size, the thresholds and how they did on the training split.
+/// One compared model on a line: kind, features, settings, out-of-fold AUC, INCORRECT precision and recall.
+fn summary_line(s: &FitSummary) -> String {
+    let auc = s.cv_auc.map_or_else(|| "-".to_owned(), |a| format!("{a:.3}"));
+    format!(
+        "{} over {} features ({}): AUC {auc}; INCORRECT precision {:.3}, recall {:.3} (lower {:.4})",
+        s.kind,
+        s.features,
+        s.settings,
+        s.calibration.incorrect_precision,
+        s.calibration.incorrect_recall,
+        s.calibration.lower
+    )
+}
+
+/// The fit as text: the models compared, the weights by size (logistic) or each feature's stumps and the range of
+/// its summed contribution (stumps), the thresholds and how they did on the training split.
 #[must_use]
 pub fn learned_table(fit: &LearnedFit) -> String {
     let c = &fit.calibration;
     let m = &fit.model;
     let auc = |a: Option<f64>| a.map_or_else(|| "-".to_owned(), |a| format!("{a:.3}"));
     let mut out = format!(
-        "learned evaluator: {} queries ({} failed), L2 {}, failure AUC {} cross-validated, {} in-sample\n",
+        "learned evaluator ({}): {} queries ({} failed), {} features, {}, failure AUC {} cross-validated, {} in-sample\n",
+        m.model,
         c.samples,
         c.failures,
-        fit.l2,
+        m.features.len(),
+        fit.settings,
         auc(fit.cv_auc),
         auc(fit.train_auc)
     );
-    for (l2, loss) in &fit.cv_log_loss {
-        out.push_str(&format!("  L2 {l2:<6} cross-validated log loss {loss:.4}\n"));
+    out.push_str("models compared:\n");
+    for s in &fit.compared {
+        out.push_str(&format!("  {}\n", summary_line(s)));
     }
-    let mut order: Vec<usize> = (0..m.features.len()).collect();
-    order.sort_by(|&a, &b| m.weights[b].abs().total_cmp(&m.weights[a].abs()).then(a.cmp(&b)));
-    out.push_str(&format!("{:<22} {:>9} {:>10} {:>10}\n", "feature", "weight", "mean", "scale"));
-    for i in order {
-        out.push_str(&format!(
-            "{:<22} {:>+9.4} {:>10.4} {:>10.4}\n",
-            m.features[i], m.weights[i], m.means[i], m.scales[i]
-        ));
+    let best_losses = {
+        let mut l = fit.cv_log_loss.clone();
+        l.sort_by(|a, b| a.1.total_cmp(&b.1));
+        l.truncate(5);
+        l
+    };
+    if !best_losses.is_empty() {
+        out.push_str(&format!("lowest cross-validated log loss of {} settings tried:\n", fit.cv_log_loss.len()));
+        for (setting, loss) in &best_losses {
+            out.push_str(&format!("  {setting:<40} {loss:.4}\n"));
+        }
+    }
+    match m.model {
+        ModelKind::Logistic => {
+            let mut order: Vec<usize> = (0..m.features.len()).collect();
+            order.sort_by(|&a, &b| m.weights[b].abs().total_cmp(&m.weights[a].abs()).then(a.cmp(&b)));
+            out.push_str(&format!("{:<22} {:>9} {:>10} {:>10}\n", "feature", "weight", "mean", "scale"));
+            for i in order {
+                out.push_str(&format!(
+                    "{:<22} {:>+9.4} {:>10.4} {:>10.4}\n",
+                    m.features[i], m.weights[i], m.means[i], m.scales[i]
+                ));
+            }
+        }
+        ModelKind::Stumps => {
+            // Each feature's summed contribution is a step function; its range says how far the feature moves the
+            // logit.
+            let mut rows: Vec<(String, usize, f64)> = m
+                .features
+                .iter()
+                .map(|f| {
+                    let own: Vec<&Stump> = m.stumps.iter().filter(|s| s.feature == *f).collect();
+                    let at = |x: f64| own.iter().map(|s| s.output(Some(x))).sum::<f64>();
+                    let mut points: Vec<f64> = own.iter().map(|s| s.threshold).collect();
+                    if let Some(last) = points.last().copied() {
+                        points.push(last + 1.0);
+                    }
+                    let values: Vec<f64> = points.iter().map(|x| at(*x)).collect();
+                    let range = values.iter().copied().fold(f64::NEG_INFINITY, f64::max)
+                        - values.iter().copied().fold(f64::INFINITY, f64::min);
+                    (f.clone(), own.len(), if own.is_empty() { 0.0 } else { range })
+                })
+                .collect();
+            rows.sort_by(|a, b| b.2.total_cmp(&a.2).then(a.0.cmp(&b.0)));
+            out.push_str(&format!("{:<22} {:>7} {:>14}\n", "feature", "stumps", "logit range"));
+            for (f, count, range) in rows {
+                out.push_str(&format!("{f:<22} {count:>7} {range:>14.4}\n"));
+            }
+        }
     }
     out.push_str(&format!("{:<22} {:>+9.4}\n", "bias", m.bias));
+    if !fit.operating_points.is_empty() {
+        let parts: Vec<String> = fit
+            .operating_points
+            .iter()
+            .map(|o| format!("recall {:.2}: precision {:.3} (lower {:.4})", o.recall, o.precision, o.lower))
+            .collect();
+        out.push_str(&format!(
+            "INCORRECT on the out-of-fold probabilities at the lowest threshold reaching {}\n",
+            parts.join("; ")
+        ));
+    }
+    if !fit.fold_detection.is_empty() {
+        let parts: Vec<String> = fit.fold_detection.iter().map(|(p, r)| format!("{p:.3} / {r:.3}")).collect();
+        out.push_str(&format!("INCORRECT precision / recall at lower within each fold: {}\n", parts.join(", ")));
+    }
     out.push_str(&format!(
         "thresholds on {}: lower {:.4}, upper {:.4}; INCORRECT precision {:.3}, recall {:.3}, F1 {:.3}; CORRECT \
          precision {:.3} on {:.1} % of queries\n",

@@ -1161,6 +1161,36 @@ mod tests {
     }
 
     #[test]
+    fn a_first_version_learned_file_reads_as_a_logistic_model_and_a_stumps_section_reads_too() {
+        // A file written before `model` and the appended features existed: 17 features, no `model` key.
+        let old = include_str!("../../../configs/crag-learned-scifact-whole.toml");
+        assert!(!old.contains("model = \"") && !old.contains("stumps"), "the fixture is a first-version file");
+        let cfg = Config::from_toml(old).unwrap();
+        let model = cfg.crag.learned.clone().expect("the section is read");
+        assert_eq!(model.model, ragtune_evaluators::crag::ModelKind::Logistic);
+        assert_eq!(model.features.len(), ragtune_evaluators::crag::FIRST_VERSION_FEATURES);
+        assert_eq!(model.features, ragtune_evaluators::crag::FEATURE_NAMES[..model.features.len()]);
+        assert!(model.stumps.is_empty());
+        let again = Config::from_toml(&toml::to_string(&cfg).unwrap()).unwrap();
+        assert_eq!(again, cfg);
+
+        let stumps = "[crag]\nevaluator = \"learned\"\n\n[crag.learned]\nmodel = \"stumps\"\n\
+                      features = [\"dense_top\", \"bm25_nqc\"]\nbias = 1.0\nlower = 0.5\nupper = 0.9\n\n\
+                      [[crag.learned.stumps]]\nfeature = \"bm25_nqc\"\nthreshold = 0.4\nbelow = -0.5\nabove = 0.25\n";
+        let cfg = Config::from_toml(stumps).unwrap();
+        let model = cfg.crag.learned.clone().unwrap();
+        assert_eq!(model.model, ragtune_evaluators::crag::ModelKind::Stumps);
+        assert_eq!((model.stumps.len(), model.stumps[0].threshold), (1, 0.4));
+        assert_eq!(Config::from_toml(&toml::to_string(&cfg).unwrap()).unwrap(), cfg);
+        let err = Config::from_toml(&stumps.replace("feature = \"bm25_nqc\"", "feature = \"top_agree\""))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("stumps[0] splits on `top_agree`, which features does not name"), "{err}");
+        let err = Config::from_toml(&stumps.replace("\"stumps\"", "\"forest\"")).unwrap_err().to_string();
+        assert!(err.contains("forest"), "{err}");
+    }
+
+    #[test]
     fn invalid_thresholds_weights_and_budgets_are_refused_by_name() {
         for (toml, expect) in [
             ("[crag.heuristic]\nrelevant_threshold = 0.4\n", "crag.heuristic"),

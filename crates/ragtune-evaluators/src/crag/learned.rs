@@ -29,8 +29,11 @@ use async_trait::async_trait;
 use ragtune_core::{Candidate, Cost, Ctx, Error, RelevanceEvaluator, RelevanceJudgement, Result, Verdict};
 use serde::{Deserialize, Serialize};
 
-use super::calibrate::{Calibration, CalibrationSample, IncorrectFloor, calibrate_with_floor, failure_auc};
+use super::calibrate::{
+    Calibration, CalibrationSample, IncorrectFloor, calibrate_with_floor, detection_stats, failure_auc,
+};
 use super::heuristic::{HeuristicConfig, HeuristicEvaluator, candidate_tokens, contains_keyword};
+use super::stumps::{self, sigmoid};
 use crate::text::keywords;
 
 /// Features are computed from at most this many candidates, from the top of the list.
@@ -59,8 +62,8 @@ enum Needs {
 }
 
 /// The features the learned evaluator knows, in the order of [`LearnedSample::values`] (see [`features`] for what
-/// each one is).
-pub const FEATURE_NAMES: [&str; 17] = [
+/// each one is). New features are only ever appended, so a model fitted on the first ones keeps its meaning.
+pub const FEATURE_NAMES: [&str; 22] = [
     "dense_top",
     "dense_margin",
     "dense_spread",
@@ -78,9 +81,19 @@ pub const FEATURE_NAMES: [&str; 17] = [
     "length_adequacy",
     "diversity",
     "query_keywords",
+    // Query-performance predictors (ADR 0016), appended after the first version's 17.
+    "dense_nqc",
+    "bm25_nqc",
+    "bm25_wig",
+    "fused_margin",
+    "mean_keyword_overlap",
 ];
 
-const NEEDS: [Needs; 17] = [
+/// How many features the first version of the learned evaluator had (the first ones of [`FEATURE_NAMES`]); files
+/// fitted then name exactly these.
+pub const FIRST_VERSION_FEATURES: usize = 17;
+
+const NEEDS: [Needs; 22] = [
     Needs::Dense,
     Needs::Dense,
     Needs::Dense,
@@ -96,6 +109,11 @@ const NEEDS: [Needs; 17] = [
     Needs::Nothing,
     Needs::Dense,
     Needs::Nothing,
+    Needs::Nothing,
+    Needs::Nothing,
+    Needs::Dense,
+    Needs::Bm25,
+    Needs::Bm25,
     Needs::Nothing,
     Needs::Nothing,
 ];
@@ -151,6 +169,15 @@ fn rank_under(candidate: &Candidate, source: &str) -> f64 {
 /// - `keyword_overlap`, `semantic_coherence`, `length_adequacy`, `diversity`: the heuristic evaluator's criteria
 ///   with its default settings (coherence needs `dense`); `top_keyword_overlap`: the share of query keywords in
 ///   the first candidate; `query_keywords`: `ln(1 + keywords in the query)`.
+/// - Query-performance predictors (appended later; ADR 0016), from the same lists at no model cost:
+///   `dense_nqc` and `bm25_nqc`, the normalised query commitment of each list (the population standard deviation of
+///   its scores among the candidates over their mean; 0 when the mean is not above 0); `bm25_wig`, the weighted
+///   information gain without the corpus term (the best BM25 score minus the mean of the listed ones, over
+///   `sqrt(query keywords)`); `fused_margin`, the first candidate's own (fused) score minus the second's (0 for one
+///   candidate); `mean_keyword_overlap`, the mean over the candidates of the share of query keywords each one holds
+///   (0 without keywords). The share of keywords absent from every candidate is `1 - keyword_overlap`, so it is not
+///   a feature of its own; the query terms' IDFs would need the BM25 index's statistics, which the candidates do not
+///   carry.
 ///
 /// A feature whose provenance no candidate carries is `None` and [`Features::unavailable`] says why.
 #[must_use]
@@ -178,6 +205,14 @@ pub fn features(query: &str, candidates: &[Candidate]) -> Features {
         set("bm25_top", b1.max(0.0).ln_1p());
         set("bm25_margin", if b1 > 0.0 { (b1 - b2) / b1 } else { 0.0 });
         set("bm25_per_keyword", b1.max(0.0) / keywords.len().max(1) as f64);
+        let scores: Vec<f64> = bm25.iter().map(|b| b.1).collect();
+        set("bm25_nqc", commitment(&scores));
+        let mean = scores.iter().sum::<f64>() / scores.len() as f64;
+        set("bm25_wig", (b1 - mean) / (keywords.len().max(1) as f64).sqrt());
+    }
+    if !dense.is_empty() {
+        let scores: Vec<f64> = dense.iter().map(|d| d.1).collect();
+        set("dense_nqc", commitment(&scores));
     }
     if let (Some(&(bi, _, _)), Some(&(di, _, _))) = (bm25.first(), dense.first()) {
         set("top_agree", if bi == di { 1.0 } else { 0.0 });
@@ -201,6 +236,22 @@ pub fn features(query: &str, candidates: &[Candidate]) -> Features {
         let own: BTreeSet<&str> = tokens.iter().map(String::as_str).collect();
         let found = keywords.iter().filter(|k| contains_keyword(&own, k)).count();
         set("top_keyword_overlap", if keywords.is_empty() { 0.0 } else { found as f64 / keywords.len() as f64 });
+        let mean_overlap = if keywords.is_empty() {
+            0.0
+        } else {
+            let found: usize = top
+                .iter()
+                .map(|c| {
+                    let tokens = candidate_tokens(c);
+                    let own: BTreeSet<&str> = tokens.iter().map(String::as_str).collect();
+                    keywords.iter().filter(|k| contains_keyword(&own, k)).count()
+                })
+                .sum();
+            found as f64 / (keywords.len() * top.len()) as f64
+        };
+        set("mean_keyword_overlap", mean_overlap);
+        let own_score = |c: &Candidate| if c.score.is_finite() { f64::from(c.score) } else { 0.0 };
+        set("fused_margin", top.get(1).map_or(0.0, |second| own_score(&top[0]) - own_score(second)));
     }
     set("query_keywords", (keywords.len() as f64).ln_1p());
 
@@ -230,6 +281,21 @@ pub fn features(query: &str, candidates: &[Candidate]) -> Features {
     Features { values, unavailable }
 }
 
+/// The normalised query commitment of a list's `scores`: their population standard deviation over their mean; 0 when
+/// the mean is not above 0 or there are fewer than two scores.
+fn commitment(scores: &[f64]) -> f64 {
+    if scores.len() < 2 {
+        return 0.0;
+    }
+    let n = scores.len() as f64;
+    let mean = scores.iter().sum::<f64>() / n;
+    if mean <= 0.0 {
+        return 0.0;
+    }
+    let var = scores.iter().map(|s| (s - mean).powi(2)).sum::<f64>() / n;
+    var.sqrt() / mean
+}
+
 /// The entropy of the non-negative parts of `scores` as a distribution, over `ln(n)`: 1 when they are all equal
 /// (or all zero), near 0 when one dominates; 0 for fewer than two scores.
 fn normalised_entropy(scores: impl Iterator<Item = f64>) -> f64 {
@@ -245,21 +311,95 @@ fn normalised_entropy(scores: impl Iterator<Item = f64>) -> f64 {
     (h / (s.len() as f64).ln()).clamp(0.0, 1.0)
 }
 
+/// The kind of a [`LearnedModel`]: how its probability is computed from the features.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ModelKind {
+    /// A logistic regression over standardised features (`means`, `scales`, `weights`); the default, and the only
+    /// kind of the first files.
+    #[default]
+    Logistic,
+    /// Gradient-boosted decision stumps (`stumps`): each adds one value or another to the logit depending on which
+    /// side of its threshold one feature falls.
+    Stumps,
+}
+
+impl std::fmt::Display for ModelKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Logistic => "logistic",
+            Self::Stumps => "stumps",
+        })
+    }
+}
+
+impl std::str::FromStr for ModelKind {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "logistic" => Ok(Self::Logistic),
+            "stumps" => Ok(Self::Stumps),
+            other => Err(Error::invalid_input(format!(
+                "learned evaluator: the model is `logistic` or `stumps`, got `{other}`"
+            ))),
+        }
+    }
+}
+
+/// One decision stump of a [`ModelKind::Stumps`] model: it adds `below` to the logit when the feature's value is at
+/// or below `threshold`, `above` when it is above, and nothing when the feature is unavailable.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Stump {
+    /// The feature it splits on (one of the model's `features`).
+    pub feature: String,
+    /// The split: values at or below it go `below`.
+    pub threshold: f64,
+    /// Added to the logit at or below the threshold.
+    pub below: f64,
+    /// Added to the logit above the threshold.
+    pub above: f64,
+}
+
+impl Stump {
+    /// What the stump adds to the logit for `value` (nothing when unavailable).
+    #[must_use]
+    pub fn output(&self, value: Option<f64>) -> f64 {
+        match value {
+            Some(v) if v <= self.threshold => self.below,
+            Some(_) => self.above,
+            None => 0.0,
+        }
+    }
+}
+
 /// A fitted learned evaluator: the `[crag.learned]` section `ragtune calibrate --evaluator learned` writes.
 ///
-/// The probability that retrieval succeeded is `1 / (1 + e^-(bias + Σ weights[i] * (x[i] - means[i]) / scales[i]))`
-/// over the named features; at or above `upper` it is CORRECT, at or below `lower` INCORRECT, AMBIGUOUS between.
+/// With `model = "logistic"` (the default, so files without `model` read as before) the probability that retrieval
+/// succeeded is `1 / (1 + e^-(bias + Σ weights[i] * (x[i] - means[i]) / scales[i]))` over the named features; with
+/// `model = "stumps"` it is `1 / (1 + e^-(bias + Σ stump outputs))`. At or above `upper` it is CORRECT, at or below
+/// `lower` INCORRECT, AMBIGUOUS between.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LearnedModel {
+    /// The kind of model (`logistic` when absent).
+    #[serde(default)]
+    pub model: ModelKind,
     /// The features, by name (each one of [`FEATURE_NAMES`], each once).
     pub features: Vec<String>,
-    /// Each feature's mean on the training split (an unavailable feature counts as this).
+    /// Logistic: each feature's mean on the training split (an unavailable feature counts as this).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub means: Vec<f64>,
-    /// Each feature's standard deviation on the training split (1 for a constant feature).
+    /// Logistic: each feature's standard deviation on the training split (1 for a constant feature).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub scales: Vec<f64>,
-    /// Each standardised feature's weight.
+    /// Logistic: each standardised feature's weight.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub weights: Vec<f64>,
+    /// Stumps: the boosted stumps, shrinkage already applied (stumps with the same feature and threshold merged).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stumps: Vec<Stump>,
     /// The intercept.
     pub bias: f64,
     /// A probability of success at or below this is INCORRECT.
@@ -273,8 +413,9 @@ impl LearnedModel {
     ///
     /// # Errors
     /// [`InvalidInput`](ragtune_core::ErrorKind::InvalidInput) naming the field: no features, an unknown or repeated
-    /// feature name, `means`/`scales`/`weights` of another length than `features`, a non-finite number, a scale
-    /// not above 0, or unless `0 <= lower < upper <= 1`.
+    /// feature name; for a logistic model `means`/`scales`/`weights` of another length than `features`, a scale not
+    /// above 0, or stumps; for a stumps model no stumps, a stump on a feature the model does not name, or
+    /// `means`/`scales`/`weights`; a non-finite number; or unless `0 <= lower < upper <= 1`.
     pub fn validate(&self) -> Result<()> {
         let n = self.features.len();
         if n == 0 {
@@ -291,6 +432,23 @@ impl LearnedModel {
             if !seen.insert(name.as_str()) {
                 return Err(Error::invalid_input(format!("learned evaluator: features names `{name}` twice")));
             }
+        }
+        match self.model {
+            ModelKind::Logistic => self.validate_logistic()?,
+            ModelKind::Stumps => self.validate_stumps()?,
+        }
+        if !self.bias.is_finite() {
+            return Err(Error::invalid_input(format!("learned evaluator: bias must be finite, got {}", self.bias)));
+        }
+        super::check_thresholds("learned evaluator", ("lower", self.lower), ("upper", self.upper))
+    }
+
+    fn validate_logistic(&self) -> Result<()> {
+        let n = self.features.len();
+        if !self.stumps.is_empty() {
+            return Err(Error::invalid_input(
+                "learned evaluator: a logistic model has no stumps (set model = \"stumps\" for a stumps model)",
+            ));
         }
         for (field, values) in [("means", &self.means), ("scales", &self.scales), ("weights", &self.weights)] {
             if values.len() != n {
@@ -312,10 +470,35 @@ impl LearnedModel {
                 self.features[i], self.scales[i]
             )));
         }
-        if !self.bias.is_finite() {
-            return Err(Error::invalid_input(format!("learned evaluator: bias must be finite, got {}", self.bias)));
+        Ok(())
+    }
+
+    fn validate_stumps(&self) -> Result<()> {
+        if self.stumps.is_empty() {
+            return Err(Error::invalid_input("learned evaluator: a stumps model needs at least one stump"));
         }
-        super::check_thresholds("learned evaluator", ("lower", self.lower), ("upper", self.upper))
+        if !(self.means.is_empty() && self.scales.is_empty() && self.weights.is_empty()) {
+            return Err(Error::invalid_input(
+                "learned evaluator: a stumps model has no means, scales or weights (those are a logistic model's)",
+            ));
+        }
+        for (i, stump) in self.stumps.iter().enumerate() {
+            if !self.features.contains(&stump.feature) {
+                return Err(Error::invalid_input(format!(
+                    "learned evaluator: stumps[{i}] splits on `{}`, which features does not name",
+                    stump.feature
+                )));
+            }
+            for (field, v) in [("threshold", stump.threshold), ("below", stump.below), ("above", stump.above)] {
+                if !v.is_finite() {
+                    return Err(Error::invalid_input(format!(
+                        "learned evaluator: stumps[{i}].{field} ({}) must be finite, got {v}",
+                        stump.feature
+                    )));
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -326,7 +509,8 @@ pub struct Contribution {
     pub feature: String,
     /// Its raw value; `None` when it was unavailable (then it counts as the training mean and contributes 0).
     pub value: Option<f64>,
-    /// `weight * (value - mean) / scale`, in logit units: above 0 pushes toward CORRECT, below toward INCORRECT.
+    /// Its part of the logit: `weight * (value - mean) / scale` for a logistic model, the sum of its stumps' outputs
+    /// for a stumps model. Above 0 it pushes toward CORRECT, below toward INCORRECT.
     pub contribution: f64,
 }
 
@@ -346,6 +530,8 @@ pub struct LearnedEvaluator {
     model: LearnedModel,
     /// Each model feature's position in [`FEATURE_NAMES`].
     index: Vec<usize>,
+    /// Each stump's feature's position in the model's `features`.
+    stump_feature: Vec<usize>,
 }
 
 impl LearnedEvaluator {
@@ -360,7 +546,12 @@ impl LearnedEvaluator {
             .iter()
             .map(|f| FEATURE_NAMES.iter().position(|n| n == f).expect("invariant: validated feature names"))
             .collect();
-        Ok(Self { model, index })
+        let stump_feature = model
+            .stumps
+            .iter()
+            .map(|s| model.features.iter().position(|f| *f == s.feature).expect("invariant: validated stump features"))
+            .collect();
+        Ok(Self { model, index, stump_feature })
     }
 
     /// The model.
@@ -373,16 +564,25 @@ impl LearnedEvaluator {
     #[must_use]
     pub fn explain(&self, features: &Features) -> (f64, Vec<Contribution>) {
         let m = &self.model;
-        let contributions: Vec<Contribution> = self
-            .index
-            .iter()
-            .enumerate()
-            .map(|(j, &i)| {
-                let value = features.values.get(i).copied().flatten();
-                let z = value.map_or(0.0, |v| (v - m.means[j]) / m.scales[j]);
-                Contribution { feature: m.features[j].clone(), value, contribution: m.weights[j] * z }
-            })
-            .collect();
+        let value = |j: usize| features.values.get(self.index[j]).copied().flatten();
+        let contributions: Vec<Contribution> = match m.model {
+            ModelKind::Logistic => (0..self.index.len())
+                .map(|j| {
+                    let v = value(j);
+                    let z = v.map_or(0.0, |v| (v - m.means[j]) / m.scales[j]);
+                    Contribution { feature: m.features[j].clone(), value: v, contribution: m.weights[j] * z }
+                })
+                .collect(),
+            ModelKind::Stumps => {
+                let mut sums = vec![0.0; self.index.len()];
+                for (stump, &j) in m.stumps.iter().zip(&self.stump_feature) {
+                    sums[j] += stump.output(value(j));
+                }
+                (0..self.index.len())
+                    .map(|j| Contribution { feature: m.features[j].clone(), value: value(j), contribution: sums[j] })
+                    .collect()
+            }
+        };
         let logit = m.bias + contributions.iter().map(|c| c.contribution).sum::<f64>();
         (logit, contributions)
     }
@@ -490,11 +690,36 @@ pub struct LearnedSample {
     pub succeeded: bool,
 }
 
+/// The settings the stumps model tries: every combination is scored by cross-validated log loss.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StumpGrid {
+    /// Shrinkage (learning rates) tried.
+    pub shrinkage: Vec<f64>,
+    /// Least samples on each side of a split, tried.
+    pub min_leaf: Vec<usize>,
+    /// Numbers of boosting rounds tried (each run fits the largest and is read at each of these).
+    pub rounds: Vec<usize>,
+}
+
+impl Default for StumpGrid {
+    fn default() -> Self {
+        Self { shrinkage: vec![0.3, 0.1, 0.03], min_leaf: vec![5, 10, 20, 40], rounds: vec![10, 25, 50, 100, 200, 400] }
+    }
+}
+
 /// How [`fit_learned`] fits.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FitOptions {
-    /// The L2 strengths tried; the one with the lowest cross-validated log loss is kept (ties: the first).
+    /// The kind of model; `None` fits both and keeps the one with the higher cross-validated failure AUC (the
+    /// logistic one on a tie or without cross-validation).
+    pub model: Option<ModelKind>,
+    /// The features used, by name; `None` for all of [`FEATURE_NAMES`].
+    pub features: Option<Vec<String>>,
+    /// Logistic: the L2 strengths tried; the one with the lowest cross-validated log loss is kept (ties: the first).
     pub l2: Vec<f64>,
+    /// Stumps: the settings tried; the combination with the lowest cross-validated log loss is kept (ties: the
+    /// first, in the order shrinkage, min leaf, rounds).
+    pub stumps: StumpGrid,
     /// Cross-validation folds (stratified by label, in sample order).
     pub folds: usize,
     /// The precision CORRECT must reach (sets `upper`, as [`calibrate`](super::calibrate) does).
@@ -506,12 +731,30 @@ pub struct FitOptions {
 impl Default for FitOptions {
     fn default() -> Self {
         Self {
+            model: Some(ModelKind::Logistic),
+            features: None,
             l2: vec![100.0, 30.0, 10.0, 3.0, 1.0, 0.3, 0.1],
+            stumps: StumpGrid::default(),
             folds: 5,
             target_precision: 0.9,
             incorrect_floor: Some(IncorrectFloor { precision: 0.4, recall: 0.6 }),
         }
     }
+}
+
+/// One fitted candidate model in brief, for comparing them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FitSummary {
+    /// The kind of model.
+    pub kind: ModelKind,
+    /// How many features it used.
+    pub features: usize,
+    /// The settings kept (`L2 10`; `shrinkage 0.1, min leaf 20, 100 rounds`).
+    pub settings: String,
+    /// Failure AUC of the out-of-fold probabilities, when cross-validated.
+    pub cv_auc: Option<f64>,
+    /// The threshold fit (on out-of-fold probabilities when cross-validated).
+    pub calibration: Calibration,
 }
 
 /// A fitted model and how it did on the split it was fitted on.
@@ -523,97 +766,225 @@ pub struct LearnedFit {
     pub calibration: Calibration,
     /// Whether the thresholds were fitted on cross-validated (out-of-fold) probabilities.
     pub out_of_fold: bool,
-    /// The L2 strength kept.
-    pub l2: f64,
+    /// The settings kept (`L2 10`; `shrinkage 0.1, min leaf 20, 100 rounds`).
+    pub settings: String,
     /// Failure AUC of the out-of-fold probabilities, when cross-validated.
     pub cv_auc: Option<f64>,
     /// Failure AUC of the final model on the samples it was fitted on.
     pub train_auc: Option<f64>,
-    /// Cross-validated log loss per L2 strength tried, in the order tried.
-    pub cv_log_loss: Vec<(f64, f64)>,
+    /// Cross-validated log loss per setting tried, in the order tried.
+    pub cv_log_loss: Vec<(String, f64)>,
+    /// Every model fitted, the kept one included, in the order fitted (callers may add more to compare).
+    pub compared: Vec<FitSummary>,
+    /// The out-of-fold probabilities of success, one per sample, when cross-validated.
+    pub out_of_fold_probabilities: Option<Vec<f64>>,
+    /// INCORRECT precision and recall at the fitted `lower` within each fold's out-of-fold probabilities (how
+    /// stable the operating point is across parts of the split), when cross-validated.
+    pub fold_detection: Vec<(f32, f32)>,
+    /// The INCORRECT floor the lower threshold was fitted for (`FitOptions::incorrect_floor`).
+    pub incorrect_floor: Option<IncorrectFloor>,
+    /// For a few INCORRECT recalls near the usual target (0.55 to 0.75), the out-of-fold threshold that reaches it
+    /// with the best precision, when cross-validated: how much precision a margin on recall would cost.
+    pub operating_points: Vec<OperatingPoint>,
+}
+
+/// A lower threshold on out-of-fold probabilities and what INCORRECT does there.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct OperatingPoint {
+    /// The recall asked for.
+    pub recall: f32,
+    /// The threshold: the lowest out-of-fold probability at which recall reaches `recall`.
+    pub lower: f32,
+    /// INCORRECT's precision at `lower`.
+    pub precision: f32,
+}
+
+/// The recalls [`LearnedFit::operating_points`] reports.
+const OPERATING_RECALLS: [f32; 5] = [0.55, 0.6, 0.65, 0.7, 0.75];
+
+impl LearnedFit {
+    /// This fit in brief.
+    #[must_use]
+    pub fn summary(&self) -> FitSummary {
+        FitSummary {
+            kind: self.model.model,
+            features: self.model.features.len(),
+            settings: self.settings.clone(),
+            cv_auc: self.cv_auc,
+            calibration: self.calibration.clone(),
+        }
+    }
 }
 
 /// Fits a [`LearnedModel`] on labelled samples.
 ///
-/// Features are standardised (mean, population standard deviation; a constant feature gets scale 1, an unavailable
-/// value the mean). The logistic regression of "succeeded" is fitted by Newton's method (iteratively reweighted
-/// least squares, step halving when the loss would rise) with an L2 penalty on the weights, not the bias, until no
-/// parameter moves by more than 1e-10 (at most 100 steps). Each L2 strength of `options.l2` is scored by the log
-/// loss of its stratified `options.folds`-fold out-of-fold probabilities (standardised on each training part
-/// only), and the best kept. The thresholds are fitted on those out-of-fold probabilities by
-/// [`calibrate_with_floor`] (so they are not the optimistic in-sample ones); with fewer samples of a class than
-/// folds, on the final model's own probabilities. Same samples in the same order, same model.
+/// The logistic model: features are standardised (mean, population standard deviation; a constant feature gets
+/// scale 1, an unavailable value the mean). The logistic regression of "succeeded" is fitted by Newton's method
+/// (iteratively reweighted least squares, step halving when the loss would rise) with an L2 penalty on the weights,
+/// not the bias, until no parameter moves by more than 1e-10 (at most 100 steps). Each L2 strength of `options.l2`
+/// is scored by the log loss of its stratified `options.folds`-fold out-of-fold probabilities (standardised on each
+/// training part only), and the best kept.
+///
+/// The stumps model: gradient-boosted decision stumps on the raw features (Newton boosting of the log loss, a leaf
+/// L2 of 1, an unavailable value contributing nothing), each combination of `options.stumps` scored by the same
+/// out-of-fold log loss and the best kept; stumps with the same feature and threshold are merged in the model.
+///
+/// With `options.model` `None`, both are fitted and the one with the higher out-of-fold failure AUC kept.
+/// The thresholds are fitted on the kept model's out-of-fold probabilities by [`calibrate_with_floor`] (so they are
+/// not the optimistic in-sample ones); with fewer samples of a class than folds, on the final model's own
+/// probabilities. Same samples in the same order, same model.
 ///
 /// # Errors
 /// [`InvalidInput`](ragtune_core::ErrorKind::InvalidInput) when there are no samples, a sample has another number
 /// of values than [`FEATURE_NAMES`] or a non-finite value, every sample has the same label (the message says which),
-/// the L2 list is empty or holds a value not above 0, or there are fewer than 2 folds.
+/// the L2 list is empty or holds a value not above 0, the stump grid has an empty list, a shrinkage not in
+/// `(0, 1]` or a zero, `options.features` is empty or names an unknown feature, or there are fewer than 2 folds.
 pub fn fit_learned(samples: &[LearnedSample], options: &FitOptions) -> Result<LearnedFit> {
-    if options.l2.is_empty() || options.l2.iter().any(|l| !(l.is_finite() && *l > 0.0)) {
-        return Err(Error::invalid_input(format!(
-            "learned evaluator fit: l2 must list strengths above 0, got {:?}",
-            options.l2
-        )));
-    }
-    if options.folds < 2 {
-        return Err(Error::invalid_input(format!(
-            "learned evaluator fit: folds must be at least 2, got {}",
-            options.folds
-        )));
-    }
-    let n = samples.len();
-    if n == 0 {
-        return Err(Error::invalid_input("learned evaluator fit: there are no samples"));
-    }
-    let d = FEATURE_NAMES.len();
-    for (i, s) in samples.iter().enumerate() {
-        if s.values.len() != d {
-            return Err(Error::invalid_input(format!(
-                "learned evaluator fit: sample {i} has {} values for {d} features",
-                s.values.len()
-            )));
-        }
-        if let Some(j) = s.values.iter().position(|v| v.is_some_and(|v| !v.is_finite())) {
-            return Err(Error::invalid_input(format!(
-                "learned evaluator fit: sample {i} has a non-finite {}",
-                FEATURE_NAMES[j]
-            )));
+    let table = Table::new(samples, options)?;
+    match options.model {
+        Some(ModelKind::Logistic) => fit_logistic(&table, options),
+        Some(ModelKind::Stumps) => fit_stumps(&table, options),
+        None => {
+            let logistic = fit_logistic(&table, options)?;
+            let stumps = fit_stumps(&table, options)?;
+            let compared = vec![logistic.summary(), stumps.summary()];
+            let better = match (stumps.cv_auc, logistic.cv_auc) {
+                (Some(s), Some(l)) => s > l,
+                _ => false,
+            };
+            let mut kept = if better { stumps } else { logistic };
+            kept.compared = compared;
+            Ok(kept)
         }
     }
-    let failures = samples.iter().filter(|s| !s.succeeded).count();
-    if failures == 0 || failures == n {
-        let which = if failures == 0 { "succeeded" } else { "failed" };
-        return Err(Error::invalid_input(format!(
-            "learned evaluator fit: every one of the {n} retrievals {which}; the fit needs both failed and \
-             successful ones"
-        )));
-    }
-    let labels: Vec<bool> = samples.iter().map(|s| s.succeeded).collect();
+}
 
-    // Stratified folds: the i-th sample of each class goes to fold i mod folds.
-    let cross_validate = failures >= options.folds && n - failures >= options.folds;
-    let mut fold = vec![0usize; n];
-    let (mut seen_ok, mut seen_failed) = (0usize, 0usize);
-    for (i, s) in samples.iter().enumerate() {
-        let counter = if s.succeeded { &mut seen_ok } else { &mut seen_failed };
-        fold[i] = *counter % options.folds;
-        *counter += 1;
+/// The samples projected on the fitted features, checked, with their folds.
+struct Table {
+    /// The feature names, in column order.
+    names: Vec<String>,
+    /// One row per sample, one column per feature.
+    x: Vec<Vec<Option<f64>>>,
+    labels: Vec<bool>,
+    /// Each sample's fold (stratified: the i-th sample of each class goes to fold i mod folds).
+    fold: Vec<usize>,
+    folds: usize,
+    /// Whether both classes have at least `folds` samples.
+    cross_validate: bool,
+}
+
+impl Table {
+    fn new(samples: &[LearnedSample], options: &FitOptions) -> Result<Self> {
+        if options.l2.is_empty() || options.l2.iter().any(|l| !(l.is_finite() && *l > 0.0)) {
+            return Err(Error::invalid_input(format!(
+                "learned evaluator fit: l2 must list strengths above 0, got {:?}",
+                options.l2
+            )));
+        }
+        let grid = &options.stumps;
+        if grid.shrinkage.is_empty()
+            || grid.min_leaf.is_empty()
+            || grid.rounds.is_empty()
+            || grid.shrinkage.iter().any(|s| !(*s > 0.0 && *s <= 1.0))
+            || grid.min_leaf.contains(&0)
+            || grid.rounds.contains(&0)
+        {
+            return Err(Error::invalid_input(format!(
+                "learned evaluator fit: the stump grid must list shrinkages in (0, 1] and min leaf sizes and rounds \
+                 above 0, got {grid:?}"
+            )));
+        }
+        if options.folds < 2 {
+            return Err(Error::invalid_input(format!(
+                "learned evaluator fit: folds must be at least 2, got {}",
+                options.folds
+            )));
+        }
+        let columns: Vec<usize> = match &options.features {
+            None => (0..FEATURE_NAMES.len()).collect(),
+            Some(names) if names.is_empty() => {
+                return Err(Error::invalid_input("learned evaluator fit: the feature list is empty"));
+            }
+            Some(names) => names
+                .iter()
+                .map(|name| {
+                    FEATURE_NAMES.iter().position(|n| n == name).ok_or_else(|| {
+                        Error::invalid_input(format!("learned evaluator fit: `{name}` is not a feature"))
+                    })
+                })
+                .collect::<Result<_>>()?,
+        };
+        let n = samples.len();
+        if n == 0 {
+            return Err(Error::invalid_input("learned evaluator fit: there are no samples"));
+        }
+        let d = FEATURE_NAMES.len();
+        for (i, s) in samples.iter().enumerate() {
+            if s.values.len() != d {
+                return Err(Error::invalid_input(format!(
+                    "learned evaluator fit: sample {i} has {} values for {d} features",
+                    s.values.len()
+                )));
+            }
+            if let Some(j) = s.values.iter().position(|v| v.is_some_and(|v| !v.is_finite())) {
+                return Err(Error::invalid_input(format!(
+                    "learned evaluator fit: sample {i} has a non-finite {}",
+                    FEATURE_NAMES[j]
+                )));
+            }
+        }
+        let failures = samples.iter().filter(|s| !s.succeeded).count();
+        if failures == 0 || failures == n {
+            let which = if failures == 0 { "succeeded" } else { "failed" };
+            return Err(Error::invalid_input(format!(
+                "learned evaluator fit: every one of the {n} retrievals {which}; the fit needs both failed and \
+                 successful ones"
+            )));
+        }
+        let mut fold = vec![0usize; n];
+        let (mut seen_ok, mut seen_failed) = (0usize, 0usize);
+        for (i, s) in samples.iter().enumerate() {
+            let counter = if s.succeeded { &mut seen_ok } else { &mut seen_failed };
+            fold[i] = *counter % options.folds;
+            *counter += 1;
+        }
+        Ok(Self {
+            names: columns.iter().map(|&j| FEATURE_NAMES[j].to_owned()).collect(),
+            x: samples.iter().map(|s| columns.iter().map(|&j| s.values[j]).collect()).collect(),
+            labels: samples.iter().map(|s| s.succeeded).collect(),
+            fold,
+            folds: options.folds,
+            cross_validate: failures >= options.folds && n - failures >= options.folds,
+        })
     }
 
+    fn len(&self) -> usize {
+        self.labels.len()
+    }
+
+    /// The samples outside fold `k` (to fit on) and inside it (to predict).
+    fn split(&self, k: usize) -> (Vec<usize>, Vec<usize>) {
+        (0..self.len()).partition(|&i| self.fold[i] != k)
+    }
+}
+
+/// The logistic model on `table`: L2 by cross-validated log loss, then [`finish`].
+fn fit_logistic(table: &Table, options: &FitOptions) -> Result<LearnedFit> {
+    let n = table.len();
     let mut cv_log_loss = Vec::new();
     let mut best: Option<(f64, f64, Vec<f64>)> = None;
-    if cross_validate {
+    if table.cross_validate {
         for &l2 in &options.l2 {
             let mut oof = vec![0.0; n];
-            for k in 0..options.folds {
-                let train: Vec<usize> = (0..n).filter(|&i| fold[i] != k).collect();
-                let model = fit_on(samples, &train, l2)?;
-                for i in (0..n).filter(|&i| fold[i] == k) {
-                    oof[i] = model.probability(&samples[i].values);
+            for k in 0..table.folds {
+                let (train, held_out) = table.split(k);
+                let model = fit_on(&table.x, &table.labels, &train, l2)?;
+                for i in held_out {
+                    oof[i] = model.probability(&table.x[i]);
                 }
             }
-            let loss = log_loss(&oof, &labels);
-            cv_log_loss.push((l2, loss));
+            let loss = log_loss(&oof, &table.labels);
+            cv_log_loss.push((format!("L2 {l2}"), loss));
             if best.as_ref().is_none_or(|(_, b, _)| loss < *b) {
                 best = Some((l2, loss, oof));
             }
@@ -628,30 +999,189 @@ pub fn fit_learned(samples: &[LearnedSample], options: &FitOptions) -> Result<Le
         }
     };
     let all: Vec<usize> = (0..n).collect();
-    let fitted = fit_on(samples, &all, l2)?;
-    let own: Vec<f64> = samples.iter().map(|s| fitted.probability(&s.values)).collect();
-    let as_samples = |p: &[f64]| -> Vec<CalibrationSample> {
-        p.iter().zip(&labels).map(|(p, ok)| CalibrationSample { score: *p as f32, succeeded: *ok }).collect()
-    };
-    let train_auc = failure_auc(&as_samples(&own));
-    let cv_auc = oof.as_deref().and_then(|p| failure_auc(&as_samples(p)));
-    let threshold_scores = oof.as_deref().unwrap_or(&own);
-    let calibration =
-        calibrate_with_floor(&as_samples(threshold_scores), options.target_precision, options.incorrect_floor)?;
+    let fitted = fit_on(&table.x, &table.labels, &all, l2)?;
+    let own: Vec<f64> = table.x.iter().map(|row| fitted.probability(row)).collect();
     let model = LearnedModel {
-        features: FEATURE_NAMES.iter().map(|n| (*n).to_owned()).collect(),
+        model: ModelKind::Logistic,
+        features: table.names.clone(),
         means: fitted.means,
         scales: fitted.scales,
         weights: fitted.weights,
+        stumps: Vec::new(),
         bias: fitted.bias,
-        lower: calibration.lower,
-        upper: calibration.upper,
+        lower: 0.0,
+        upper: 1.0,
     };
-    model.validate()?;
-    Ok(LearnedFit { model, calibration, out_of_fold: oof.is_some(), l2, cv_auc, train_auc, cv_log_loss })
+    finish(table, options, model, format!("L2 {l2}"), cv_log_loss, &own, oof)
 }
 
-/// A standardised logistic model over all features.
+/// The stumps model on `table`: settings by cross-validated log loss, then [`finish`].
+fn fit_stumps(table: &Table, options: &FitOptions) -> Result<LearnedFit> {
+    let n = table.len();
+    let grid = &options.stumps;
+    let mut rounds = grid.rounds.clone();
+    rounds.sort_unstable();
+    rounds.dedup();
+    let most = *rounds.last().expect("invariant: the grid is checked non-empty");
+    let mut cv_log_loss = Vec::new();
+    let mut best: Option<(stumps::Boosting, f64, Vec<f64>)> = None;
+    if table.cross_validate {
+        for &shrinkage in &grid.shrinkage {
+            for &min_leaf in &grid.min_leaf {
+                let settings = stumps::Boosting { shrinkage, min_leaf, rounds: most };
+                // Out-of-fold logits after each number of rounds tried.
+                let mut oof = vec![vec![0.0; n]; rounds.len()];
+                for k in 0..table.folds {
+                    let (train, held_out) = table.split(k);
+                    let (bias, fitted) = stumps::boost(&table.x, &table.labels, &train, settings);
+                    for i in held_out {
+                        let mut logit = bias;
+                        let mut done = 0;
+                        for (r, &upto) in rounds.iter().enumerate() {
+                            for s in fitted.iter().take(upto).skip(done) {
+                                logit += s.output(&table.x[i]);
+                            }
+                            done = upto;
+                            oof[r][i] = sigmoid(logit);
+                        }
+                    }
+                }
+                for (r, p) in rounds.iter().zip(oof) {
+                    let loss = log_loss(&p, &table.labels);
+                    let tried = stumps::Boosting { rounds: *r, ..settings };
+                    cv_log_loss.push((describe_boosting(tried), loss));
+                    if best.as_ref().is_none_or(|(_, b, _)| loss < *b) {
+                        best = Some((tried, loss, p));
+                    }
+                }
+            }
+        }
+    }
+    let (settings, oof) = match best {
+        Some((settings, _, oof)) => (settings, Some(oof)),
+        None => {
+            let middle = |v: &[f64]| {
+                let mut v = v.to_vec();
+                v.sort_by(f64::total_cmp);
+                v[v.len() / 2]
+            };
+            let mut leaves = grid.min_leaf.clone();
+            leaves.sort_unstable();
+            let settings = stumps::Boosting {
+                shrinkage: middle(&grid.shrinkage),
+                min_leaf: leaves[leaves.len() / 2],
+                rounds: rounds[rounds.len() / 2],
+            };
+            (settings, None)
+        }
+    };
+    let all: Vec<usize> = (0..n).collect();
+    let (bias, fitted) = stumps::boost(&table.x, &table.labels, &all, settings);
+    let merged = stumps::merge(&fitted);
+    let own: Vec<f64> =
+        table.x.iter().map(|row| sigmoid(bias + merged.iter().map(|s| s.output(row)).sum::<f64>())).collect();
+    // A model that found no split at all still needs a stump to be a valid stumps model: one that adds nothing.
+    let stumps: Vec<Stump> = if merged.is_empty() {
+        vec![Stump { feature: table.names[0].clone(), threshold: 0.0, below: 0.0, above: 0.0 }]
+    } else {
+        merged
+            .iter()
+            .map(|s| Stump {
+                feature: table.names[s.col].clone(),
+                threshold: s.threshold,
+                below: s.below,
+                above: s.above,
+            })
+            .collect()
+    };
+    let model = LearnedModel {
+        model: ModelKind::Stumps,
+        features: table.names.clone(),
+        means: Vec::new(),
+        scales: Vec::new(),
+        weights: Vec::new(),
+        stumps,
+        bias,
+        lower: 0.0,
+        upper: 1.0,
+    };
+    finish(table, options, model, describe_boosting(settings), cv_log_loss, &own, oof)
+}
+
+fn describe_boosting(b: stumps::Boosting) -> String {
+    format!("shrinkage {}, min leaf {}, {} rounds", b.shrinkage, b.min_leaf, b.rounds)
+}
+
+/// The thresholds of `model` (on the out-of-fold probabilities `oof` when there are some, else on its own
+/// probabilities `own`), its AUCs, the fit.
+fn finish(
+    table: &Table,
+    options: &FitOptions,
+    mut model: LearnedModel,
+    settings: String,
+    cv_log_loss: Vec<(String, f64)>,
+    own: &[f64],
+    oof: Option<Vec<f64>>,
+) -> Result<LearnedFit> {
+    let as_samples = |p: &[f64]| -> Vec<CalibrationSample> {
+        p.iter().zip(&table.labels).map(|(p, ok)| CalibrationSample { score: *p as f32, succeeded: *ok }).collect()
+    };
+    let train_auc = failure_auc(&as_samples(own));
+    let cv_auc = oof.as_deref().and_then(|p| failure_auc(&as_samples(p)));
+    let threshold_scores = oof.as_deref().unwrap_or(own);
+    let calibration =
+        calibrate_with_floor(&as_samples(threshold_scores), options.target_precision, options.incorrect_floor)?;
+    model.lower = calibration.lower;
+    model.upper = calibration.upper;
+    model.validate()?;
+    let fold_detection = match &oof {
+        Some(p) => (0..table.folds)
+            .map(|k| {
+                let part: Vec<CalibrationSample> =
+                    as_samples(p).into_iter().zip(&table.fold).filter(|(_, f)| **f == k).map(|(s, _)| s).collect();
+                let (precision, recall, _) = detection_stats(&part, model.lower);
+                (precision, recall)
+            })
+            .collect(),
+        None => Vec::new(),
+    };
+    let operating_points = oof.as_deref().map_or_else(Vec::new, |p| operating_points(&as_samples(p)));
+    let mut fit = LearnedFit {
+        model,
+        calibration,
+        out_of_fold: oof.is_some(),
+        settings,
+        cv_auc,
+        train_auc,
+        cv_log_loss,
+        compared: Vec::new(),
+        out_of_fold_probabilities: oof,
+        fold_detection,
+        incorrect_floor: options.incorrect_floor,
+        operating_points,
+    };
+    fit.compared.push(fit.summary());
+    Ok(fit)
+}
+
+/// For each of [`OPERATING_RECALLS`], the lowest sample score at which INCORRECT (`score <= lower`) reaches that
+/// recall (the one that flags the fewest queries), and its precision there.
+fn operating_points(samples: &[CalibrationSample]) -> Vec<OperatingPoint> {
+    let mut scores: Vec<f32> = samples.iter().map(|s| s.score.clamp(0.0, 1.0)).collect();
+    scores.sort_by(f32::total_cmp);
+    scores.dedup();
+    OPERATING_RECALLS
+        .iter()
+        .filter_map(|&target| {
+            scores.iter().find_map(|&lower| {
+                let (precision, recall, _) = detection_stats(samples, lower);
+                (recall >= target).then_some(OperatingPoint { recall: target, lower, precision })
+            })
+        })
+        .collect()
+}
+
+/// A standardised logistic model over the table's features.
 struct Fitted {
     means: Vec<f64>,
     scales: Vec<f64>,
@@ -674,13 +1204,13 @@ impl Fitted {
     }
 }
 
-/// Standardises on the samples `rows` and fits the logistic regression there.
-fn fit_on(samples: &[LearnedSample], rows: &[usize], l2: f64) -> Result<Fitted> {
-    let d = FEATURE_NAMES.len();
+/// Standardises on the samples `rows` of `x` and fits the logistic regression of `labels` there.
+fn fit_on(x: &[Vec<Option<f64>>], labels: &[bool], rows: &[usize], l2: f64) -> Result<Fitted> {
+    let d = x.first().map_or(0, Vec::len);
     let mut means = vec![0.0; d];
     let mut scales = vec![1.0; d];
     for j in 0..d {
-        let present: Vec<f64> = rows.iter().filter_map(|&i| samples[i].values[j]).collect();
+        let present: Vec<f64> = rows.iter().filter_map(|&i| x[i][j]).collect();
         if present.is_empty() {
             continue;
         }
@@ -690,9 +1220,9 @@ fn fit_on(samples: &[LearnedSample], rows: &[usize], l2: f64) -> Result<Fitted> 
         scales[j] = if var.sqrt() > 1e-9 { var.sqrt() } else { 1.0 };
     }
     let mut model = Fitted { means, scales, weights: vec![0.0; d], bias: 0.0 };
-    let x: Vec<Vec<f64>> = rows.iter().map(|&i| model.z(&samples[i].values)).collect();
-    let y: Vec<f64> = rows.iter().map(|&i| if samples[i].succeeded { 1.0 } else { 0.0 }).collect();
-    let theta = newton_logistic(&x, &y, l2)?;
+    let z: Vec<Vec<f64>> = rows.iter().map(|&i| model.z(&x[i])).collect();
+    let y: Vec<f64> = rows.iter().map(|&i| if labels[i] { 1.0 } else { 0.0 }).collect();
+    let theta = newton_logistic(&z, &y, l2)?;
     model.bias = theta[0];
     model.weights = theta[1..].to_vec();
     Ok(model)
@@ -809,16 +1339,6 @@ fn cholesky_solve(a: &[Vec<f64>], b: &[f64]) -> Result<Vec<f64>> {
 /// `ln(1 + e^x)`, without overflow.
 fn softplus(x: f64) -> f64 {
     if x > 0.0 { x + (-x).exp().ln_1p() } else { x.exp().ln_1p() }
-}
-
-/// `1 / (1 + e^-x)`, without overflow.
-fn sigmoid(x: f64) -> f64 {
-    if x >= 0.0 {
-        1.0 / (1.0 + (-x).exp())
-    } else {
-        let e = x.exp();
-        e / (1.0 + e)
-    }
 }
 
 /// Mean log loss of probabilities `p` for labels `y` (clamped away from 0 and 1).
@@ -965,7 +1485,7 @@ mod tests {
         let cases: [(Vec<LearnedSample>, FitOptions, &str); 6] = [
             (Vec::new(), FitOptions::default(), "no samples"),
             (one_class, FitOptions::default(), "every one of the 50 retrievals succeeded"),
-            (short, FitOptions::default(), "sample 3 has 16 values for 17 features"),
+            (short, FitOptions::default(), "sample 3 has 21 values for 22 features"),
             (nan, FitOptions::default(), "sample 2 has a non-finite dense_top"),
             (synthetic(10, 0.0), FitOptions { l2: vec![0.0], ..FitOptions::default() }, "l2 must list"),
             (synthetic(10, 0.0), FitOptions { folds: 1, ..FitOptions::default() }, "folds must be"),
@@ -983,10 +1503,12 @@ mod tests {
 
     fn model() -> LearnedModel {
         LearnedModel {
+            model: ModelKind::Logistic,
             features: vec!["dense_top".into(), "keyword_overlap".into(), "top_agree".into()],
             means: vec![0.6, 0.5, 0.5],
             scales: vec![0.1, 0.25, 0.5],
             weights: vec![2.0, 1.0, 0.5],
+            stumps: Vec::new(),
             bias: 1.0,
             lower: 0.3,
             upper: 0.8,
@@ -1101,6 +1623,204 @@ mod tests {
     }
 
     #[test]
+    fn query_performance_predictors_of_a_hybrid_list() {
+        let list = [
+            hc("a", "Scurvy and vitamin C.", 0.9, Some((9.0, 1)), Some((0.7, 2))),
+            hc("b", "Sailors at sea.", 0.6, Some((3.0, 2)), Some((0.75, 1))),
+            hc("c", "Oranges.", 0.3, None, Some((0.5, 3))),
+        ];
+        let f = features("scurvy vitamin sailors", &list);
+        // BM25 lists a (9) and b (3): mean 6, standard deviation 3.
+        assert_eq!(f.get("bm25_nqc"), Some(0.5));
+        assert!((f.get("bm25_wig").unwrap() - 3.0 / 3.0_f64.sqrt()).abs() < 1e-12);
+        // Dense 0.75, 0.7, 0.5: mean 0.65, deviations 0.1, 0.05, -0.15.
+        let sd = ((0.01 + 0.0025 + 0.0225) / 3.0_f64).sqrt();
+        assert!((f.get("dense_nqc").unwrap() - sd / 0.65).abs() < 1e-6, "{f:?}");
+        assert!((f.get("fused_margin").unwrap() - 0.3).abs() < 1e-6);
+        // a holds scurvy and vitamin, b sailors, c none: (2 + 1 + 0) / 9.
+        assert!((f.get("mean_keyword_overlap").unwrap() - 1.0 / 3.0).abs() < 1e-12);
+        assert_eq!(commitment(&[2.0]), 0.0);
+        assert_eq!(commitment(&[-1.0, 1.0]), 0.0, "a mean not above 0");
+        assert_eq!(commitment(&[1.0, 1.0, 1.0]), 0.0);
+
+        // One candidate, BM25 only: no dense predictors, and the margins and commitments of a single score are 0.
+        let one = [hc("a", "Scurvy.", 4.0, Some((4.0, 1)), None)];
+        let f = features("scurvy", &one);
+        assert_eq!(f.get("dense_nqc"), None);
+        assert_eq!((f.get("bm25_nqc"), f.get("bm25_wig"), f.get("fused_margin")), (Some(0.0), Some(0.0), Some(0.0)));
+        assert_eq!(f.get("mean_keyword_overlap"), Some(1.0));
+        // No keywords: the keyword share is 0 and WIG divides by 1.
+        let f = features("what is it", &list);
+        assert_eq!(f.get("mean_keyword_overlap"), Some(0.0));
+        assert_eq!(f.get("bm25_wig"), Some(3.0));
+    }
+
+    /// A stumps model over two features: dense_top's two stumps and keyword_overlap's one.
+    fn stumps_model() -> LearnedModel {
+        let stump = |feature: &str, threshold, below, above| Stump { feature: feature.into(), threshold, below, above };
+        LearnedModel {
+            model: ModelKind::Stumps,
+            features: vec!["dense_top".into(), "keyword_overlap".into()],
+            means: Vec::new(),
+            scales: Vec::new(),
+            weights: Vec::new(),
+            stumps: vec![
+                stump("dense_top", 0.5, -1.0, 0.5),
+                stump("keyword_overlap", 0.5, -0.75, 0.25),
+                stump("dense_top", 0.7, -0.25, 1.0),
+            ],
+            bias: 0.5,
+            lower: 0.3,
+            upper: 0.8,
+        }
+    }
+
+    #[test]
+    fn a_stumps_model_explains_by_the_sum_of_each_features_stumps() {
+        let good = [
+            cand("a#0", "a", "Scurvy is caused by a lack of vitamin C.", 0.9, &[("bm25", 12.0), ("dense", 0.8)]),
+            cand("b#0", "b", "Vitamin C deficiency in sailors.", 0.5, &[("dense", 0.6), ("bm25", 4.0)]),
+        ];
+        let j = judge(stumps_model(), "scurvy vitamin", &good);
+        // dense_top 0.8: 0.5 + 1.0; keyword_overlap 1: 0.25; logit 0.5 + 1.5 + 0.25.
+        assert!((j.criteria["logit"] - 2.25).abs() < 1e-6, "{j:#?}");
+        assert_eq!(j.criteria["dense_top:contribution"], 1.5);
+        assert_eq!(j.criteria["keyword_overlap:contribution"], 0.25);
+        assert_eq!(
+            j.reasons[0],
+            "P(retrieval succeeded) 0.90 from 2 features: logit 2.25 = bias 0.50 + contributions 1.75"
+        );
+        assert_eq!(j.reasons[1], "toward CORRECT: dense_top 0.800 (+1.50), keyword_overlap 1.000 (+0.25)");
+        assert_eq!(j.verdict, Verdict::Correct);
+
+        // dense_top 0.6 (+0.5 - 0.25) and no keyword found (-0.75): both sides named.
+        let mixed = [cand("c#0", "c", "The violin is played with a bow.", 0.5, &[("bm25", 1.0), ("dense", 0.6)])];
+        let j = judge(stumps_model(), "scurvy vitamin", &mixed);
+        assert!((j.criteria["logit"] - 0.0).abs() < 1e-6, "{j:#?}");
+        assert_eq!(j.reasons[1], "toward INCORRECT: keyword_overlap 0.000 (-0.75)");
+        assert_eq!(j.reasons[2], "toward CORRECT: dense_top 0.600 (+0.25)");
+        assert_eq!(j.verdict, Verdict::Ambiguous);
+
+        // BM25 only: dense_top is unavailable and its stumps add nothing.
+        let bm25_only = [cand("a#0", "a", "Scurvy and vitamin C.", 12.0, &[("bm25", 12.0)])];
+        let j = judge(stumps_model(), "scurvy vitamin", &bm25_only);
+        assert_eq!(j.criteria["dense_top:contribution"], 0.0);
+        assert!((j.criteria["logit"] - 0.75).abs() < 1e-6);
+        assert!(j.reasons.iter().any(|r| r.starts_with("unavailable") && r.contains("dense_top")), "{:?}", j.reasons);
+
+        // The section round-trips, and a file without `model` is a logistic one.
+        let json = serde_json::to_string(&stumps_model()).unwrap();
+        assert!(json.contains(r#""model":"stumps""#) && !json.contains("means"), "{json}");
+        assert_eq!(serde_json::from_str::<LearnedModel>(&json).unwrap(), stumps_model());
+        let mut old = serde_json::to_value(model()).unwrap();
+        old.as_object_mut().unwrap().remove("model");
+        assert_eq!(serde_json::from_value::<LearnedModel>(old).unwrap(), model());
+    }
+
+    #[test]
+    fn a_first_version_model_computes_what_it_did() {
+        // A model over the first 17 features (as every file before the predictors were added), judged on a hybrid
+        // list: the logit is the bias plus Σ weight * (value - mean) / scale over exactly those 17, whatever the
+        // features appended since.
+        let names: Vec<String> = FEATURE_NAMES[..FIRST_VERSION_FEATURES].iter().map(|n| (*n).to_owned()).collect();
+        let n = names.len();
+        let m = LearnedModel {
+            model: ModelKind::Logistic,
+            features: names,
+            means: (0..n).map(|i| 0.1 * i as f64).collect(),
+            scales: (0..n).map(|i| 0.5 + 0.1 * i as f64).collect(),
+            weights: (0..n).map(|i| if i % 2 == 0 { 0.3 } else { -0.2 }).collect(),
+            stumps: Vec::new(),
+            bias: 0.4,
+            lower: 0.3,
+            upper: 0.8,
+        };
+        let list = [
+            hc("a", "Scurvy and vitamin C.", 0.9, Some((9.0, 1)), Some((0.7, 2))),
+            hc("b", "Sailors at sea.", 0.6, Some((3.0, 2)), Some((0.75, 1))),
+        ];
+        let f = features("scurvy vitamin sailors", &list);
+        let expected =
+            m.bias + (0..n).map(|i| m.weights[i] * (f.values[i].unwrap() - m.means[i]) / m.scales[i]).sum::<f64>();
+        let evaluator = LearnedEvaluator::new(m).unwrap();
+        let (logit, contributions) = evaluator.explain(&f);
+        assert_eq!(contributions.len(), FIRST_VERSION_FEATURES);
+        assert!((logit - expected).abs() < 1e-12, "{logit} {expected}");
+        // And the first 17 features' values of a fixed list are pinned (the appended ones are computed after them).
+        assert_eq!(FEATURE_NAMES[FIRST_VERSION_FEATURES - 1], "query_keywords");
+        assert_eq!(FEATURE_NAMES[FIRST_VERSION_FEATURES], "dense_nqc");
+    }
+
+    #[test]
+    fn stumps_are_fitted_separate_and_deterministic() {
+        let options = FitOptions { model: Some(ModelKind::Stumps), ..FitOptions::default() };
+        let samples = synthetic(200, 0.0);
+        let fit = fit_learned(&samples, &options).unwrap();
+        assert_eq!(fit.model.model, ModelKind::Stumps);
+        assert!(fit.train_auc.unwrap() > 0.999 && fit.cv_auc.unwrap() > 0.99, "{fit:#?}");
+        assert_eq!(fit.calibration.incorrect_recall, 1.0);
+        let grid = &options.stumps;
+        assert_eq!(fit.cv_log_loss.len(), grid.shrinkage.len() * grid.min_leaf.len() * grid.rounds.len());
+        // The informative features carry the model; the constant one has no stump.
+        assert!(fit.model.stumps.iter().all(|s| s.feature != "diversity"), "{:?}", fit.model.stumps);
+        assert!(fit.model.stumps.iter().any(|s| s.feature == "dense_top" || s.feature == "keyword_overlap"));
+        // Merged: no two stumps share a feature and a threshold.
+        let keys: BTreeSet<(String, u64)> =
+            fit.model.stumps.iter().map(|s| (s.feature.clone(), s.threshold.to_bits())).collect();
+        assert_eq!(keys.len(), fit.model.stumps.len());
+        fit.model.validate().unwrap();
+        // Same input, same model.
+        assert_eq!(fit_learned(&samples, &options).unwrap(), fit);
+
+        // The evaluator over the stored (merged) stumps ranks the samples as the fit did.
+        let evaluator = LearnedEvaluator::new(fit.model.clone()).unwrap();
+        let scored: Vec<CalibrationSample> = samples
+            .iter()
+            .map(|s| {
+                let (logit, _) = evaluator.explain(&Features { values: s.values.clone(), unavailable: Vec::new() });
+                CalibrationSample { score: sigmoid(logit) as f32, succeeded: s.succeeded }
+            })
+            .collect();
+        assert!((failure_auc(&scored).unwrap() - fit.train_auc.unwrap()).abs() < 1e-3);
+    }
+
+    #[test]
+    fn auto_keeps_the_model_with_the_better_out_of_fold_auc() {
+        // Success needs dense_top in a middle band: a step function stumps can fit and a line cannot.
+        let samples: Vec<LearnedSample> = (0..300u64)
+            .map(|i| {
+                let x = noise(i * 3 + 1);
+                let mut values = vec![None; FEATURE_NAMES.len()];
+                values[0] = Some(x);
+                values[11] = Some(noise(i * 3 + 2));
+                LearnedSample { values, succeeded: (0.3..0.7).contains(&x) }
+            })
+            .collect();
+        let auto = FitOptions { model: None, ..FitOptions::default() };
+        let fit = fit_learned(&samples, &auto).unwrap();
+        assert_eq!(fit.compared.len(), 2);
+        let (logistic, stumps) = (&fit.compared[0], &fit.compared[1]);
+        assert_eq!((logistic.kind, stumps.kind), (ModelKind::Logistic, ModelKind::Stumps));
+        assert!(stumps.cv_auc.unwrap() > logistic.cv_auc.unwrap() + 0.2, "{:?}", fit.compared);
+        assert_eq!(fit.model.model, ModelKind::Stumps);
+        assert_eq!(fit.cv_auc, stumps.cv_auc);
+
+        // On linearly separable data the logistic one is at least as good, and a tie keeps it.
+        let fit = fit_learned(&synthetic(200, 0.0), &auto).unwrap();
+        assert!(fit.compared[0].cv_auc >= fit.compared[1].cv_auc || fit.model.model == ModelKind::Stumps);
+        if fit.compared[0].cv_auc == fit.compared[1].cv_auc {
+            assert_eq!(fit.model.model, ModelKind::Logistic);
+        }
+
+        // A feature subset: the model names exactly those features.
+        let subset = FitOptions { features: Some(vec!["keyword_overlap".into(), "dense_top".into()]), ..auto };
+        let fit = fit_learned(&synthetic(200, 0.0), &subset).unwrap();
+        assert_eq!(fit.model.features, ["keyword_overlap", "dense_top"]);
+        let bad = FitOptions { features: Some(vec!["nope".into()]), ..FitOptions::default() };
+        assert!(fit_learned(&synthetic(20, 0.0), &bad).unwrap_err().message().contains("`nope` is not a feature"));
+    }
+
+    #[test]
     fn validate_names_the_field() {
         let cases = [
             (LearnedModel { features: Vec::new(), ..model() }, "features is empty"),
@@ -1121,6 +1841,20 @@ mod tests {
             (LearnedModel { bias: f64::INFINITY, ..model() }, "bias"),
             (LearnedModel { lower: 0.9, ..model() }, "lower (0.9) must be below upper (0.8)"),
             (LearnedModel { upper: 1.5, ..model() }, "upper must be within [0, 1]"),
+            (LearnedModel { stumps: stumps_model().stumps, ..model() }, "a logistic model has no stumps"),
+            (LearnedModel { stumps: Vec::new(), ..stumps_model() }, "needs at least one stump"),
+            (LearnedModel { weights: vec![1.0, 1.0], ..stumps_model() }, "has no means, scales or weights"),
+            (
+                LearnedModel { features: vec!["dense_top".into()], ..stumps_model() },
+                "stumps[1] splits on `keyword_overlap`, which features does not name",
+            ),
+            (
+                LearnedModel {
+                    stumps: vec![Stump { feature: "dense_top".into(), threshold: f64::NAN, below: 0.0, above: 0.0 }],
+                    ..stumps_model()
+                },
+                "stumps[0].threshold (dense_top) must be finite",
+            ),
         ];
         for (m, needle) in cases {
             let err = LearnedEvaluator::new(m).unwrap_err();

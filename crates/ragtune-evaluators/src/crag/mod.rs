@@ -9,9 +9,10 @@
 //! - [`ModelEvaluator`]: CRAG's retrieval evaluator with any [`Reranker`](ragtune_core::Reranker) as the relevance
 //!   model (a cross-encoder, an LLM judge, or the free [`RetrievalScoreScorer`] and [`DenseSimilarityScorer`]),
 //!   with an upper and a lower threshold that [`calibrate`] fits on labelled training queries.
-//! - [`LearnedEvaluator`]: a logistic regression of "retrieval succeeded" over [`features`] the retrieval already
-//!   computed (BM25 and dense scores, their agreement, the heuristic criteria, the query's length), fitted by
-//!   [`fit_learned`] on a training split, free at query time, explaining which features pushed each decision.
+//! - [`LearnedEvaluator`]: a logistic regression or gradient-boosted stumps of "retrieval succeeded" over
+//!   [`features`] the retrieval already computed (BM25 and dense scores, their agreement, the heuristic criteria,
+//!   the query's length, query-performance predictors), fitted by [`fit_learned`] on a training split, free at query
+//!   time, explaining which features pushed each decision.
 //!
 //! ```
 //! use ragtune_evaluators::crag::{CalibrationSample, ScoreScale, calibrate, detection_stats};
@@ -36,14 +37,16 @@ mod heuristic;
 mod learned;
 mod model;
 mod scorers;
+mod stumps;
 
 pub use calibrate::{
     Calibration, CalibrationSample, IncorrectFloor, calibrate, calibrate_with_floor, detection_stats, failure_auc,
 };
 pub use heuristic::{CriteriaWeights, HeuristicConfig, HeuristicEvaluator, heuristic_category};
 pub use learned::{
-    Contribution, FEATURE_DEPTH, FEATURE_NAMES, Features, FitOptions, LearnedEvaluator, LearnedFit, LearnedModel,
-    LearnedSample, features, fit_learned,
+    Contribution, FEATURE_DEPTH, FEATURE_NAMES, FIRST_VERSION_FEATURES, Features, FitOptions, FitSummary,
+    LearnedEvaluator, LearnedFit, LearnedModel, LearnedSample, ModelKind, OperatingPoint, Stump, StumpGrid, features,
+    fit_learned,
 };
 pub use model::{Aggregate, ModelConfig, ModelEvaluator, ScoreScale};
 pub use scorers::{DenseSimilarityScorer, RetrievalScoreScorer};
