@@ -1,9 +1,11 @@
 //! Embedding throughput of `FastEmbedder` on SciFact passages, for `cargo xtask bench embed`.
 //!
 //! `embed-throughput --model-dir DIR --ort-library FILE --corpus corpus.jsonl [--passages 512] [--batch-size 32]
-//! [--threads 1] [--sessions 1] [--dump vectors.f32]` prints one JSON line; `--dump` writes the vectors as
-//! little-endian f32 so the Python reference can compare them. It also embeds 200 single-text queries one at a time
-//! and then `--sessions` at a time (concurrent calls on the session pool) and reports both throughputs.
+//! [--threads 1] [--sessions 1] [--rounds 1] [--dump vectors.f32]` prints one JSON line; `--dump` writes the vectors
+//! as little-endian f32 so the Python reference can compare them. It also embeds 200 single-text queries one at a
+//! time and then `--sessions` at a time (concurrent calls on the session pool) and reports both throughputs; with
+//! `--rounds R` it measures the two alternately R times and reports the medians (and every round), so that a noisy
+//! host shows as spread instead of a lucky or unlucky ratio.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -16,6 +18,7 @@ fn main() -> Result<()> {
     let mut args = std::env::args().skip(1);
     let (mut model_dir, mut ort, mut corpus, mut dump) = (None, None, None, None);
     let (mut passages, mut batch, mut threads, mut sessions) = (512usize, 32usize, 1usize, 1usize);
+    let mut rounds = 1usize;
     while let Some(a) = args.next() {
         let mut value = || args.next().with_context(|| format!("{a} needs a value"));
         match a.as_str() {
@@ -27,6 +30,7 @@ fn main() -> Result<()> {
             "--batch-size" => batch = value()?.parse()?,
             "--threads" => threads = value()?.parse()?,
             "--sessions" => sessions = value()?.parse()?,
+            "--rounds" => rounds = value()?.parse::<usize>()?.max(1),
             other => bail!("unknown argument {other}"),
         }
     }
@@ -70,11 +74,22 @@ fn main() -> Result<()> {
             async move { Ok(embedder.embed(&Ctx::new(), &[q.as_str()], TextRole::Query).await.map(drop)?) }
         }))
     };
-    let (c1, cn) = (per_second(1)?, per_second(sessions.max(1))?);
+    let (mut one, mut many) = (Vec::with_capacity(rounds), Vec::with_capacity(rounds));
+    for _ in 0..rounds {
+        one.push(per_second(1)?);
+        many.push(per_second(sessions.max(1))?);
+    }
+    let median = |v: &[f64]| {
+        let mut v = v.to_vec();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (c1, cn) = (median(&one), median(&many));
     println!(
         "{}",
         serde_json::json!({"impl": "rust-fastembed", "passages": texts.len(), "seconds": seconds, "per_second": texts.len() as f64 / seconds,
-            "sessions": sessions, "queries": queries.len(), "queries_per_second_1": c1, "queries_per_second_concurrent": cn})
+            "sessions": sessions, "queries": queries.len(), "rounds": rounds, "queries_per_second_1": c1, "queries_per_second_concurrent": cn,
+            "rounds_1": one, "rounds_concurrent": many})
     );
     Ok(())
 }
