@@ -3,7 +3,8 @@
 //! ONNX Runtime is loaded from a file (`ort`'s load-dynamic mode; the library comes from a PyPI wheel that
 //! `ragtune-provision` fetches) into the one environment a process may have, created by
 //! [`init_onnx_runtime`] and shared by every model. Inference is CPU-bound and fastembed's models need `&mut`, so
-//! each model sits behind a mutex and runs on Tokio's blocking pool, never on an async worker.
+//! never runs on an async worker: the embedder's sessions are each owned by a thread of their own ([`Workers`]),
+//! which takes jobs from one queue, and the cross-encoder sits behind a mutex on Tokio's blocking pool.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -226,8 +227,8 @@ impl FastEmbedderConfig {
 /// `embed`/`truncated` trace event. Roles are accepted for asymmetric models (query/passage prefixes); the
 /// default all-MiniLM-L6-v2 embeds queries and passages alike.
 pub struct FastEmbedder {
-    /// The session pool: one loaded model per session.
-    models: Arc<Vec<Mutex<TextEmbedding>>>,
+    /// The session pool: one loaded model per session, each on a thread of its own.
+    workers: Arc<Workers>,
     /// The session with every core for a lone one-batch call (`lone_threads`), if any.
     wide: Option<Arc<Mutex<TextEmbedding>>>,
     /// Calls in flight, to tell a lone call from concurrent ones.
@@ -310,13 +311,14 @@ impl FastEmbedder {
         let tokenizer = Arc::new(model.tokenizer.clone());
         let spec =
             EmbeddingSpec { model_id: config.model_id.clone(), dim, normalized: true, distance: Distance::Cosine };
-        let mut models = vec![Mutex::new(model)];
+        let mut models = vec![model];
         for _ in 1..config.session_count() {
-            models.push(Mutex::new(load(config.intra_threads)?.0));
+            models.push(load(config.intra_threads)?.0);
         }
         let lone = config.lone_thread_count();
         let wide = if lone > config.intra_threads { Some(Arc::new(Mutex::new(load(lone)?.0))) } else { None };
-        Ok(Self { models: Arc::new(models), wide, in_flight: Arc::default(), tokenizer, spec, config })
+        let workers = Arc::new(Workers::start(models)?);
+        Ok(Self { workers, wide, in_flight: Arc::default(), tokenizer, spec, config })
     }
 
     /// The settings.
@@ -432,16 +434,44 @@ impl FastEmbedder {
             + 'static,
     {
         let owned: Vec<String> = texts.iter().map(|t| (*t).to_owned()).collect();
-        let (models, tokenizer, batch) = (self.models.clone(), self.tokenizer.clone(), self.config.batch_size);
+        let (workers, tokenizer, batch) = (self.workers.clone(), self.tokenizer.clone(), self.config.batch_size);
         let cancel = ctx.clone();
         let flight = InFlight::enter(&self.in_flight);
         let wide = self.wide.clone().filter(|_| flight.alone);
+        if owned.len() == 1 && wide.is_none() {
+            // One text (a query): tokenised and run by the first free session's own thread, with no hop through
+            // the blocking pool. Each session stays on its thread, so concurrent queries keep their caches.
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            workers.submit(Box::new(move |model: &mut TextEmbedding| {
+                let mut one = || -> Result<(Vec<T>, TokenCount, u64)> {
+                    cancel.check()?;
+                    let encodings = encode(&tokenizer, &owned)?;
+                    let (count, _) = plan(&encodings, batch, 1);
+                    let out = checked(run(model, &[0], &owned, &encodings)?, 1)?;
+                    Ok((out, count, 1))
+                };
+                let _ = tx.send(one());
+            }))?;
+            return rx.await.map_err(|_| Error::permanent("an embedding worker stopped during the call"))?;
+        }
+        let run = Arc::new(run);
         blocking(move || {
-            let encodings = encode(&tokenizer, &owned)?;
-            let (count, parts) = plan(&encodings, batch, models.len());
-            let parts: Vec<&[usize]> = parts.iter().map(Vec::as_slice).collect();
-            let batch_run = |model: &mut TextEmbedding, ids: &[usize]| run(model, ids, &owned, &encodings);
-            let out = run_batches(&models, wide.as_deref(), owned.len(), &parts, &cancel, &batch_run)?;
+            let encodings = Arc::new(encode(&tokenizer, &owned)?);
+            let (count, parts) = plan(&encodings, batch, workers.len());
+            let owned = Arc::new(owned);
+            let out = match wide {
+                // A lone call of one batch takes the session with every core when it is free.
+                Some(wide) if parts.len() == 1 => match wide.try_lock() {
+                    Ok(mut model) => {
+                        cancel.check()?;
+                        let ids = &parts[0];
+                        let out = checked(run(&mut model, ids, &owned, &encodings)?, ids.len())?;
+                        in_input_order(owned.len(), &parts, vec![out])
+                    }
+                    Err(_) => workers.run_parts(owned.len(), parts.clone(), &cancel, run, owned, encodings)?,
+                },
+                _ => workers.run_parts(owned.len(), parts.clone(), &cancel, run, owned, encodings)?,
+            };
             Ok((out, count, parts.len() as u64))
         })
         .await
@@ -558,72 +588,125 @@ fn split(lengths: &[u64], batch: usize, sessions: usize) -> Vec<std::ops::Range<
     out
 }
 
-/// Runs `run` on every batch of `parts` (indexes into `n` inputs) on the session pool and returns its outputs in
-/// input order. One batch runs on `lone` when given and free (the caller passes it for a call made alone), else on
-/// the first free session (a concurrent call takes another); several batches are spread over up to one worker
-/// thread per session, each worker holding its session for the batches it takes.
-fn run_batches<T: Send>(
-    models: &[Mutex<TextEmbedding>],
-    lone: Option<&Mutex<TextEmbedding>>,
-    n: usize,
-    parts: &[&[usize]],
-    cancel: &Ctx,
-    run: &BatchFn<'_, T>,
-) -> Result<Vec<T>> {
-    let run = |model: &mut TextEmbedding, ids: &[usize]| -> Result<Vec<T>> {
-        // A cancelled or late request stops between batches.
-        cancel.check()?;
-        let out = run(model, ids)?;
-        if out.len() != ids.len() {
-            return Err(Error::corrupt(format!("the model returned {} outputs for {} texts", out.len(), ids.len())));
-        }
-        Ok(out)
-    };
-    let mut out: Vec<Option<T>> = std::iter::repeat_with(|| None).take(n).collect();
-    let workers = models.len().min(parts.len());
-    if workers <= 1 {
-        // A one-batch call made while no other call was in flight takes the lone-call session when it is free.
-        let lone = lone.filter(|_| parts.len() == 1).and_then(|m| m.try_lock().ok());
-        let mut model = lone.unwrap_or_else(|| acquire(models));
-        for ids in parts {
-            for (&i, v) in ids.iter().zip(run(&mut model, ids)?) {
-                out[i] = Some(v);
-            }
-        }
-    } else {
-        let next = std::sync::atomic::AtomicUsize::new(0);
-        let results: Vec<Result<Vec<(usize, T)>>> = std::thread::scope(|scope| {
-            let handles: Vec<_> = models[..workers]
-                .iter()
-                .map(|session| {
-                    let (next, run) = (&next, &run);
-                    scope.spawn(move || {
-                        let mut model = session.lock().unwrap_or_else(PoisonError::into_inner);
-                        let mut done = Vec::new();
-                        loop {
-                            let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                            let Some(ids) = parts.get(k) else { return Ok(done) };
-                            done.extend(ids.iter().copied().zip(run(&mut model, ids)?));
-                        }
-                    })
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().unwrap_or_else(|_| Err(Error::permanent("an embedding worker panicked"))))
-                .collect()
-        });
-        for r in results {
-            for (i, v) in r? {
-                out[i] = Some(v);
-            }
-        }
-    }
-    Ok(out.into_iter().flatten().collect())
+/// One job for a session's thread: it gets the thread's model.
+type Job = Box<dyn FnOnce(&mut TextEmbedding) + Send>;
+
+/// The session pool: one thread per session, each owning its model for good and taking jobs from one shared queue,
+/// so the first free session takes the next job and a session always runs on the same thread (a query's work stays
+/// in the caches of the core that thread runs on, instead of following the blocking pool's threads around).
+/// Dropping the pool closes the queue; each thread finishes the job it has and ends, dropping its model.
+struct Workers {
+    queue: Mutex<std::sync::mpsc::Sender<Job>>,
+    sessions: usize,
 }
 
-/// What runs one batch of inputs (their indexes) on a session and returns one output per input.
-type BatchFn<'a, T> = dyn Fn(&mut TextEmbedding, &[usize]) -> Result<Vec<T>> + Sync + 'a;
+impl Workers {
+    /// Starts one thread per model.
+    fn start(models: Vec<TextEmbedding>) -> Result<Self> {
+        let (tx, rx) = std::sync::mpsc::channel::<Job>();
+        let rx = Arc::new(Mutex::new(rx));
+        let sessions = models.len();
+        for (i, mut model) in models.into_iter().enumerate() {
+            let rx = rx.clone();
+            std::thread::Builder::new()
+                .name(format!("ragtune-embed-{i}"))
+                .spawn(move || {
+                    loop {
+                        // The lock is held only while waiting for the next job, never while running one.
+                        let job = rx.lock().unwrap_or_else(PoisonError::into_inner).recv();
+                        let Ok(job) = job else { return };
+                        // A job that panics loses its own reply (its caller gets an error), never the session.
+                        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(&mut model)));
+                    }
+                })
+                .map_err(|e| Error::unavailable("cannot start an embedding thread").with_source(e))?;
+        }
+        Ok(Self { queue: Mutex::new(tx), sessions })
+    }
+
+    /// How many sessions (threads) there are.
+    fn len(&self) -> usize {
+        self.sessions
+    }
+
+    /// Queues `job` for the first free session.
+    fn submit(&self, job: Job) -> Result<()> {
+        self.queue
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .send(job)
+            .map_err(|_| Error::permanent("the embedding threads have stopped"))
+    }
+
+    /// Runs `run` on every batch of `parts` (indexes into `n` inputs), each batch a job for the first free session,
+    /// waits for them all (call it off the async executor) and returns the outputs in input order. A cancelled or
+    /// late call stops before each batch.
+    fn run_parts<T: Send + 'static>(
+        &self,
+        n: usize,
+        parts: Vec<Vec<usize>>,
+        cancel: &Ctx,
+        run: Arc<BatchFn<T>>,
+        texts: Arc<Vec<String>>,
+        encodings: Arc<Vec<tokenizers::Encoding>>,
+    ) -> Result<Vec<T>> {
+        let (tx, rx) = std::sync::mpsc::channel::<(usize, Result<Vec<T>>)>();
+        for (k, ids) in parts.iter().enumerate() {
+            let (tx, cancel, run, texts, encodings) =
+                (tx.clone(), cancel.clone(), run.clone(), texts.clone(), encodings.clone());
+            let ids = ids.clone();
+            self.submit(Box::new(move |model: &mut TextEmbedding| {
+                let out = cancel
+                    .check()
+                    .and_then(|()| run(model, &ids, &texts, &encodings))
+                    .and_then(|out| checked(out, ids.len()));
+                let _ = tx.send((k, out));
+            }))?;
+        }
+        drop(tx);
+        let mut outs: Vec<Option<Vec<T>>> = std::iter::repeat_with(|| None).take(parts.len()).collect();
+        let mut first_error = None;
+        for (k, out) in rx {
+            match out {
+                Ok(out) => outs[k] = Some(out),
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        if let Some(e) = first_error {
+            return Err(e);
+        }
+        let outs: Option<Vec<Vec<T>>> = outs.into_iter().collect();
+        let outs = outs.ok_or_else(|| Error::permanent("an embedding job ended without a result"))?;
+        Ok(in_input_order(n, &parts, outs))
+    }
+}
+
+/// Checks that a batch of `expected` inputs gave one output each.
+fn checked<T>(out: Vec<T>, expected: usize) -> Result<Vec<T>> {
+    if out.len() == expected {
+        Ok(out)
+    } else {
+        Err(Error::corrupt(format!("the model returned {} outputs for {expected} texts", out.len())))
+    }
+}
+
+/// The outputs of each batch of `parts` (indexes into `n` inputs) put back in input order.
+fn in_input_order<T>(n: usize, parts: &[Vec<usize>], outs: Vec<Vec<T>>) -> Vec<T> {
+    let mut ordered: Vec<Option<T>> = std::iter::repeat_with(|| None).take(n).collect();
+    for (ids, out) in parts.iter().zip(outs) {
+        for (&i, v) in ids.iter().zip(out) {
+            ordered[i] = Some(v);
+        }
+    }
+    ordered.into_iter().flatten().collect()
+}
+
+/// What runs one batch of inputs (their indexes) on a session, given every input's text and encoding, and returns
+/// one output per input.
+type BatchFn<T> =
+    dyn Fn(&mut TextEmbedding, &[usize], &[String], &[tokenizers::Encoding]) -> Result<Vec<T>> + Send + Sync;
 
 /// A text's vector and its spans' vectors (`None` for a span the model did not see).
 type Pooled = (Vec<f32>, Vec<Option<Vec<f32>>>);
@@ -723,16 +806,6 @@ impl Drop for InFlight {
     fn drop(&mut self) {
         self.count.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
     }
-}
-
-/// A free session of the pool, or (all busy) the first one, waited for.
-fn acquire(models: &[Mutex<TextEmbedding>]) -> std::sync::MutexGuard<'_, TextEmbedding> {
-    for m in models {
-        if let Ok(guard) = m.try_lock() {
-            return guard;
-        }
-    }
-    models[0].lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Settings of a [`CrossEncoderReranker`].
