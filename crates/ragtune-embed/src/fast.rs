@@ -3,8 +3,9 @@
 //! ONNX Runtime is loaded from a file (`ort`'s load-dynamic mode; the library comes from a PyPI wheel that
 //! `ragtune-provision` fetches) into the one environment a process may have, created by
 //! [`init_onnx_runtime`] and shared by every model. Inference is CPU-bound and fastembed's models need `&mut`, so
-//! never runs on an async worker: the embedder's sessions are each owned by a thread of their own ([`Workers`]),
-//! which takes jobs from one queue, and the cross-encoder sits behind a mutex on Tokio's blocking pool.
+//! never runs on an async worker: the embedder's sessions are each owned by a thread of their own (`Workers`),
+//! which runs the jobs queued to it (a job goes to the least busy session), and the cross-encoder sits behind a mutex
+//! on Tokio's blocking pool.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -591,51 +592,67 @@ fn split(lengths: &[u64], batch: usize, sessions: usize) -> Vec<std::ops::Range<
 /// One job for a session's thread: it gets the thread's model.
 type Job = Box<dyn FnOnce(&mut TextEmbedding) + Send>;
 
-/// The session pool: one thread per session, each owning its model for good and taking jobs from one shared queue,
-/// so the first free session takes the next job and a session always runs on the same thread (a query's work stays
-/// in the caches of the core that thread runs on, instead of following the blocking pool's threads around).
-/// Dropping the pool closes the queue; each thread finishes the job it has and ends, dropping its model.
+/// The session pool: one thread per session, each owning its model for good and running the jobs queued to it, so a
+/// session always runs on the same thread (a query's work stays in the caches of the core that thread runs on,
+/// instead of following the blocking pool's threads around). A job goes to the session with the fewest jobs queued
+/// or running, the first such one on ties: queries made one at a time all run on the first session, and concurrent
+/// ones (or an indexing call's batches) spread over the others. Dropping the pool closes the queues; each thread
+/// finishes its jobs and ends, dropping its model.
 struct Workers {
-    queue: Mutex<std::sync::mpsc::Sender<Job>>,
-    sessions: usize,
+    queues: Vec<std::sync::mpsc::Sender<Job>>,
+    /// Jobs queued or running per session.
+    pending: Arc<Vec<std::sync::atomic::AtomicUsize>>,
 }
 
 impl Workers {
     /// Starts one thread per model.
     fn start(models: Vec<TextEmbedding>) -> Result<Self> {
-        let (tx, rx) = std::sync::mpsc::channel::<Job>();
-        let rx = Arc::new(Mutex::new(rx));
-        let sessions = models.len();
+        let pending: Arc<Vec<std::sync::atomic::AtomicUsize>> =
+            Arc::new(models.iter().map(|_| std::sync::atomic::AtomicUsize::new(0)).collect());
+        let mut queues = Vec::with_capacity(models.len());
         for (i, mut model) in models.into_iter().enumerate() {
-            let rx = rx.clone();
+            let (tx, rx) = std::sync::mpsc::channel::<Job>();
+            let pending = pending.clone();
             std::thread::Builder::new()
                 .name(format!("ragtune-embed-{i}"))
                 .spawn(move || {
-                    loop {
-                        // The lock is held only while waiting for the next job, never while running one.
-                        let job = rx.lock().unwrap_or_else(PoisonError::into_inner).recv();
-                        let Ok(job) = job else { return };
+                    for job in rx {
                         // A job that panics loses its own reply (its caller gets an error), never the session.
                         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(&mut model)));
+                        pending[i].fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
                     }
                 })
                 .map_err(|e| Error::unavailable("cannot start an embedding thread").with_source(e))?;
+            queues.push(tx);
         }
-        Ok(Self { queue: Mutex::new(tx), sessions })
+        Ok(Self { queues, pending })
     }
 
     /// How many sessions (threads) there are.
     fn len(&self) -> usize {
-        self.sessions
+        self.queues.len()
     }
 
-    /// Queues `job` for the first free session.
+    /// Queues `job` for the session with the fewest jobs (the first on ties), claimed atomically so that two calls
+    /// arriving together take different idle sessions.
     fn submit(&self, job: Job) -> Result<()> {
-        self.queue
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .send(job)
-            .map_err(|_| Error::permanent("the embedding threads have stopped"))
+        use std::sync::atomic::Ordering;
+        let chosen = loop {
+            let (i, seen) = self
+                .pending
+                .iter()
+                .map(|p| p.load(Ordering::Acquire))
+                .enumerate()
+                .min_by_key(|&(i, n)| (n, i))
+                .ok_or_else(|| Error::permanent("the embedding pool has no session"))?;
+            if self.pending[i].compare_exchange(seen, seen + 1, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                break i;
+            }
+        };
+        self.queues[chosen].send(job).map_err(|_| {
+            self.pending[chosen].fetch_sub(1, Ordering::AcqRel);
+            Error::permanent("the embedding threads have stopped")
+        })
     }
 
     /// Runs `run` on every batch of `parts` (indexes into `n` inputs), each batch a job for the first free session,
