@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use async_trait::async_trait;
-use ragtune_core::{Candidate, Ctx, Error, Query, Result, Retriever, TraceEvent};
+use ragtune_core::{Candidate, Ctx, Error, Query, Result, Retriever, TraceEvent, TraceSink};
 
 use crate::fusion::{FusionConfig, fuse, fusion_weights};
 use crate::validate_all;
@@ -96,9 +96,20 @@ impl Retriever for HybridRetriever {
         let deep: Vec<Query> =
             queries.iter().map(|q| Query { top_k: q.top_k.max(self.config.depth), ..q.clone() }).collect();
         let active: Vec<&Fused> = self.inputs.iter().filter(|f| f.weight > 0.0).collect();
+        // Every list is retrieved at once (the keyword search runs while the query is embedded), each into a trace
+        // of its own that is replayed in input order, so the trace does not depend on which list finished first.
+        let runs = active.iter().map(|input| {
+            let sink = TraceSink::new();
+            let child = ctx.clone().with_trace(sink.clone());
+            let deep = &deep;
+            async move { (input.retriever.retrieve(&child, deep).await, sink) }
+        });
         let mut per_input: Vec<(f32, Vec<Vec<Candidate>>)> = Vec::new();
-        for input in &active {
-            per_input.push((input.weight, input.retriever.retrieve(ctx, &deep).await?));
+        for (input, (lists, sink)) in active.iter().zip(futures_util::future::join_all(runs).await) {
+            for event in sink.take() {
+                ctx.trace(event);
+            }
+            per_input.push((input.weight, lists?));
         }
         // The query-time weights of each query, by retriever name, for the trace (adaptive fusion only).
         let mut adaptive: Vec<serde_json::Value> = Vec::new();
@@ -157,6 +168,45 @@ mod tests {
         let out = h.retrieve(&Ctx::new(), &[Query::new("q")]).await.unwrap();
         assert_eq!(ids(&out[0]), vec!["a", "b"]);
         assert!(out[0].iter().all(|c| !c.sources.contains_key("dense")));
+    }
+
+    /// A retriever that gives the executor back `yields` times before answering, and traces its answer.
+    #[derive(Debug)]
+    struct Slow {
+        inner: StaticRetriever,
+        yields: usize,
+    }
+
+    #[async_trait]
+    impl Retriever for Slow {
+        fn name(&self) -> &str {
+            self.inner.name()
+        }
+
+        async fn retrieve(&self, ctx: &Ctx, queries: &[Query]) -> Result<Vec<Vec<Candidate>>> {
+            for _ in 0..self.yields {
+                tokio::task::yield_now().await;
+            }
+            ctx.trace(TraceEvent::new("retrieve", self.inner.name().to_owned()));
+            self.inner.retrieve(ctx, queries).await
+        }
+    }
+
+    #[tokio::test]
+    async fn the_lists_are_retrieved_together_and_traced_in_input_order() {
+        let bm25 = StaticRetriever::new("bm25").with_ranking("q", &[("a", 9.0), ("b", 8.0)]);
+        let dense = StaticRetriever::new("dense").with_ranking("q", &[("c", 0.9), ("b", 0.8)]);
+        // The first list takes longer: the second finishes first.
+        let inputs = vec![
+            Fused { retriever: Arc::new(Slow { inner: bm25, yields: 5 }), weight: 1.0 },
+            Fused { retriever: Arc::new(Slow { inner: dense, yields: 0 }), weight: 1.0 },
+        ];
+        let h = HybridRetriever::new("hybrid", inputs, HybridConfig::default()).unwrap();
+        let sink = TraceSink::new();
+        let out = h.retrieve(&Ctx::new().with_trace(sink.clone()), &[Query::new("q")]).await.unwrap();
+        assert_eq!(ids(&out[0])[0], "b", "the document both lists have comes first");
+        let order: Vec<String> = sink.take().into_iter().map(|e| e.action).collect();
+        assert_eq!(order, ["bm25", "dense", "hybrid"], "input order, whichever list finished first");
     }
 
     #[tokio::test]
