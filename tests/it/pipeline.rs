@@ -192,6 +192,26 @@ async fn a_scripted_llm_pipeline_extracts_verified_sentences_and_judges_with_the
 }
 
 #[tokio::test]
+async fn wiki_markup_in_a_document_reaches_the_llm_verbatim() {
+    // Wikipedia text keeps its templates, `{{cite web|...}}`: they are document text, not prompt placeholders.
+    let dir = tempfile::tempdir().unwrap();
+    let mut engine = Engine::open(config(dir.path())).await.unwrap();
+    let text = "London is the capital of the United Kingdom. {{cite web|url= title=Largest EU City}} It is large.";
+    engine.index_documents(&[Document::new("london", text)], Chunking::WholeDocuments, &mut |_, _| {}).await.unwrap();
+    let llm = Arc::new(ScriptedLlm::new("{}").with_reply("Sources:", "Yes, London is the capital [1]."));
+    let engine = engine.with_llm(Some(llm.clone()));
+    let r = engine.ask("Is London the capital of the United Kingdom?").await.unwrap();
+    assert_eq!(r.answer_kind, AnswerKind::Llm, "{}", notes(&r));
+    assert!(!has(&r, NoteKind::GenerationFailed), "{}", notes(&r));
+    let requests = llm.requests();
+    let sent = requests
+        .iter()
+        .flat_map(|q| &q.messages)
+        .any(|m| m.content.contains("{{cite web|url= title=Largest EU City}}"));
+    assert!(sent, "the markup is sent as it is");
+}
+
+#[tokio::test]
 async fn an_empty_index_answers_that_nothing_was_retrieved_after_retrying() {
     let dir = tempfile::tempdir().unwrap();
     let engine = Engine::open(config(dir.path())).await.unwrap();

@@ -54,15 +54,28 @@ impl Prompt {
     }
 }
 
+/// Fills the template's `{{name}}` placeholders in one pass over the template: a value is inserted as it is and never
+/// read again, so text that itself contains `{{...}}` (wiki markup in a document, a question about templates) is
+/// sent verbatim instead of being taken for a placeholder.
 fn fill(template: &str, values: &[(&str, &str)]) -> Result<String> {
-    let mut out = template.to_owned();
-    for (k, v) in values {
-        out = out.replace(&format!("{{{{{k}}}}}"), v);
+    let mut out = String::with_capacity(template.len() + values.iter().map(|(_, v)| v.len()).sum::<usize>());
+    let mut rest = template;
+    while let Some(start) = rest.find("{{") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let end = after.find("}}").ok_or_else(|| {
+            let name: String = after.chars().take(40).collect();
+            Error::invalid_input(format!("the prompt has an unclosed placeholder `{{{{{name}`"))
+        })?;
+        let name = &after[..end];
+        let value = values
+            .iter()
+            .find(|(k, _)| *k == name)
+            .ok_or_else(|| Error::invalid_input(format!("the prompt needs a value for `{name}`")))?;
+        out.push_str(value.1);
+        rest = &after[end + 2..];
     }
-    if let Some(i) = out.find("{{") {
-        let name: String = out[i + 2..].chars().take_while(|c| *c != '}').collect();
-        return Err(Error::invalid_input(format!("the prompt needs a value for `{name}`")));
-    }
+    out.push_str(rest);
     Ok(out)
 }
 
@@ -204,6 +217,23 @@ mod tests {
     fn check(input: &str, expect: Option<&str>) {
         let got = parse_json_text(input).ok().map(|v| v.to_string());
         assert_eq!(got.as_deref(), expect, "input: {input:?}");
+    }
+
+    #[test]
+    fn values_are_inserted_verbatim_and_never_read_as_placeholders() {
+        let template = "Sources:\n{{context}}\n\nQuestion: {{question}}";
+        // Wiki markup in a document, and a value that names another placeholder: both sent as they are.
+        let context = "London {{cite web|url= title=Largest EU City}} is large. {{question}}";
+        let filled = fill(template, &[("question", "Is London big?"), ("context", context)]).unwrap();
+        assert_eq!(filled, format!("Sources:\n{context}\n\nQuestion: Is London big?"));
+        // The same placeholder twice, and one value given but unused.
+        assert_eq!(fill("{{a}}-{{a}}", &[("a", "x"), ("b", "y")]).unwrap(), "x-x");
+        // A placeholder of the template without a value, and an unclosed one, are errors that name it.
+        let missing = fill("{{context}} {{question}}", &[("context", "c")]).unwrap_err();
+        assert_eq!(missing.kind(), ErrorKind::InvalidInput);
+        assert!(missing.to_string().contains("needs a value for `question`"), "{missing}");
+        let unclosed = fill("Question: {{question", &[("question", "q")]).unwrap_err();
+        assert!(unclosed.to_string().contains("unclosed placeholder `{{question`"), "{unclosed}");
     }
 
     #[test]

@@ -553,16 +553,10 @@ impl FaithfulnessJudge {
             notes.push(format!("the context was cut to {} characters for the judge", self.config.max_context_chars));
         }
         let numbered: String = statements.iter().enumerate().map(|(i, s)| format!("{}. {s}\n", i + 1)).collect();
-        // Rendering refuses any `{{` left in the result, so text that merely contains braces (code, templates)
-        // must not look like a placeholder.
-        let escape = |s: &str| s.replace("{{", "{ {").replace("}}", "} }");
+        // Rendering inserts the texts verbatim (braces in code or templates included).
         let request = judge
             .prompt
-            .render(&[
-                ("context", &escape(&context)),
-                ("statements", &escape(numbered.trim_end())),
-                ("question", &escape(question)),
-            ])
+            .render(&[("context", &context), ("statements", numbered.trim_end()), ("question", question)])
             .map_err(|e| (format!("failed: {}", e.chain()), Cost::ZERO))?;
         // `generate_json` reports no cost when it fails, so the calls are metered here to charge every token spent.
         let metered = Metered { inner: judge.llm.as_ref(), spent: Mutex::new(Cost::ZERO) };
@@ -1321,6 +1315,9 @@ mod tests {
             .unwrap();
         assert_eq!(f.method, JudgeMethod::Llm, "{f:?}");
         assert_eq!(f.notes, ["the context was cut to 20 characters for the judge"]);
-        assert!(last_user(&llm.requests()[0]).contains("Context:\n[1] Jinja uses { { na\n"));
+        let requests = llm.requests();
+        let user = last_user(&requests[0]);
+        assert!(user.contains("Context:\n[1] Jinja uses {{ na\n"), "cut, and sent verbatim: {user}");
+        assert!(user.contains("1. Templates use {{ name }} syntax."), "sent verbatim: {user}");
     }
 }
