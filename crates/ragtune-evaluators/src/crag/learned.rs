@@ -1519,13 +1519,17 @@ mod tests {
         LearnedEvaluator::new(model).unwrap().judge(query, candidates)
     }
 
-    #[test]
-    fn decisions_follow_the_probability_and_name_the_features_that_pushed() {
-        // A strong hybrid retrieval: high cosine, the same top in both lists, every keyword found.
-        let good = [
+    /// A strong hybrid retrieval: high cosine, the same top in both lists, every keyword of "scurvy vitamin" found.
+    fn strong_retrieval() -> [Candidate; 2] {
+        [
             cand("a#0", "a", "Scurvy is caused by a lack of vitamin C.", 0.9, &[("bm25", 12.0), ("dense", 0.8)]),
             cand("b#0", "b", "Vitamin C deficiency in sailors.", 0.5, &[("dense", 0.6), ("bm25", 4.0)]),
-        ];
+        ]
+    }
+
+    #[test]
+    fn decisions_follow_the_probability_and_name_the_features_that_pushed() {
+        let good = strong_retrieval();
         let j = judge(model(), "scurvy vitamin", &good);
         // z: dense_top (0.8-0.6)/0.1 = 2 → +4; keyword_overlap (1-0.5)/0.25 = 2 → +2; top_agree (1-0.5)/0.5 → +0.5.
         assert!((j.criteria["logit"] - 7.5).abs() < 1e-5, "{j:#?}");
@@ -1677,10 +1681,7 @@ mod tests {
 
     #[test]
     fn a_stumps_model_explains_by_the_sum_of_each_features_stumps() {
-        let good = [
-            cand("a#0", "a", "Scurvy is caused by a lack of vitamin C.", 0.9, &[("bm25", 12.0), ("dense", 0.8)]),
-            cand("b#0", "b", "Vitamin C deficiency in sailors.", 0.5, &[("dense", 0.6), ("bm25", 4.0)]),
-        ];
+        let good = strong_retrieval();
         let j = judge(stumps_model(), "scurvy vitamin", &good);
         // dense_top 0.8: 0.5 + 1.0; keyword_overlap 1: 0.25; logit 0.5 + 1.5 + 0.25.
         assert!((j.criteria["logit"] - 2.25).abs() < 1e-6, "{j:#?}");
