@@ -460,20 +460,19 @@ impl FastEmbedder {
             let encodings = Arc::new(encode(&tokenizer, &owned)?);
             let (count, parts) = plan(&encodings, batch, workers.len());
             let owned = Arc::new(owned);
-            let out = match wide {
-                // A lone call of one batch takes the session with every core when it is free.
-                Some(wide) if parts.len() == 1 => match wide.try_lock() {
-                    Ok(mut model) => {
-                        cancel.check()?;
-                        let ids = &parts[0];
-                        let out = checked(run(&mut model, ids, &owned, &encodings)?, ids.len())?;
-                        in_input_order(owned.len(), &parts, vec![out])
-                    }
-                    Err(_) => workers.run_parts(owned.len(), parts.clone(), &cancel, run, owned, encodings)?,
-                },
-                _ => workers.run_parts(owned.len(), parts.clone(), &cancel, run, owned, encodings)?,
+            let batches = parts.len() as u64;
+            // A lone call of one batch takes the session with every core when it is free.
+            let lone = wide.as_deref().filter(|_| parts.len() == 1).and_then(|m| m.try_lock().ok());
+            let out = match lone {
+                Some(mut model) => {
+                    cancel.check()?;
+                    let ids = &parts[0];
+                    let out = checked(run(&mut model, ids, &owned, &encodings)?, ids.len())?;
+                    in_input_order(owned.len(), &parts, vec![out])
+                }
+                None => workers.run_parts(owned.len(), parts, &cancel, run, owned, encodings)?,
             };
-            Ok((out, count, parts.len() as u64))
+            Ok((out, count, batches))
         })
         .await
     }
