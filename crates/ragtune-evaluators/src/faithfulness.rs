@@ -439,15 +439,16 @@ impl FaithfulnessJudge {
                 }
                 cheap = Some((v, cheap_notes, all_supported));
             }
-            let mut via_llm = None;
+            // The verdicts once settled: the cheap judge's when it is sure or the LLM fails, else the LLM's.
+            let mut settled = None;
             let mut spent = Cost::ZERO;
             match (&self.llm, cheap) {
-                (Some(_), Some((v, _, true))) => via_llm = Some(v),
+                (Some(_), Some((v, _, true))) => settled = Some(v),
                 (Some(judge), cheap) => {
                     match self.judge_with_llm(ctx, judge, question, &statements, passages, &mut notes).await {
                         Ok(mut v) => {
                             v.cost += cheap.map_or(Cost::ZERO, |(c, _, _)| c.cost);
-                            via_llm = Some(v);
+                            settled = Some(v);
                         }
                         Err((reason, cost)) => {
                             // A cancelled request stops here; any other failure degrades to the LLM-free judge.
@@ -457,14 +458,14 @@ impl FaithfulnessJudge {
                             if let Some((mut v, cheap_notes, _)) = cheap {
                                 notes.extend(cheap_notes);
                                 v.cost += spent;
-                                via_llm = Some(v);
+                                settled = Some(v);
                             }
                         }
                     }
                 }
                 (None, _) => {}
             }
-            match via_llm {
+            match settled {
                 Some(v) => v,
                 None => {
                     let mut v = self.judge_without_llm(ctx, &statements, passages, &mut notes).await?;
