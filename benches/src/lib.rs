@@ -64,3 +64,12 @@ where
     }
     Ok(texts.len() as f64 / started.elapsed().as_secs_f64())
 }
+
+/// The median of `values` (the mean of the middle two for an even count; NaN for none), by the percentile method
+/// of ragtune's reports.
+#[must_use]
+pub fn median(values: &[f64]) -> f64 {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    ragtune::evaluators::metrics::percentile(&v, 50.0)
+}

@@ -79,12 +79,7 @@ fn main() -> Result<()> {
         one.push(per_second(1)?);
         many.push(per_second(sessions.max(1))?);
     }
-    let median = |v: &[f64]| {
-        let mut v = v.to_vec();
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
-    let (c1, cn) = (median(&one), median(&many));
+    let (c1, cn) = (benches::median(&one), benches::median(&many));
     println!(
         "{}",
         serde_json::json!({"impl": "rust-fastembed", "passages": texts.len(), "seconds": seconds, "per_second": texts.len() as f64 / seconds,

@@ -188,6 +188,15 @@ pub trait VectorStore: Send + Sync + Debug {
     /// # Errors
     /// Space mismatches, IO failures.
     async fn search(&self, ctx: &Ctx, requests: &[SearchRequest]) -> Result<Vec<Vec<ScoredHit>>>;
+    /// Like [`search`](Self::search), but a hit's chunk may come without its text (an empty `text`; fetch it with
+    /// [`get`](Self::get)). Ids, scores, order and every other field of the chunks are those of `search`. A store
+    /// that can skip reading texts overrides it; the default is `search`.
+    ///
+    /// # Errors
+    /// As [`search`](Self::search).
+    async fn search_without_text(&self, ctx: &Ctx, requests: &[SearchRequest]) -> Result<Vec<Vec<ScoredHit>>> {
+        self.search(ctx, requests).await
+    }
     /// Counts and spaces.
     ///
     /// # Errors
@@ -243,6 +252,29 @@ pub trait Retriever: Send + Sync + Debug {
     /// # Errors
     /// Invalid queries; failures of the store or encoder.
     async fn retrieve(&self, ctx: &Ctx, queries: &[Query]) -> Result<Vec<Vec<Candidate>>>;
+
+    /// Like [`retrieve`](Self::retrieve), but a candidate's chunk may come without its text (an empty `text`),
+    /// to be filled by [`fill_text`](Self::fill_text) for the few that are kept: fusion reads a hundred candidates
+    /// per list and keeps ten, and reading a text costs a store read. Ids, scores, ranks and every other field are
+    /// those of `retrieve`. The default is `retrieve` (every text present).
+    ///
+    /// # Errors
+    /// As [`retrieve`](Self::retrieve).
+    async fn retrieve_without_text(&self, ctx: &Ctx, queries: &[Query]) -> Result<Vec<Vec<Candidate>>> {
+        self.retrieve(ctx, queries).await
+    }
+
+    /// Fills in the text of the candidates in `lists` that this retriever returned from
+    /// [`retrieve_without_text`](Self::retrieve_without_text) without it (those with an empty text whose
+    /// `sources` name this retriever); a candidate whose chunk was deleted meanwhile is dropped. The default does
+    /// nothing, which is right for a retriever whose `retrieve_without_text` keeps the texts.
+    ///
+    /// # Errors
+    /// Failures of the store.
+    async fn fill_text(&self, ctx: &Ctx, lists: &mut [Vec<Candidate>]) -> Result<()> {
+        let _ = (ctx, lists);
+        Ok(())
+    }
 }
 
 /// Scores query–candidate pairs more precisely (and more expensively) than retrieval did.
@@ -499,6 +531,9 @@ macro_rules! forward_pointer {
             async fn span_vectors(&self, ctx: &Ctx, ids: &[String]) -> Result<Vec<Vec<SpanVector>>> {
                 (**self).span_vectors(ctx, ids).await
             }
+            async fn search_without_text(&self, ctx: &Ctx, requests: &[SearchRequest]) -> Result<Vec<Vec<ScoredHit>>> {
+                (**self).search_without_text(ctx, requests).await
+            }
         }
 
         #[async_trait]
@@ -506,6 +541,12 @@ macro_rules! forward_pointer {
             fn name(&self) -> &str { (**self).name() }
             async fn retrieve(&self, ctx: &Ctx, queries: &[Query]) -> Result<Vec<Vec<Candidate>>> {
                 (**self).retrieve(ctx, queries).await
+            }
+            async fn retrieve_without_text(&self, ctx: &Ctx, queries: &[Query]) -> Result<Vec<Vec<Candidate>>> {
+                (**self).retrieve_without_text(ctx, queries).await
+            }
+            async fn fill_text(&self, ctx: &Ctx, lists: &mut [Vec<Candidate>]) -> Result<()> {
+                (**self).fill_text(ctx, lists).await
             }
         }
 

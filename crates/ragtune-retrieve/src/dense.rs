@@ -35,6 +35,21 @@ impl Retriever for DenseRetriever {
     }
 
     async fn retrieve(&self, ctx: &Ctx, queries: &[Query]) -> Result<Vec<Vec<Candidate>>> {
+        self.run(ctx, queries, true).await
+    }
+
+    async fn retrieve_without_text(&self, ctx: &Ctx, queries: &[Query]) -> Result<Vec<Vec<Candidate>>> {
+        self.run(ctx, queries, false).await
+    }
+
+    async fn fill_text(&self, ctx: &Ctx, lists: &mut [Vec<Candidate>]) -> Result<()> {
+        crate::fill_text_from(self.store.as_ref(), ctx, &self.name, lists).await
+    }
+}
+
+impl DenseRetriever {
+    /// Retrieves, with the chunks' texts or (`text` false) without them.
+    async fn run(&self, ctx: &Ctx, queries: &[Query], text: bool) -> Result<Vec<Vec<Candidate>>> {
         let started = Instant::now();
         validate_all(queries)?;
         let texts: Vec<&str> = queries.iter().map(|q| q.text.as_str()).collect();
@@ -44,7 +59,11 @@ impl Retriever for DenseRetriever {
             .zip(vectors)
             .map(|(q, v)| SearchRequest { vector: VectorQuery::Dense(v), top_k: q.top_k, filter: q.filter.clone() })
             .collect();
-        let results = self.store.search(ctx, &requests).await?;
+        let results = if text {
+            self.store.search(ctx, &requests).await?
+        } else {
+            self.store.search_without_text(ctx, &requests).await?
+        };
         let out = crate::to_candidates(results, &self.name);
         ctx.trace(
             TraceEvent::new("retrieve", self.name.clone())

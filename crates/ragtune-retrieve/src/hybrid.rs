@@ -40,7 +40,9 @@ pub struct Fused {
 /// chunk id, keep the provenance of every list they came from (`sources`: strategy → score and rank), and are
 /// ordered by fused score, ties by chunk id. The result does not depend on the order of the inputs.
 ///
-/// The fused retrievers run one after the other (each is batch-oriented over the queries).
+/// The fused retrievers run at once, each asked for its candidates without their texts
+/// ([`Retriever::retrieve_without_text`]); only the fused top k are completed ([`Retriever::fill_text`]), so a
+/// store reads ten texts rather than a hundred per list.
 #[derive(Debug, Clone)]
 pub struct HybridRetriever {
     name: String,
@@ -102,7 +104,7 @@ impl Retriever for HybridRetriever {
             let sink = TraceSink::new();
             let child = ctx.clone().with_trace(sink.clone());
             let deep = &deep;
-            async move { (input.retriever.retrieve(&child, deep).await, sink) }
+            async move { (input.retriever.retrieve_without_text(&child, deep).await, sink) }
         });
         let mut per_input: Vec<(f32, Vec<Vec<Candidate>>)> = Vec::new();
         for (input, (lists, sink)) in active.iter().zip(futures_util::future::join_all(runs).await) {
@@ -113,7 +115,7 @@ impl Retriever for HybridRetriever {
         }
         // The query-time weights of each query, by retriever name, for the trace (adaptive fusion only).
         let mut adaptive: Vec<serde_json::Value> = Vec::new();
-        let out: Vec<Vec<Candidate>> = queries
+        let mut out: Vec<Vec<Candidate>> = queries
             .iter()
             .enumerate()
             .map(|(i, q)| {
@@ -131,6 +133,10 @@ impl Retriever for HybridRetriever {
                 fuse(&lists, &self.config.fusion, q.top_k)
             })
             .collect();
+        // Texts only for what is kept: each candidate's from the first list that has it.
+        for input in &active {
+            input.retriever.fill_text(ctx, &mut out).await?;
+        }
         let weights: serde_json::Map<String, serde_json::Value> =
             self.inputs.iter().map(|f| (f.retriever.name().to_owned(), f64::from(f.weight).into())).collect();
         let fusion = self.config.fusion;
@@ -235,6 +241,91 @@ mod tests {
     async fn dense_list(h: &HybridRetriever) -> Vec<Candidate> {
         let q = Query::new("q").with_top_k(h.config().depth);
         h.inputs[1].retriever.retrieve(&Ctx::new(), &[q]).await.unwrap().remove(0)
+    }
+
+    /// A store that leaves the texts out of `search_without_text` and counts the chunks `get` reads.
+    #[derive(Debug, Default)]
+    struct Lean {
+        inner: ragtune_testkit::MemoryStore,
+        read: std::sync::atomic::AtomicUsize,
+    }
+
+    #[async_trait]
+    impl ragtune_core::VectorStore for Lean {
+        async fn ensure_spaces(
+            &self,
+            ctx: &Ctx,
+            dense: Option<&ragtune_core::EmbeddingSpec>,
+            sparse: Option<&ragtune_core::SparseSpec>,
+        ) -> Result<()> {
+            self.inner.ensure_spaces(ctx, dense, sparse).await
+        }
+        async fn write(&self, ctx: &Ctx, batch: ragtune_core::WriteBatch) -> Result<ragtune_core::WriteReport> {
+            self.inner.write(ctx, batch).await
+        }
+        async fn get(&self, ctx: &Ctx, ids: &[String]) -> Result<Vec<Option<ragtune_core::Chunk>>> {
+            self.read.fetch_add(ids.len(), std::sync::atomic::Ordering::SeqCst);
+            self.inner.get(ctx, ids).await
+        }
+        async fn search(
+            &self,
+            ctx: &Ctx,
+            requests: &[ragtune_core::SearchRequest],
+        ) -> Result<Vec<Vec<ragtune_core::ScoredHit>>> {
+            self.inner.search(ctx, requests).await
+        }
+        async fn search_without_text(
+            &self,
+            ctx: &Ctx,
+            requests: &[ragtune_core::SearchRequest],
+        ) -> Result<Vec<Vec<ragtune_core::ScoredHit>>> {
+            let mut lists = self.inner.search(ctx, requests).await?;
+            lists.iter_mut().flatten().for_each(|h| h.chunk.text.clear());
+            Ok(lists)
+        }
+        async fn stats(&self, ctx: &Ctx) -> Result<ragtune_core::StoreStats> {
+            self.inner.stats(ctx).await
+        }
+    }
+
+    #[tokio::test]
+    async fn only_the_kept_candidates_have_their_texts_read() {
+        use ragtune_core::{Chunk, Embedder, Record, SparseEncoder, TextRole, VectorStore};
+        use ragtune_testkit::fakes::{HashEmbedder, HashSparseEncoder};
+        let ctx = Ctx::new();
+        let (embedder, encoder) = (Arc::new(HashEmbedder::new(32)), Arc::new(HashSparseEncoder::default()));
+        let words = ["apple", "pear", "plum", "fig", "kiwi", "lime", "date", "yuzu"];
+        let texts: Vec<String> =
+            (0..40).map(|i| format!("{} {} {}", words[i % 8], words[i % 5], words[i % 3])).collect();
+        let lean = Arc::new(Lean::default());
+        let full = Arc::new(ragtune_testkit::MemoryStore::default());
+        for store in [lean.clone() as Arc<dyn VectorStore>, full.clone()] {
+            store.ensure_spaces(&ctx, Some(embedder.spec()), Some(encoder.spec())).await.unwrap();
+            let mut records = Vec::new();
+            for (i, text) in texts.iter().enumerate() {
+                let dense = embedder.embed(&ctx, &[text.as_str()], TextRole::Passage).await.unwrap().pop();
+                let sparse = encoder.encode(&ctx, &[text.as_str()], TextRole::Passage).await.unwrap().pop();
+                let id = format!("d{i:02}");
+                records.push(Record { chunk: Chunk::new(&id, &id, text.clone()), dense, sparse, spans: Vec::new() });
+            }
+            store.upsert(&ctx, records).await.unwrap();
+        }
+        let hybrid = |store: Arc<dyn VectorStore>| {
+            let bm25 = crate::SparseRetriever::new("bm25", encoder.clone(), store.clone());
+            let dense = crate::DenseRetriever::new("dense", embedder.clone(), store);
+            let inputs = vec![
+                Fused { retriever: Arc::new(bm25), weight: 1.0 },
+                Fused { retriever: Arc::new(dense), weight: 1.0 },
+            ];
+            HybridRetriever::new("hybrid", inputs, HybridConfig { depth: 30, ..HybridConfig::default() }).unwrap()
+        };
+        let queries = [Query::new("apple pear").with_top_k(3), Query::new("kiwi fig plum").with_top_k(4)];
+        let want = hybrid(full).retrieve(&ctx, &queries).await.unwrap();
+        let got = hybrid(lean.clone()).retrieve(&ctx, &queries).await.unwrap();
+        assert_eq!(got, want, "the same candidates, texts included");
+        assert!(got.iter().flatten().all(|c| !c.chunk.text.is_empty()));
+        let read = lean.read.load(std::sync::atomic::Ordering::SeqCst);
+        assert!((1..=7).contains(&read), "{read} texts read for 7 kept candidates (60 per query retrieved)");
     }
 
     #[test]

@@ -52,7 +52,9 @@ pub use hybrid::{Fused, HybridConfig, HybridRetriever};
 pub use parent::ParentRetriever;
 pub use sparse::SparseRetriever;
 
-use ragtune_core::{Candidate, Query, Result, ScoredHit};
+use std::collections::{BTreeSet, HashMap};
+
+use ragtune_core::{Candidate, Chunk, Ctx, Query, Result, ScoredHit, VectorStore};
 
 /// Validates every query, naming the failing one in a batch.
 fn validate_all(queries: &[Query]) -> Result<()> {
@@ -68,4 +70,44 @@ fn to_candidates(results: Vec<Vec<ScoredHit>>, strategy: &str) -> Vec<Vec<Candid
         .into_iter()
         .map(|hits| hits.into_iter().zip(1u32..).map(|(hit, rank)| Candidate::from_hit(hit, strategy, rank)).collect())
         .collect()
+}
+
+/// Fills in, from `store`, the chunks of the candidates of `strategy` that came without their text
+/// ([`Retriever::retrieve_without_text`](ragtune_core::Retriever::retrieve_without_text)), in one read for the
+/// whole batch; a candidate whose chunk was deleted meanwhile is dropped.
+async fn fill_text_from(
+    store: &dyn VectorStore,
+    ctx: &Ctx,
+    strategy: &str,
+    lists: &mut [Vec<Candidate>],
+) -> Result<()> {
+    let lacks = |c: &Candidate| c.chunk.text.is_empty() && c.sources.contains_key(strategy);
+    let ids: Vec<String> = lists
+        .iter()
+        .flatten()
+        .filter(|c| lacks(c))
+        .map(|c| c.chunk.id.clone())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    if ids.is_empty() {
+        return Ok(());
+    }
+    let chunks = store.get(ctx, &ids).await?;
+    let found: HashMap<String, Chunk> = ids.into_iter().zip(chunks).filter_map(|(id, c)| Some((id, c?))).collect();
+    for list in lists {
+        list.retain_mut(|c| {
+            if !lacks(c) {
+                return true;
+            }
+            match found.get(&c.chunk.id) {
+                Some(chunk) => {
+                    c.chunk.clone_from(chunk);
+                    true
+                }
+                None => false,
+            }
+        });
+    }
+    Ok(())
 }

@@ -624,7 +624,9 @@ impl Inner {
             .collect()
     }
 
-    fn search(&self, ctx: &Ctx, requests: &[SearchRequest]) -> Result<Vec<Vec<ScoredHit>>> {
+    /// The hits of each request; with `text` false, their chunks come from the in-memory index, which holds every
+    /// field but the text, and nothing is read from disk.
+    fn search(&self, ctx: &Ctx, requests: &[SearchRequest], text: bool) -> Result<Vec<Vec<ScoredHit>>> {
         let state = self.read();
         let mut out = Vec::with_capacity(requests.len());
         for req in requests {
@@ -654,6 +656,19 @@ impl Inner {
                     None => Vec::new(),
                 },
             };
+            if !text {
+                let list = hits
+                    .iter()
+                    .map(|h| {
+                        let slot = state.index.slot(h.slot).ok_or_else(|| {
+                            Error::corrupt(format!("a search hit points at an empty slot in {}", self.dir.display()))
+                        })?;
+                        Ok(ScoredHit { chunk: slot.chunk.clone(), score: h.score })
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                out.push(list);
+                continue;
+            }
             let ids: Vec<String> =
                 hits.iter().map(|h| state.index.slot(h.slot).map(|s| s.chunk.id.clone()).unwrap_or_default()).collect();
             let chunks = self.fetch(&ids)?;
@@ -734,7 +749,12 @@ impl VectorStore for EmbeddedStore {
 
     async fn search(&self, ctx: &Ctx, requests: &[SearchRequest]) -> Result<Vec<Vec<ScoredHit>>> {
         let (inner, ctx, requests) = (self.inner.clone(), ctx.clone(), requests.to_vec());
-        blocking(move || inner.search(&ctx, &requests)).await
+        blocking(move || inner.search(&ctx, &requests, true)).await
+    }
+
+    async fn search_without_text(&self, ctx: &Ctx, requests: &[SearchRequest]) -> Result<Vec<Vec<ScoredHit>>> {
+        let (inner, ctx, requests) = (self.inner.clone(), ctx.clone(), requests.to_vec());
+        blocking(move || inner.search(&ctx, &requests, false)).await
     }
 
     async fn stats(&self, _ctx: &Ctx) -> Result<StoreStats> {

@@ -59,6 +59,44 @@ async fn data_survives_reopen_and_ranks_the_same() {
 }
 
 #[tokio::test]
+async fn search_without_text_reads_no_text_before_and_after_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let ctx = Ctx::new();
+    let mut rich = record("a#0", "a", &[1, 2], [1.0, 0.0]);
+    rich.chunk.title = Some("A title".into());
+    rich.chunk.header_path = vec!["Guide".into(), "Install".into()];
+    rich.chunk.metadata.insert("year".into(), 2020.into());
+    let records = vec![rich, record("b#0", "b", &[2, 3], [0.0, 1.0])];
+    let check = |store: &EmbeddedStore| {
+        let ctx = ctx.clone();
+        let store = store.clone();
+        async move {
+            let requests = [
+                sparse_query(&[2, 3], 10),
+                SearchRequest { vector: VectorQuery::Dense(vec![1.0, 0.2]), top_k: 10, filter: None },
+            ];
+            let full = store.search(&ctx, &requests).await.unwrap();
+            let lean = store.search_without_text(&ctx, &requests).await.unwrap();
+            assert_eq!(lean.iter().map(Vec::len).collect::<Vec<_>>(), [2, 2]);
+            for (l, f) in lean.iter().flatten().zip(full.iter().flatten()) {
+                assert!(l.chunk.text.is_empty(), "{} came with its text", l.chunk.id);
+                assert!(!f.chunk.text.is_empty());
+                let mut stripped = f.clone();
+                stripped.chunk.text.clear();
+                assert_eq!(*l, stripped, "every field but the text, and the score, as search gives them");
+            }
+        }
+    };
+    {
+        let store = EmbeddedStore::open(dir.path()).unwrap();
+        store.ensure_spaces(&ctx, Some(&dense_spec()), Some(&sparse_spec())).await.unwrap();
+        store.upsert(&ctx, records).await.unwrap();
+        check(&store).await;
+    }
+    check(&EmbeddedStore::open(dir.path()).unwrap()).await;
+}
+
+#[tokio::test]
 async fn a_vector_without_a_chunk_is_refused_wherever_it_sits_and_chunks_without_vectors_open() {
     // Open reads the chunk and vector tables side by side in id order: a stray vector before the first chunk,
     // between two chunks or after the last one must each be found and named.

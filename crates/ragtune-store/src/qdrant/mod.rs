@@ -36,8 +36,8 @@ pub use crate::qdrant_config::QdrantConfig;
 use self::error::{Site, classify};
 use self::filter::{Translated, keyword, translate};
 use self::payload::{
-    CHUNK_ID, DOC_ID, KIND, PARENT_ID, chunk_from_payload, chunk_payload, json_to_value, payload_chunk_id, point_id,
-    point_uuid, value_to_json,
+    CHUNK_ID, DOC_ID, KIND, PARENT_ID, TEXT, chunk_from_payload, chunk_payload, json_to_value, payload_chunk_id,
+    point_id, point_uuid, value_to_json,
 };
 
 /// The named dense vector of a ragtune collection.
@@ -266,7 +266,7 @@ impl QdrantStore {
             collection_name: inner.config.collection.clone(),
             offset,
             limit: Some(u32::try_from(limit.clamp(1, 10_000)).unwrap_or(10_000)),
-            with_payload: Some(payload_selector(true)),
+            with_payload: Some(payload_selector(Payload::Chunk)),
             with_vectors: Some(WithVectorsSelector {
                 selector_options: Some(with_vectors_selector::SelectorOptions::Enable(true)),
             }),
@@ -283,7 +283,7 @@ impl QdrantStore {
         let mut records = Vec::with_capacity(response.result.len());
         for point in response.result {
             let shown = point_name(point.id.as_ref());
-            let chunk = chunk_from_payload(point.payload, &shown)?;
+            let chunk = chunk_from_payload(point.payload, &shown, true)?;
             let (mut dense, mut sparse) = (None, None);
             if let Some(vectors_output::VectorsOptions::Vectors(named)) = point.vectors.and_then(|v| v.vectors_options)
             {
@@ -422,7 +422,7 @@ impl QdrantStore {
                 weights: rrf_weights.unwrap_or_default(),
             })),
             limit: Some(limit as u64),
-            with_payload: Some(payload_selector(true)),
+            with_payload: Some(payload_selector(Payload::Chunk)),
             ..QueryPoints::default()
         };
         let what = format!("searching the collection `{}` (hybrid)", inner.config.collection);
@@ -501,14 +501,27 @@ fn query_dim_mismatch(got: usize, spec: &EmbeddingSpec) -> Error {
     ))
 }
 
-fn payload_selector(full: bool) -> WithPayloadSelector {
-    let options = if full {
-        // Everything but the term list, which only counting needs.
+/// Which part of a point's payload a read asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Payload {
+    /// The whole chunk: everything but the term list, which only counting needs.
+    Chunk,
+    /// The chunk without its text (`VectorStore::search_without_text`).
+    ChunkWithoutText,
+    /// The chunk id alone.
+    Id,
+}
+
+fn payload_selector(part: Payload) -> WithPayloadSelector {
+    let exclude = |fields: &[&str]| {
         SelectorOptions::Exclude(qdrant_client::qdrant::PayloadExcludeSelector {
-            fields: vec![SPARSE_TERMS.to_owned()],
+            fields: fields.iter().map(|f| (*f).to_owned()).collect(),
         })
-    } else {
-        SelectorOptions::Include(PayloadIncludeSelector { fields: vec![CHUNK_ID.to_owned()] })
+    };
+    let options = match part {
+        Payload::Chunk => exclude(&[SPARSE_TERMS]),
+        Payload::ChunkWithoutText => exclude(&[SPARSE_TERMS, TEXT]),
+        Payload::Id => SelectorOptions::Include(PayloadIncludeSelector { fields: vec![CHUNK_ID.to_owned()] }),
     };
     WithPayloadSelector { selector_options: Some(options) }
 }
@@ -665,7 +678,7 @@ fn parse_schema(info: CollectionInfo, collection: &str) -> Result<Schema> {
 /// A scored point as a hit.
 fn scored_chunk(p: ScoredPoint, collection: &str) -> Result<ScoredHit> {
     let score = p.score;
-    let chunk = chunk_from_payload(p.payload, &PointName(p.id.as_ref(), collection))?;
+    let chunk = chunk_from_payload(p.payload, &PointName(p.id.as_ref(), collection), true)?;
     Ok(ScoredHit { chunk, score })
 }
 
@@ -1304,7 +1317,7 @@ impl Inner {
     /// Fetches points by chunk id, with the whole payload or only the given fields.
     async fn retrieve(&self, ctx: &Ctx, ids: &[&str], fields: Option<&[&str]>) -> Result<Vec<RetrievedPoint>> {
         let with_payload = match fields {
-            None => payload_selector(true),
+            None => payload_selector(Payload::Chunk),
             Some(fields) => WithPayloadSelector {
                 selector_options: Some(SelectorOptions::Include(PayloadIncludeSelector {
                     fields: fields.iter().map(|f| (*f).to_owned()).collect(),
@@ -1333,7 +1346,7 @@ impl Inner {
                     Some(qdrant_client::qdrant::point_id::PointIdOptions::Uuid(u)) => u.to_lowercase(),
                     _ => String::new(),
                 };
-                let chunk = chunk_from_payload(p.payload, &PointName(p.id.as_ref(), self.collection()))?;
+                let chunk = chunk_from_payload(p.payload, &PointName(p.id.as_ref(), self.collection()), true)?;
                 match wanted.get(&uuid) {
                     Some(id) if *id == chunk.id => {
                         out.insert(chunk.id.clone(), chunk);
@@ -1372,7 +1385,8 @@ impl Inner {
         Ok(ids.iter().map(|id| found.get(id).cloned()).collect())
     }
 
-    async fn search(&self, ctx: &Ctx, requests: &[SearchRequest]) -> Result<Vec<Vec<ScoredHit>>> {
+    /// The hits of each request, their chunks read as `part` says (`Chunk` or `ChunkWithoutText`).
+    async fn search(&self, ctx: &Ctx, requests: &[SearchRequest], part: Payload) -> Result<Vec<Vec<ScoredHit>>> {
         ctx.check()?;
         let mut out: Vec<Vec<ScoredHit>> = vec![Vec::new(); requests.len()];
         // Refuse invalid queries before anything is sent.
@@ -1444,12 +1458,15 @@ impl Inner {
                 done: false,
             });
         }
-        let mut full_payload = true;
+        let mut first_round = true;
         while plans.iter().any(|p| !p.done) {
             let pending: Vec<usize> = (0..plans.len()).filter(|&i| !plans[i].done).collect();
             let request = QueryBatchPoints {
                 collection_name: self.config.collection.clone(),
-                query_points: pending.iter().map(|&i| plans[i].request(self, full_payload)).collect(),
+                query_points: pending
+                    .iter()
+                    .map(|&i| plans[i].request(self, if first_round { part } else { Payload::Id }))
+                    .collect(),
                 read_consistency: None,
                 timeout: None,
             };
@@ -1478,10 +1495,10 @@ impl Inner {
                 )));
             }
             for (&i, result) in pending.iter().zip(response.result) {
-                plans[i].absorb(result.result, full_payload, self.collection())?;
+                plans[i].absorb(result.result, first_round.then_some(part), self.collection())?;
             }
             // Rounds that complete a tie only need ids; the few payloads missing are fetched at the end.
-            full_payload = false;
+            first_round = false;
         }
         let missing: Vec<&str> = plans
             .iter()
@@ -1612,14 +1629,14 @@ struct Plan {
 }
 
 impl Plan {
-    fn request(&self, inner: &Inner, full_payload: bool) -> QueryPoints {
+    fn request(&self, inner: &Inner, part: Payload) -> QueryPoints {
         QueryPoints {
             collection_name: inner.config.collection.clone(),
             query: Some(self.query.clone()),
             using: Some(self.using.to_owned()),
             filter: self.filter.clone(),
             limit: Some(self.limit),
-            with_payload: Some(payload_selector(full_payload)),
+            with_payload: Some(payload_selector(part)),
             // Set per attempt on the batch request (see `Inner::read_consistency`).
             read_consistency: None,
             ..QueryPoints::default()
@@ -1632,7 +1649,8 @@ impl Plan {
     /// than asked, or the lowest returned score is below the k-th, every point tied with the k-th is in hand and
     /// the cut by (score, chunk id) is exact; otherwise the tied group may continue and the next round asks for
     /// four times as many.
-    fn absorb(&mut self, points: Vec<ScoredPoint>, full_payload: bool, collection: &str) -> Result<()> {
+    /// `chunks`: the payload part the round asked for when it holds chunks, `None` when it holds ids alone.
+    fn absorb(&mut self, points: Vec<ScoredPoint>, chunks: Option<Payload>, collection: &str) -> Result<()> {
         let full_page = points.len() as u64 >= self.limit;
         let mut hits = Vec::with_capacity(points.len());
         for p in points {
@@ -1642,8 +1660,9 @@ impl Plan {
                     PointName(p.id.as_ref(), collection)
                 )));
             };
-            if full_payload {
-                let chunk = chunk_from_payload(p.payload, &PointName(p.id.as_ref(), collection))?;
+            if let Some(part) = chunks {
+                let with_text = part == Payload::Chunk;
+                let chunk = chunk_from_payload(p.payload, &PointName(p.id.as_ref(), collection), with_text)?;
                 self.chunks.insert(id.clone(), chunk);
             }
             hits.push((id, p.score));
@@ -1687,7 +1706,11 @@ impl VectorStore for QdrantStore {
     }
 
     async fn search(&self, ctx: &Ctx, requests: &[SearchRequest]) -> Result<Vec<Vec<ScoredHit>>> {
-        self.inner.search(ctx, requests).await
+        self.inner.search(ctx, requests, Payload::Chunk).await
+    }
+
+    async fn search_without_text(&self, ctx: &Ctx, requests: &[SearchRequest]) -> Result<Vec<Vec<ScoredHit>>> {
+        self.inner.search(ctx, requests, Payload::ChunkWithoutText).await
     }
 
     async fn stats(&self, ctx: &Ctx) -> Result<StoreStats> {

@@ -14,7 +14,7 @@ pub(crate) const KIND: &str = "kind";
 const HEADER_PATH: &str = "header_path";
 const TITLE: &str = "title";
 const SOURCE: &str = "source";
-const TEXT: &str = "text";
+pub(crate) const TEXT: &str = "text";
 const POSITION: &str = "position";
 pub(crate) const METADATA: &str = "metadata";
 
@@ -84,7 +84,11 @@ pub(crate) fn kind_name(kind: ChunkKind) -> &'static str {
 ///
 /// # Errors
 /// [`Corrupt`](ragtune_core::ErrorKind::Corrupt) when a field is missing or has the wrong type.
-pub(crate) fn chunk_from_payload(mut p: HashMap<String, Value>, point: &dyn std::fmt::Display) -> Result<Chunk> {
+pub(crate) fn chunk_from_payload(
+    mut p: HashMap<String, Value>,
+    point: &dyn std::fmt::Display,
+    with_text: bool,
+) -> Result<Chunk> {
     let bad = |field: &str, why: &str| {
         Error::corrupt(format!("Qdrant point {point} is not a ragtune chunk: payload field `{field}` {why}"))
     };
@@ -107,7 +111,7 @@ pub(crate) fn chunk_from_payload(mut p: HashMap<String, Value>, point: &dyn std:
     };
     let title = take_string(TITLE, false)?;
     let source = take_string(SOURCE, false)?;
-    let text = take_string(TEXT, true)?.unwrap_or_default();
+    let text = if with_text { take_string(TEXT, true)?.unwrap_or_default() } else { String::new() };
     let header_path = match p.remove(HEADER_PATH).and_then(|v| v.kind) {
         None => Vec::new(),
         Some(Kind::ListValue(list)) => list
@@ -236,7 +240,7 @@ mod tests {
         for chunk in [rich, Chunk::new("x", "y", "")] {
             let payload = chunk_payload(&chunk).unwrap();
             assert_eq!(payload_chunk_id(&payload), Some(chunk.id.as_str()));
-            let back = chunk_from_payload(payload, &"test").unwrap();
+            let back = chunk_from_payload(payload, &"test", true).unwrap();
             assert_eq!(back, chunk);
         }
     }
@@ -259,7 +263,7 @@ mod tests {
     fn foreign_payloads_are_corrupt() {
         let mut p = chunk_payload(&Chunk::new("c", "d", "t")).unwrap();
         p.remove(DOC_ID);
-        let e = chunk_from_payload(p, &"abc").unwrap_err();
+        let e = chunk_from_payload(p, &"abc", true).unwrap_err();
         assert_eq!(e.kind(), ragtune_core::ErrorKind::Corrupt);
         assert!(e.message().contains("`doc_id` is missing"), "{}", e.message());
     }

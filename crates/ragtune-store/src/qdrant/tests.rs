@@ -186,7 +186,7 @@ fn render(p: &Plan) -> String {
 #[track_caller]
 fn check(top_k: usize, limit: u64, round: &[(&str, f32)], expect: &str) {
     let mut p = plan(top_k, limit);
-    p.absorb(round.iter().map(|&(id, s)| point(id, s)).collect(), true, "docs").unwrap();
+    p.absorb(round.iter().map(|&(id, s)| point(id, s)).collect(), Some(Payload::Chunk), "docs").unwrap();
     let got = if p.done { render(&p) } else { format!("more {}", p.limit) };
     assert_eq!(got, expect);
 }
@@ -207,14 +207,14 @@ fn ties_at_the_boundary_are_completed() {
 #[test]
 fn a_second_round_needs_only_ids() {
     let mut p = plan(1, 2);
-    p.absorb(vec![point("b", 0.5), point("a", 0.5)], true, "docs").unwrap();
+    p.absorb(vec![point("b", 0.5), point("a", 0.5)], Some(Payload::Chunk), "docs").unwrap();
     assert!(!p.done);
     let ids_only = |id: &str, s: f32| {
         let mut pt = point(id, s);
         pt.payload.retain(|k, _| k == CHUNK_ID);
         pt
     };
-    p.absorb(vec![ids_only("b", 0.5), ids_only("a", 0.5), ids_only("0", 0.5)], false, "docs").unwrap();
+    p.absorb(vec![ids_only("b", 0.5), ids_only("a", 0.5), ids_only("0", 0.5)], None, "docs").unwrap();
     assert!(p.done);
     assert_eq!(render(&p), "1. 0  0.50\n");
     // The payloads of the first round are kept; `0` must be fetched.
@@ -231,7 +231,7 @@ fn endless_ties_are_refused() {
             ..ScoredPoint::default()
         })
         .collect();
-    let e = p.absorb(tied, false, "docs").expect_err("too many ties");
+    let e = p.absorb(tied, None, "docs").expect_err("too many ties");
     assert_eq!(e.kind(), ErrorKind::Permanent);
     assert!(e.message().contains("tie"), "{}", e.message());
 }
@@ -241,8 +241,23 @@ fn points_without_a_chunk_id_are_corrupt() {
     let mut p = plan(1, 10);
     let mut pt = point("a", 0.5);
     pt.payload.clear();
-    let e = p.absorb(vec![pt], true, "docs").expect_err("no chunk id");
+    let e = p.absorb(vec![pt], Some(Payload::Chunk), "docs").expect_err("no chunk id");
     assert_eq!(e.kind(), ErrorKind::Corrupt);
+}
+
+#[test]
+fn a_round_without_texts_decodes_chunks_without_them() {
+    let mut p = plan(2, 10);
+    let mut pt = point("a", 0.5);
+    pt.payload.remove(TEXT);
+    // Asked without the text, the payload is a whole chunk; asked for everything, it is a broken one.
+    plan(2, 10).absorb(vec![pt.clone()], Some(Payload::Chunk), "docs").expect_err("the text is required");
+    p.absorb(vec![pt], Some(Payload::ChunkWithoutText), "docs").unwrap();
+    let chunk = &p.chunks["a"];
+    assert_eq!((chunk.id.as_str(), chunk.doc_id.as_str(), chunk.text.as_str()), ("a", "d", ""));
+    let selector = payload_selector(Payload::ChunkWithoutText);
+    let Some(SelectorOptions::Exclude(exclude)) = selector.selector_options else { panic!("{selector:?}") };
+    assert_eq!(exclude.fields, [SPARSE_TERMS, TEXT]);
 }
 
 #[test]

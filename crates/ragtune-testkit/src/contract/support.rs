@@ -396,6 +396,26 @@ pub(crate) async fn search<S: VectorStore + ?Sized>(
     for (i, (req, hits)) in requests.iter().zip(&lists).enumerate() {
         check_list_shape(c, &format!("{what}, request {}", i + 1), req, hits);
     }
+    // The same search without texts: the same hits, every field but the text equal, each text absent or equal.
+    let lean = c.ok(&format!("{what} (without texts)"), store.search_without_text(&Ctx::new(), requests).await);
+    let without_text = |lists: &[Vec<ScoredHit>]| -> Vec<Vec<ScoredHit>> {
+        let mut lists = lists.to_vec();
+        for hit in lists.iter_mut().flatten() {
+            hit.chunk.text.clear();
+        }
+        lists
+    };
+    c.eq(
+        &format!("{what}: search_without_text gives the hits of search, texts aside"),
+        without_text(&lean),
+        without_text(&lists),
+    );
+    let texts_agree = lean
+        .iter()
+        .flatten()
+        .zip(lists.iter().flatten())
+        .all(|(l, f)| l.chunk.text.is_empty() || l.chunk.text == f.chunk.text);
+    c.that(texts_agree, format_args!("{what}: search_without_text returned a text that differs from search's"));
     lists
 }
 
