@@ -194,7 +194,11 @@ fn compare(args: &[String]) -> Result<()> {
             }
         }
         let (c1, c2) = (num(r, "dense_qps_1"), num(r, "dense_qps_2"));
-        println!("  ragtune dense queries/s: {c1:.1} one in flight, {c2:.1} two in flight ({:.2}x)", c2 / c1);
+        println!(
+            "  ragtune dense queries/s: {c1:.1} one in flight, {c2:.1} two in flight ({:.2}x; medians of {} alternated rounds)",
+            c2 / c1,
+            r["dense_qps_rounds"]["1"].as_array().map_or(1, Vec::len)
+        );
         println!(
             "  model load: ragtune {:.2} s, peer {:.2} s",
             num(r, "model_load_seconds"),
