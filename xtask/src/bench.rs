@@ -129,6 +129,8 @@ fn embed(args: &[String]) -> Result<()> {
 
 /// `bench compare`: for each model file (the int8 variant ragtune uses by default, then the file as shipped), both
 /// sides at their defaults, then both at one thread, each pair run back to back on the same file.
+/// Before each pair it waits, at most two minutes, for the one-minute load average to fall to 1.0, so that its own
+/// build or the previous pair does not weigh on the next.
 fn compare(args: &[String]) -> Result<()> {
     let (mut docs, mut queries) = ("1000".to_owned(), "300".to_owned());
     let mut it = args.iter();
@@ -155,6 +157,8 @@ fn compare(args: &[String]) -> Result<()> {
     let mut rows = Vec::new();
     for (model, dir) in [("int8", layout.minilm_quantized_dir()), ("fp32", layout.minilm_dir())] {
         for threads in ["0", "1"] {
+            // The command's own build, or the previous pair, must not weigh on this pair.
+            settle(1.0, std::time::Duration::from_secs(120));
             let before = load();
             let mut rust = sh.cmd(&exe);
             rust.arg("--dataset").arg(&dataset).args(common).args(["--threads", threads]);
@@ -314,6 +318,24 @@ fn json_line(cmd: &mut std::process::Command) -> Result<serde_json::Value> {
     let line = stdout.lines().last().context("no output")?;
     println!("{line}");
     serde_json::from_str(line).with_context(|| format!("not JSON: {line}"))
+}
+
+/// Waits until the one-minute load average is at most `below` (a build or an earlier run has faded), for at most
+/// `max`; says how long it waited and what the load was then.
+fn settle(below: f64, max: std::time::Duration) {
+    let one_minute = || {
+        std::fs::read_to_string("/proc/loadavg")
+            .ok()
+            .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse::<f64>().ok()))
+    };
+    let started = std::time::Instant::now();
+    while one_minute().is_some_and(|l| l > below) && started.elapsed() < max {
+        std::thread::sleep(std::time::Duration::from_secs(5));
+    }
+    let waited = started.elapsed().as_secs();
+    if waited > 0 {
+        println!("  (waited {waited} s for the load to settle; load average now {})", load());
+    }
 }
 
 fn load() -> String {
