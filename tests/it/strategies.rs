@@ -96,3 +96,38 @@ async fn the_real_model_makes_auto_hybrid_and_finds_paraphrases() {
     assert_eq!(auto.hits[0].chunk.id, "physician");
     assert!(auto.trace.iter().any(|e| e.stage == "embed"), "the embedding call is traced with its cost");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_without_dense_vectors_is_explained_until_it_has_some() {
+    if !crate::models_provisioned() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let doc = |id: &str, text: &str| Document::new(id, text);
+    {
+        // Indexed without the model: BM25 only.
+        let mut cfg = config(dir.path());
+        cfg.embedding.mode = ragtune::EmbeddingMode::Off;
+        let mut engine = Engine::open(cfg).await.unwrap();
+        let docs = [doc("market", "the stock market fell sharply"), doc("rain", "heavy rain tomorrow")];
+        engine.index_documents(&docs, Chunking::WholeDocuments, &mut |_, _| {}).await.unwrap();
+    }
+    let mut cfg = config(dir.path());
+    cfg.embedding.mode = ragtune::EmbeddingMode::On;
+    let mut engine = Engine::open(cfg).await.unwrap();
+    for _ in 0..2 {
+        let e = engine.search_with(Query::new("stock market"), Strategy::Dense).await.unwrap_err();
+        assert!(e.to_string().contains("holds no dense vectors"), "{e}");
+        let auto = engine.search(Query::new("stock market")).await.unwrap();
+        assert_eq!(auto.trace[0].action, "bm25", "auto falls back to BM25 and says why");
+        assert!(auto.trace[0].detail["fallback"].as_str().unwrap().contains("no dense vectors"));
+    }
+    // Indexed again with the model: dense retrieval works at once, and keeps working.
+    let docs = [doc("market", "the stock market fell sharply"), doc("rain", "heavy rain tomorrow")];
+    engine.index_documents(&docs, Chunking::WholeDocuments, &mut |_, _| {}).await.unwrap();
+    for _ in 0..2 {
+        let dense = engine.search_with(Query::new("shares dropped").with_top_k(1), Strategy::Dense).await.unwrap();
+        assert_eq!(dense.hits[0].chunk.id, "market");
+        assert_eq!(engine.search(Query::new("stock market")).await.unwrap().trace[0].action, "hybrid");
+    }
+}

@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use ragtune_core::{
@@ -88,6 +89,11 @@ pub struct Engine {
     multi: Option<Arc<ragtune_web::MultiSearch>>,
     /// Retrieval and evaluation caches of the answer pipeline.
     caches: Option<crate::pipeline::PipelineCaches>,
+    /// Set once the store has been seen holding dense vectors, after which [`resolve`](Self::resolve) no longer
+    /// asks the store for its counts on every query (Qdrant answers them with four calls, one a facet over every
+    /// document). Dense vectors, once there, are not expected to vanish; if every one is deleted, dense retrieval
+    /// returns no hits instead of the explanation.
+    dense_seen: Arc<AtomicBool>,
 }
 
 impl Engine {
@@ -144,7 +150,18 @@ impl Engine {
         let caches = crate::pipeline::PipelineCaches::new(&config);
         let multi = config.web.build()?.map(|stack| stack.search);
         let web = multi.clone().map(|m| m as Arc<dyn WebSearch>);
-        Ok(Self { config, store, encoder, embedder, llm: None, notes: Vec::new(), web, multi, caches })
+        Ok(Self {
+            config,
+            store,
+            encoder,
+            embedder,
+            llm: None,
+            notes: Vec::new(),
+            web,
+            multi,
+            caches,
+            dense_seen: Arc::default(),
+        })
     }
 
     /// Uses `web` as the web search provider Corrective RAG falls back to when the retrieval is judged INCORRECT
@@ -512,11 +529,17 @@ impl Engine {
                 self.config.store.location()
             )));
         }
-        let dense_vectors = self.store.store.stats(&Ctx::new()).await?.dense_vectors;
-        let why_not = match (&self.embedder, dense_vectors) {
-            (None, _) => Some(self.notes.first().cloned().unwrap_or_else(|| "no embedding model is loaded".into())),
-            (Some(_), 0) => Some("the store holds no dense vectors (re-index with the embedding model)".to_owned()),
-            _ => None,
+        let why_not = match &self.embedder {
+            None => Some(self.notes.first().cloned().unwrap_or_else(|| "no embedding model is loaded".into())),
+            Some(_) if self.dense_seen.load(Ordering::Relaxed) => None,
+            Some(_) => {
+                if self.store.store.stats(&Ctx::new()).await?.dense_vectors == 0 {
+                    Some("the store holds no dense vectors (re-index with the embedding model)".to_owned())
+                } else {
+                    self.dense_seen.store(true, Ordering::Relaxed);
+                    None
+                }
+            }
         };
         match (requested, why_not) {
             (Strategy::Bm25, _) => Ok((Strategy::Bm25, None)),
