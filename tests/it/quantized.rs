@@ -73,3 +73,24 @@ async fn the_quantized_model_gives_vectors_close_to_the_default_and_is_another_m
     let err = ragtune::Engine::open_with_embedder(cfg, Some(int8)).await.expect_err("another model");
     assert_eq!(err.kind(), ragtune::core::ErrorKind::Mismatch, "{err}");
 }
+
+#[tokio::test]
+async fn a_spinning_lone_query_session_embeds_what_the_default_sessions_do() {
+    if !quantized_provisioned() {
+        return;
+    }
+    let plain = EmbeddingSettings { query_cache: 0, ..EmbeddingSettings::default() };
+    let spinning = EmbeddingSettings { lone_threads: 2, spinning: true, ..plain.clone() };
+    let (a, b) = (load_embedder(&plain).unwrap(), load_embedder(&spinning).unwrap());
+    assert_eq!(a.spec(), b.spec(), "scheduling is not part of the model's identity");
+    let ctx = Ctx::new();
+    for text in ["What causes scurvy?", "Otters hold hands while they sleep."] {
+        // A lone query: the spinning session with two threads runs it.
+        let (x, y) = (
+            a.embed(&ctx, &[text], TextRole::Query).await.unwrap(),
+            b.embed(&ctx, &[text], TextRole::Query).await.unwrap(),
+        );
+        let cos: f32 = x[0].iter().zip(&y[0]).map(|(p, q)| p * q).sum();
+        assert!(cos > 0.9999, "{text}: cosine {cos}");
+    }
+}

@@ -185,6 +185,11 @@ pub struct FastEmbedderConfig {
     /// costs concurrent throughput (its threads compete with the other sessions' when calls overlap; measured
     /// in docs/performance.md).
     pub lone_threads: usize,
+    /// Let the intra-op threads of a session with more than one (`intra_threads` > 1, or the lone-call session)
+    /// busy-wait between the model's parallel sections, as ONNX Runtime does by default. A lone query then runs as
+    /// fast as ONNX Runtime's own default (measured in docs/performance.md), but while they spin the threads take
+    /// the cores that overlapping calls need. `false` (the default) makes them sleep: for a server.
+    pub spinning: bool,
 }
 
 impl FastEmbedderConfig {
@@ -199,6 +204,7 @@ impl FastEmbedderConfig {
             intra_threads: 1,
             sessions: 0,
             lone_threads: 1,
+            spinning: false,
         }
     }
 
@@ -263,12 +269,13 @@ impl FastEmbedder {
                     let hidden_size = read_hidden_size(dir)?;
                     let model = UserDefinedEmbeddingModel::new(read(&dir.join("model.onnx"))?, tokenizer_files(dir)?)
                         .with_pooling(Pooling::Mean);
-                    let options = no_spinning(
+                    let options = spinning(
                         InitOptionsUserDefined::new()
                             .with_max_length(config.max_length)
                             .with_intra_threads(threads)
                             .with_environment(env.clone()),
                         threads,
+                        config.spinning,
                     );
                     let model = TextEmbedding::try_new_from_user_defined(model, options)
                         .map_err(model_err(&format!("cannot load the embedding model in {}", dir.display())))?;
@@ -329,13 +336,14 @@ impl FastEmbedder {
     }
 }
 
-/// Turns off the busy-waiting of a session's intra-op threads when it has more than one.
+/// Turns off the busy-waiting of a session's intra-op threads when it has more than one, unless `spin`.
 ///
 /// ONNX Runtime's worker threads spin for a while after each parallel section, waiting for more work. A session of
 /// one thread has no workers (the calling thread computes), but the lone-call session's workers would keep spinning
-/// after its query and take the cores that the one-thread sessions of concurrent queries need.
-fn no_spinning(options: InitOptionsUserDefined, threads: usize) -> InitOptionsUserDefined {
-    if threads > 1 { options.with_session_config("session.intra_op.allow_spinning", "0") } else { options }
+/// after its query and take the cores that the one-thread sessions of concurrent queries need. Spinning is what
+/// makes a lone query fast on several threads: a sleeping worker is woken for every parallel section.
+fn spinning(options: InitOptionsUserDefined, threads: usize, spin: bool) -> InitOptionsUserDefined {
+    if threads > 1 && !spin { options.with_session_config("session.intra_op.allow_spinning", "0") } else { options }
 }
 
 /// `hidden_size` from the model directory's `config.json`, when it has one.

@@ -552,6 +552,11 @@ pub struct EmbeddingSettings {
     /// calls overlap its threads compete with the other sessions', so concurrent throughput drops (measured in
     /// docs/performance.md): leave it at 1 for a server.
     pub lone_threads: usize,
+    /// Let the intra-op threads of multi-thread sessions (`threads` > 1, or the lone-query session) busy-wait
+    /// between the model's parallel sections, as ONNX Runtime does by default. With `lone_threads = 0` a lone query
+    /// then runs as fast as ONNX Runtime's default on every core, but the spinning threads take the cores that
+    /// overlapping queries need (docs/performance.md): for one user at a time; leave it off for a server.
+    pub spinning: bool,
     /// Query embeddings kept in memory by text (0: no cache); passages are never cached.
     pub query_cache: u64,
     /// Tokens per text; longer texts are truncated and the truncation is traced.
@@ -581,6 +586,7 @@ impl Default for EmbeddingSettings {
             threads: model.intra_threads,
             sessions: model.sessions,
             lone_threads: model.lone_threads,
+            spinning: model.spinning,
             query_cache: 10_000,
             max_length: model.max_length,
             strip_vectors: true,

@@ -43,6 +43,7 @@ pub fn load_embedder(settings: &EmbeddingSettings) -> Result<Arc<dyn Embedder>> 
     cfg.intra_threads = settings.threads;
     cfg.sessions = settings.sessions;
     cfg.lone_threads = settings.lone_threads;
+    cfg.spinning = settings.spinning;
     cfg.max_length = settings.max_length;
     let embedder: Arc<dyn Embedder> = Arc::new(FastEmbedder::new(cfg)?);
     Ok(match settings.query_cache {
