@@ -446,6 +446,31 @@ async fn an_answer_reporting_a_retrieval_error_is_retried_with_more_candidates()
     assert_eq!(retry_events, 3);
 }
 
+#[tokio::test]
+async fn a_retry_that_would_pass_the_token_budget_is_skipped_and_said() {
+    let dir = tempfile::tempdir().unwrap();
+    let llm = || Arc::new(ScriptedLlm::new("{}").with_reply("Sources:", "I couldn't find any documents about this."));
+    let unlimited = indexed(dir.path(), config(dir.path())).await.with_llm(Some(llm()));
+    let all = unlimited.ask("What causes scurvy?").await.unwrap();
+    assert_eq!(all.attempts.len(), 3);
+    assert!(all.cost.tokens > 0, "the scripted LLM's calls are counted: {:?}", all.cost);
+    assert!(!has(&all, NoteKind::Budget));
+    drop(unlimited);
+    // Room for one and a half attempts: the first runs, the second would pass the budget.
+    let per_attempt = all.cost.tokens / 3;
+    let mut cfg = config(dir.path());
+    cfg.pipeline.max_llm_tokens = per_attempt + per_attempt / 2;
+    let engine = Engine::open(cfg).await.unwrap().with_llm(Some(llm()));
+    let r = engine.ask("What causes scurvy?").await.unwrap();
+    assert_eq!(r.attempts.len(), 1, "{}", notes(&r));
+    assert!(r.attempts[0].decision.is_some(), "the policy asked for a retry; the budget refused it");
+    let said = of_kind(&r, NoteKind::Budget);
+    assert_eq!(said.len(), 1, "{}", notes(&r));
+    assert!(said[0].contains("LLM token budget"), "{}", said[0]);
+    assert!(r.cost.tokens <= engine.config().pipeline.max_llm_tokens, "{} tokens spent", r.cost.tokens);
+    assert!(r.answer.is_some(), "the first attempt answers");
+}
+
 /// The local LLM server, when one runs (`cargo xtask llm start`; CI requires it).
 fn local_llm_url() -> Option<String> {
     let url = std::env::var("RAGTUNE_LLM_URL").ok().filter(|u| !u.is_empty()).or_else(ragtune::local_llm_url);

@@ -51,6 +51,14 @@ impl TraceSink {
     pub fn take(&self) -> Vec<TraceEvent> {
         std::mem::take(&mut *self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
     }
+
+    /// The summed cost of the events recorded so far that `keep` selects, leaving every event in place (what a
+    /// request has spent so far, for a budget).
+    #[must_use]
+    pub fn cost_where(&self, keep: impl Fn(&TraceEvent) -> bool) -> crate::Cost {
+        let events = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        events.iter().filter(|e| keep(e)).fold(crate::Cost::ZERO, |sum, e| sum + e.cost)
+    }
 }
 
 /// Explicit control for one request: what may be spent, until when, whether to stop, and where to trace.

@@ -238,6 +238,9 @@ pub struct PipelineSettings {
     /// Deadline of one question in milliseconds (`0`: none). Stages that would start after it are skipped and the
     /// answer is built from what exists.
     pub timeout_ms: u64,
+    /// LLM tokens of one question (`0`: no limit). A retry whose attempt (costed as the mean of those made) would
+    /// take the question past it is skipped with a note, and the best attempt so far answers.
+    pub max_llm_tokens: u64,
 }
 
 impl Default for PipelineSettings {
@@ -254,6 +257,7 @@ impl Default for PipelineSettings {
             judge_with_llm: true,
             retry: true,
             timeout_ms: 0,
+            max_llm_tokens: 0,
         }
     }
 }

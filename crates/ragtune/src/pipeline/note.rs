@@ -48,6 +48,17 @@ pub enum NoteKind {
     CitationOutOfContext,
     /// Triangulation's LLM support check fell back to the lexical one (for some sources or all).
     Triangulation,
+    /// A stage was skipped because it would take the question past its LLM token budget
+    /// (`pipeline.max_llm_tokens`).
+    Budget,
+}
+
+/// The note of a retry skipped for the LLM token budget: `spent` so far, about `per_attempt` for another attempt.
+pub(super) fn budget_note(budget: u64, spent: u64, per_attempt: u64) -> String {
+    format!(
+        "retry skipped: another attempt (about {per_attempt} LLM tokens, the mean of those made) would take the \
+         answer past the question's LLM token budget of {budget} (spent {spent})"
+    )
 }
 
 /// One degradation of an answer: its kind and the sentence that explains it.
@@ -148,6 +159,9 @@ fn classify(text: &str) -> NoteKind {
     if text.contains(": the deadline has passed") {
         return NoteKind::Deadline;
     }
+    if text.contains("past the question's LLM token budget") {
+        return NoteKind::Budget;
+    }
     OPENINGS.iter().find(|(opening, _)| text.starts_with(opening)).map_or(NoteKind::Capability, |(_, kind)| *kind)
 }
 
@@ -167,6 +181,7 @@ mod tests {
     fn every_sentence_the_pipeline_writes_reads_back_as_its_kind() {
         check("dense retrieval is off: models are not provisioned", NoteKind::Capability);
         check("judge skipped: the deadline has passed", NoteKind::Deadline);
+        check(&budget_note(5000, 4100, 2050), NoteKind::Budget);
         check("generation skipped: the deadline has passed; the answer is extractive", NoteKind::Deadline);
         check("retrieval failed: no index yet", NoteKind::RetrievalFailed);
         check("evaluation failed, the retrieval is used as it is: boom", NoteKind::EvaluationFailed);

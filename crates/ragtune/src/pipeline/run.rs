@@ -65,6 +65,9 @@ impl Stage {
     }
 }
 
+/// The stages whose costs are LLM calls, for counting an LLM that does not trace its calls.
+const LLM_STAGES: [&str; 6] = ["generate", "extract", "judge", "rewrite", "rerank", "triangulate"];
+
 /// What a stage reports besides its value: what it decided, what it cost, the details worth tracing, and the
 /// degradations it noted.
 #[derive(Debug)]
@@ -178,6 +181,32 @@ impl Ledger {
         }
     }
 
+    /// LLM tokens spent so far: the traced LLM calls, or, for an LLM that traces none (a fake, a model of your own),
+    /// the costs of the stages that call it.
+    pub(super) fn llm_tokens(&self) -> u64 {
+        let traced = self.sink.cost_where(|e| e.stage == "llm");
+        if traced == Cost::ZERO {
+            LLM_STAGES.iter().filter_map(|s| self.cost.stages.get(*s)).map(|c| c.tokens).sum()
+        } else {
+            traced.tokens
+        }
+    }
+
+    /// Whether another attempt would take the question past `budget` LLM tokens (0: no budget), an attempt costing
+    /// the mean of the `made` ones; notes the skip when so.
+    pub(super) fn over_budget(&mut self, budget: u64, made: usize) -> bool {
+        if budget == 0 {
+            return false;
+        }
+        let spent = self.llm_tokens();
+        let per_attempt = spent / (made.max(1) as u64);
+        if spent.saturating_add(per_attempt) <= budget {
+            return false;
+        }
+        self.note(NoteKind::Budget, super::note::budget_note(budget, spent, per_attempt));
+        true
+    }
+
     /// Runs `body` as `stage` unless the deadline has passed (then notes the skip, drops `body` unpolled and
     /// returns `None`).
     pub(super) async fn stage<T>(&mut self, stage: Stage, body: impl Future<Output = (T, Report)>) -> Option<T> {
@@ -220,7 +249,7 @@ impl Run<'_> {
         if env.engine.llm().is_none() {
             // No LLM: nothing to count (stage costs of embedders are not LLM calls).
         } else if llm_events.is_empty() {
-            for stage in ["generate", "extract", "judge", "rewrite", "rerank", "triangulate"] {
+            for stage in LLM_STAGES {
                 if let Some(c) = cost.stages.get(stage) {
                     cost.tokens += c.tokens;
                     cost.llm_calls += c.calls;

@@ -64,7 +64,7 @@ impl Run<'_> {
                 _ => Some(result),
             };
             let Some((strategy, next_k)) = next else { break };
-            if self.ledger.late(Stage::Retry) {
+            if self.ledger.late(Stage::Retry) || self.ledger.over_budget(cfg.pipeline.max_llm_tokens, attempts.len()) {
                 break;
             }
             match strategy {
