@@ -68,6 +68,14 @@ impl Stage {
 /// The stages whose costs are LLM calls, for counting an LLM that does not trace its calls.
 const LLM_STAGES: [&str; 6] = ["generate", "extract", "judge", "rewrite", "rerank", "triangulate"];
 
+/// The LLM tokens and calls the LLM stages reported (`docs` left at 0), for an LLM that does not trace its calls.
+fn stages_llm_cost(cost: &PipelineCost) -> Cost {
+    LLM_STAGES
+        .iter()
+        .filter_map(|s| cost.stages.get(*s))
+        .fold(Cost::ZERO, |sum, c| sum + Cost::new(c.tokens, 0, c.calls))
+}
+
 /// What a stage reports besides its value: what it decided, what it cost, the details worth tracing, and the
 /// degradations it noted.
 #[derive(Debug)]
@@ -185,11 +193,7 @@ impl Ledger {
     /// the costs of the stages that call it.
     pub(super) fn llm_tokens(&self) -> u64 {
         let traced = self.sink.cost_where(|e| e.stage == "llm");
-        if traced == Cost::ZERO {
-            LLM_STAGES.iter().filter_map(|s| self.cost.stages.get(*s)).map(|c| c.tokens).sum()
-        } else {
-            traced.tokens
-        }
+        if traced == Cost::ZERO { stages_llm_cost(&self.cost).tokens } else { traced.tokens }
     }
 
     /// Whether another attempt would take the question past `budget` LLM tokens (0: no budget), an attempt costing
@@ -249,12 +253,9 @@ impl Run<'_> {
         if env.engine.llm().is_none() {
             // No LLM: nothing to count (stage costs of embedders are not LLM calls).
         } else if llm_events.is_empty() {
-            for stage in LLM_STAGES {
-                if let Some(c) = cost.stages.get(stage) {
-                    cost.tokens += c.tokens;
-                    cost.llm_calls += c.calls;
-                }
-            }
+            let c = stages_llm_cost(&cost);
+            cost.tokens += c.tokens;
+            cost.llm_calls += c.calls;
         } else {
             for e in llm_events {
                 cost.tokens += e.cost.tokens;
