@@ -79,7 +79,8 @@ async fn a_spinning_lone_query_session_embeds_what_the_default_sessions_do() {
     if !quantized_provisioned() {
         return;
     }
-    let plain = EmbeddingSettings { query_cache: 0, ..EmbeddingSettings::default() };
+    // One-thread sessions only, against the default lone-query session (two threads, spinning while it runs).
+    let plain = EmbeddingSettings { query_cache: 0, lone_threads: 1, spinning: false, ..EmbeddingSettings::default() };
     let spinning = EmbeddingSettings { lone_threads: 2, spinning: true, ..plain.clone() };
     let (a, b) = (load_embedder(&plain).unwrap(), load_embedder(&spinning).unwrap());
     assert_eq!(a.spec(), b.spec(), "scheduling is not part of the model's identity");

@@ -179,16 +179,16 @@ pub struct FastEmbedderConfig {
     /// ONNX Runtime sessions of the model: concurrent calls run on different sessions, and a call with several
     /// batches spreads them over the sessions (one thread each). 0 means one per core.
     pub sessions: usize,
-    /// Intra-op threads of one more session, used by a call of one batch (a query) when no other call is in
-    /// flight: a lone query gets every core, concurrent ones the sessions above. 0 means one per core; a value
-    /// not above `intra_threads` (the default, 1) means no such session. It lowers a lone query's latency and
-    /// costs concurrent throughput (its threads compete with the other sessions' when calls overlap; measured
-    /// in docs/performance.md).
+    /// Intra-op threads of one more session, used by a call of one batch (a query) that runs alone: no other call
+    /// in flight, and none overlapping another for [`QUIET`] before it. A lone query gets every core; overlapping
+    /// ones (a busy server) the one-thread sessions above, side by side. 0 (the default) means one per core; a
+    /// value not above `intra_threads` means no such session (measured in docs/performance.md).
     pub lone_threads: usize,
     /// Let the intra-op threads of a session with more than one (`intra_threads` > 1, or the lone-call session)
-    /// busy-wait between the model's parallel sections, as ONNX Runtime does by default. A lone query then runs as
-    /// fast as ONNX Runtime's own default (measured in docs/performance.md), but while they spin the threads take
-    /// the cores that overlapping calls need. `false` (the default) makes them sleep: for a server.
+    /// busy-wait between the model's parallel sections while it runs, as ONNX Runtime does by default, and stop
+    /// as soon as the run ends (`session.force_spinning_stop`), so that they take no core from the calls that
+    /// follow. A sleeping worker is woken for every parallel section, which makes a short query on several threads
+    /// slower than on one (measured in docs/performance.md). `true` by default.
     pub spinning: bool,
 }
 
@@ -203,8 +203,8 @@ impl FastEmbedderConfig {
             batch_size: 32,
             intra_threads: 1,
             sessions: 0,
-            lone_threads: 1,
-            spinning: false,
+            lone_threads: 0,
+            spinning: true,
         }
     }
 
@@ -236,10 +236,10 @@ impl FastEmbedderConfig {
 pub struct FastEmbedder {
     /// The session pool: one loaded model per session, each on a thread of its own.
     workers: Arc<Workers>,
-    /// The session with every core for a lone one-batch call (`lone_threads`), if any.
-    wide: Option<Arc<Mutex<TextEmbedding>>>,
-    /// Calls in flight, to tell a lone call from concurrent ones.
-    in_flight: Arc<std::sync::atomic::AtomicUsize>,
+    /// The session with every core for a lone one-batch call (`lone_threads`), if any, on a thread of its own.
+    wide: Option<Arc<Workers>>,
+    /// Calls in flight and when calls last overlapped, to tell a lone call from concurrent ones.
+    flights: Arc<Flights>,
     tokenizer: Arc<tokenizers::Tokenizer>,
     spec: EmbeddingSpec,
     config: FastEmbedderConfig,
@@ -324,9 +324,10 @@ impl FastEmbedder {
             models.push(load(config.intra_threads)?.0);
         }
         let lone = config.lone_thread_count();
-        let wide = if lone > config.intra_threads { Some(Arc::new(Mutex::new(load(lone)?.0))) } else { None };
+        let wide =
+            if lone > config.intra_threads { Some(Arc::new(Workers::start(vec![load(lone)?.0])?)) } else { None };
         let workers = Arc::new(Workers::start(models)?);
-        Ok(Self { workers, wide, in_flight: Arc::default(), tokenizer, spec, config })
+        Ok(Self { workers, wide, flights: Arc::new(Flights::new()), tokenizer, spec, config })
     }
 
     /// The settings.
@@ -336,14 +337,21 @@ impl FastEmbedder {
     }
 }
 
-/// Turns off the busy-waiting of a session's intra-op threads when it has more than one, unless `spin`.
+/// How the intra-op threads of a session with more than one wait: spinning during a run and stopped when it ends
+/// when `spin`, else asleep.
 ///
-/// ONNX Runtime's worker threads spin for a while after each parallel section, waiting for more work. A session of
-/// one thread has no workers (the calling thread computes), but the lone-call session's workers would keep spinning
-/// after its query and take the cores that the one-thread sessions of concurrent queries need. Spinning is what
-/// makes a lone query fast on several threads: a sleeping worker is woken for every parallel section.
+/// ONNX Runtime's worker threads spin after each parallel section, waiting for more work, and by default go on
+/// spinning for a while after the run. A session of one thread has no workers (the calling thread computes), but
+/// the lone-call session's workers would go on spinning after its query and take the cores that the one-thread
+/// sessions of the queries that follow need: `session.force_spinning_stop` stops them when the run returns.
+/// Spinning during the run is what makes a lone query fast on several threads: a sleeping worker is woken for every
+/// parallel section.
 fn spinning(options: InitOptionsUserDefined, threads: usize, spin: bool) -> InitOptionsUserDefined {
-    if threads > 1 && !spin { options.with_session_config("session.intra_op.allow_spinning", "0") } else { options }
+    match (threads > 1, spin) {
+        (false, _) => options,
+        (true, true) => options.with_session_config("session.force_spinning_stop", "1"),
+        (true, false) => options.with_session_config("session.intra_op.allow_spinning", "0"),
+    }
 }
 
 /// `hidden_size` from the model directory's `config.json`, when it has one.
@@ -445,13 +453,14 @@ impl FastEmbedder {
         let owned: Vec<String> = texts.iter().map(|t| (*t).to_owned()).collect();
         let (workers, tokenizer, batch) = (self.workers.clone(), self.tokenizer.clone(), self.config.batch_size);
         let cancel = ctx.clone();
-        let flight = InFlight::enter(&self.in_flight);
-        let wide = self.wide.clone().filter(|_| flight.alone);
-        if owned.len() == 1 && wide.is_none() {
-            // One text (a query): tokenised and run by the first free session's own thread, with no hop through
-            // the blocking pool. Each session stays on its thread, so concurrent queries keep their caches.
+        let flight = InFlight::enter(&self.flights);
+        // A lone call of one batch runs on the session with every core when there is one and it is free.
+        let wide = self.wide.clone().filter(|w| flight.alone && w.idle());
+        if owned.len() == 1 {
+            // One text (a query): tokenised and run by the chosen session's own thread, with no hop through the
+            // blocking pool. Each session stays on its thread, so concurrent queries keep their caches.
             let (tx, rx) = tokio::sync::oneshot::channel();
-            workers.submit(Box::new(move |model: &mut TextEmbedding| {
+            wide.unwrap_or(workers).submit(Box::new(move |model: &mut TextEmbedding| {
                 let mut one = || -> Result<(Vec<T>, TokenCount, u64)> {
                     cancel.check()?;
                     let encodings = encode(&tokenizer, &owned)?;
@@ -469,17 +478,8 @@ impl FastEmbedder {
             let (count, parts) = plan(&encodings, batch, workers.len());
             let owned = Arc::new(owned);
             let batches = parts.len() as u64;
-            // A lone call of one batch takes the session with every core when it is free.
-            let lone = wide.as_deref().filter(|_| parts.len() == 1).and_then(|m| m.try_lock().ok());
-            let out = match lone {
-                Some(mut model) => {
-                    cancel.check()?;
-                    let ids = &parts[0];
-                    let out = checked(run(&mut model, ids, &owned, &encodings)?, ids.len())?;
-                    in_input_order(owned.len(), &parts, vec![out])
-                }
-                None => workers.run_parts(owned.len(), parts, &cancel, run, owned, encodings)?,
-            };
+            let pool = wide.filter(|_| parts.len() == 1).unwrap_or(workers);
+            let out = pool.run_parts(owned.len(), parts, &cancel, run, owned, encodings)?;
             Ok((out, count, batches))
         })
         .await
@@ -638,6 +638,11 @@ impl Workers {
     /// How many sessions (threads) there are.
     fn len(&self) -> usize {
         self.queues.len()
+    }
+
+    /// No job queued or running on any session.
+    fn idle(&self) -> bool {
+        self.pending.iter().all(|p| p.load(std::sync::atomic::Ordering::Acquire) == 0)
     }
 
     /// Queues `job` for the session with the fewest jobs (the first on ties), claimed atomically so that two calls
@@ -813,22 +818,61 @@ fn fastembed_normalize(values: impl Iterator<Item = f32>) -> Vec<f32> {
     v.iter().map(|&x| x / (norm + 1e-12)).collect()
 }
 
-/// A call counted in flight for as long as it lives; `alone` when no other call was in flight as it entered.
+/// How long after two calls last overlapped a call still counts as concurrent (not alone), even with nothing else
+/// in flight as it enters. Calls that follow each other closely from several callers (a busy server) leave gaps of
+/// microseconds between them; without this a call entering such a gap would take the lone-call session and its
+/// threads would compete with the next overlapping call's.
+pub const QUIET: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// The calls in flight, and when calls last overlapped.
+#[derive(Debug)]
+struct Flights {
+    count: std::sync::atomic::AtomicUsize,
+    since: Instant,
+    /// Microseconds from `since` to the last entry of a call while another was in flight; `u64::MAX` for never.
+    last_overlap: std::sync::atomic::AtomicU64,
+}
+
+impl Flights {
+    fn new() -> Self {
+        Self {
+            count: std::sync::atomic::AtomicUsize::new(0),
+            since: Instant::now(),
+            last_overlap: std::sync::atomic::AtomicU64::new(u64::MAX),
+        }
+    }
+}
+
+/// A call counted in flight for as long as it lives; `alone` when no other call was in flight as it entered and
+/// none overlapped another for [`QUIET`] before.
 struct InFlight {
-    count: Arc<std::sync::atomic::AtomicUsize>,
+    flights: Arc<Flights>,
     alone: bool,
 }
 
 impl InFlight {
-    fn enter(count: &Arc<std::sync::atomic::AtomicUsize>) -> Self {
-        let before = count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        Self { count: count.clone(), alone: before == 0 }
+    fn enter(flights: &Arc<Flights>) -> Self {
+        Self::enter_at(flights, u64::try_from(flights.since.elapsed().as_micros()).unwrap_or(u64::MAX - 1))
+    }
+
+    /// [`enter`](Self::enter) at `now` microseconds from `flights.since`.
+    fn enter_at(flights: &Arc<Flights>, now: u64) -> Self {
+        use std::sync::atomic::Ordering;
+        let before = flights.count.fetch_add(1, Ordering::SeqCst);
+        let alone = if before > 0 {
+            flights.last_overlap.store(now, Ordering::SeqCst);
+            false
+        } else {
+            let last = flights.last_overlap.load(Ordering::SeqCst);
+            last == u64::MAX || now.saturating_sub(last) >= QUIET.as_micros() as u64
+        };
+        Self { flights: flights.clone(), alone }
     }
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.count.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        self.flights.count.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
     }
 }
 
@@ -996,7 +1040,28 @@ impl Reranker for CrossEncoderReranker {
 
 #[cfg(test)]
 mod tests {
-    use super::{length_order, split};
+    use super::{Flights, InFlight, QUIET, length_order, split};
+
+    #[test]
+    fn a_call_is_alone_only_with_nothing_in_flight_and_no_overlap_for_a_while() {
+        let flights = std::sync::Arc::new(Flights::new());
+        let quiet = u64::try_from(QUIET.as_micros()).unwrap();
+        // The first call, with nothing before it, is alone; the next, sequential, too.
+        assert!(InFlight::enter_at(&flights, 0).alone);
+        assert!(InFlight::enter_at(&flights, 10).alone);
+        // Two calls at once: the first entered alone, the second overlaps it.
+        let a = InFlight::enter_at(&flights, 1_000);
+        let b = InFlight::enter_at(&flights, 1_001);
+        assert!(a.alone && !b.alone);
+        drop((a, b));
+        // A call right after an overlap is not alone, even with nothing in flight (a busy server's gap) ...
+        assert!(!InFlight::enter_at(&flights, 1_002).alone);
+        assert!(!InFlight::enter_at(&flights, 1_001 + quiet - 1).alone);
+        // ... and is once calls have not overlapped for QUIET.
+        assert!(InFlight::enter_at(&flights, 1_001 + quiet).alone);
+        // Every call in flight is counted out when it ends.
+        assert_eq!(flights.count.load(std::sync::atomic::Ordering::SeqCst), 0);
+    }
 
     #[track_caller]
     fn check_split(lengths: &[u64], batch: usize, sessions: usize, expect: &[std::ops::Range<usize>]) {

@@ -551,15 +551,15 @@ pub struct EmbeddingSettings {
     /// ONNX Runtime sessions of the model (0: one per core): concurrent queries run on different sessions, and
     /// indexing spreads its batches over all of them.
     pub sessions: usize,
-    /// Intra-op threads of one more session that serves a query when no other call is in flight (0: one per core;
-    /// 1, the default: no such session). A lone query then uses every core (lower latency for one user); but when
-    /// calls overlap its threads compete with the other sessions', so concurrent throughput drops (measured in
-    /// docs/performance.md): leave it at 1 for a server.
+    /// Intra-op threads of one more session that serves a query arriving alone: no other call in flight and none
+    /// overlapping another for the last 100 ms (0, the default: one per core; 1: no such session). A lone query
+    /// then uses every core; overlapping queries (a busy server) run side by side on the one-thread `sessions`
+    /// (measured in docs/performance.md).
     pub lone_threads: usize,
     /// Let the intra-op threads of multi-thread sessions (`threads` > 1, or the lone-query session) busy-wait
-    /// between the model's parallel sections, as ONNX Runtime does by default. With `lone_threads = 0` a lone query
-    /// then runs as fast as ONNX Runtime's default on every core, but the spinning threads take the cores that
-    /// overlapping queries need (docs/performance.md): for one user at a time; leave it off for a server.
+    /// between the model's parallel sections while a run lasts, as ONNX Runtime does by default, and stop when it
+    /// ends, so that they take no core from the queries that follow (default `true`; `false` makes them sleep,
+    /// which costs a lone query about a third of its speed, docs/performance.md).
     pub spinning: bool,
     /// Query embeddings kept in memory by text (0: no cache); passages are never cached.
     pub query_cache: u64,
