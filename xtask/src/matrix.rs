@@ -5,6 +5,8 @@
 //! cargo xtask eval --matrix --dataset DIR --dataset DIR2      # the BEIR-format datasets named
 //! cargo xtask eval --matrix --update-baseline                 # after an intended change
 //! cargo xtask eval --matrix --rerank-report rerank.json       # adds the rerank budget curve to the report
+//! cargo xtask eval --matrix --llm-url URL --llm-limit 50      # adds the LLM query transformations (50 queries)
+//! cargo xtask eval --matrix --llm-url URL --llm-only          # only those, the rest read from the last run
 //! cargo xtask eval --matrix --render-only                     # redraws table and page from the last run's reports
 //! cargo xtask eval --matrix --debug                           # the debug binary (same numbers, no release build)
 //! ```
@@ -19,7 +21,9 @@
 //! the engine's default hybrid row failing it fails the command),
 //! `matrix.json`, and `report.html`: a self-contained page (no script, no CDN; the charts are inline SVG drawn by
 //! `plotters`) with the table and the quality-vs-cost pictures: nDCG@10 against query latency and against LLM
-//! tokens per query (the LLM query transformations are rows of their own when `--llm-url` names an LLM), and the
+//! tokens per query (the LLM query transformations are rows of their own when `--llm-url` names an LLM; with
+//! `--llm-limit N` they, and the default hybrid beside them as their LLM-free reference, run on the first N queries
+//! and their names say so; such rows are compared with no row measured on all the queries), and the
 //! rerank budget curve when `--rerank-report` names a `ragtune eval rerank` report.
 //!
 //! The committed baseline is `eval/baselines/matrix-<split>.json` (nDCG@10 and Recall@100 per cell); a cell more
@@ -96,6 +100,17 @@ const LLM_SETTINGS: &[Setting] = &[
     },
 ];
 
+/// The LLM-free reference for the LLM rows when they run on fewer queries (`--llm-limit`): the default hybrid on the
+/// same queries, so the tokens chart compares like with like.
+const LLM_REFERENCE: Setting =
+    Setting { name: "hybrid (default), no LLM", args: &["--retriever", "hybrid"], fitted: false };
+
+/// A row measured on a subset of the queries (`--llm-limit`): its name says how many, and it is compared with no
+/// row measured on all of them.
+fn subset_row(name: &str) -> bool {
+    name.ends_with(" queries)")
+}
+
 /// One measured cell.
 #[derive(Debug, Clone, PartialEq)]
 struct Cell {
@@ -110,6 +125,7 @@ pub fn run(args: &[String]) -> Result<()> {
     let sh = Shell::new();
     let mut datasets: Vec<PathBuf> = Vec::new();
     let mut llm = false;
+    let (mut llm_limit, mut llm_only) = (None, false);
     let mut render_only = false;
     let mut debug = false;
     let (mut split, mut update, mut out_dir, mut rerank, mut extra) =
@@ -136,8 +152,13 @@ pub fn run(args: &[String]) -> Result<()> {
                 extra.extend([a.clone(), value()?]);
             }
             "--llm-model" => extra.extend([a.clone(), value()?]),
+            // The LLM rows (and their LLM-free reference) on the first N queries only: an LLM on a CPU takes
+            // seconds a query, the other rows milliseconds.
+            "--llm-limit" => llm_limit = Some(value()?),
+            // Run the LLM rows only; the other rows are read from the out dir's earlier reports, when there.
+            "--llm-only" => llm_only = true,
             other => bail!(
-                "unknown argument {other} (use --dataset, --split, --out-dir, --rerank-report, --limit, --threads, --debug, --update-baseline, --render-only)"
+                "unknown argument {other} (use --dataset, --split, --out-dir, --rerank-report, --limit, --threads, --llm-url, --llm-model, --llm-limit, --llm-only, --debug, --update-baseline, --render-only)"
             ),
         }
     }
@@ -156,18 +177,32 @@ pub fn run(args: &[String]) -> Result<()> {
     for dataset in &datasets {
         let name = dataset_name(dataset)?;
         let has_train = dataset.join("qrels").join("train.tsv").is_file();
-        let llm_rows = if llm { LLM_SETTINGS } else { &[] };
-        for setting in SETTINGS.iter().chain(llm_rows) {
+        // Redrawing reads whichever LLM rows an earlier run left; a run runs them only with an LLM.
+        let llm_rows: Vec<&Setting> = if llm || render_only {
+            LLM_SETTINGS.iter().chain((llm_limit.is_some() || render_only).then_some(&LLM_REFERENCE)).collect()
+        } else {
+            Vec::new()
+        };
+        let rows = SETTINGS.iter().map(|s| (s, false)).chain(llm_rows.into_iter().map(|s| (s, true)));
+        for (setting, is_llm_row) in rows {
             let report_path = out_dir.join(format!("{name}-{}.json", file_stem(setting.name)));
-            if render_only {
+            if render_only || (llm_only && !is_llm_row) {
                 if report_path.is_file() {
-                    add_report(&mut cells, &name, setting.name, &read_json(&report_path)?)?;
+                    add_report(&mut cells, &name, setting.name, is_llm_row, &read_json(&report_path)?)?;
                 }
                 continue;
             }
             let mut cmd = sh.cmd(&exe);
             cmd.args(["eval", "retrieval", "--dataset"]).arg(dataset).args(["--split", split.as_str()]);
-            cmd.args(setting.args).args(&extra);
+            cmd.args(setting.args);
+            match (&llm_limit, is_llm_row) {
+                (Some(n), true) => {
+                    cmd.args(without_limit(&extra)).args(["--limit", n.as_str()]);
+                }
+                _ => {
+                    cmd.args(&extra);
+                }
+            }
             if setting.fitted {
                 if !has_train {
                     println!("matrix: {name} has no train split: no fitted row");
@@ -180,7 +215,7 @@ pub fn run(args: &[String]) -> Result<()> {
                 cmd.arg("--config").arg(&fitted);
             }
             shell::run(cmd.arg("--out").arg(&report_path))?;
-            add_report(&mut cells, &name, setting.name, &read_json(&report_path)?)?;
+            add_report(&mut cells, &name, setting.name, is_llm_row, &read_json(&report_path)?)?;
         }
     }
     let load_after = if render_only { "–".to_owned() } else { load() };
@@ -316,16 +351,36 @@ fn cell(report: &Value) -> Result<Cell> {
     })
 }
 
+/// `extra` without its `--limit N`.
+fn without_limit(extra: &[String]) -> Vec<String> {
+    let mut out = Vec::with_capacity(extra.len());
+    let mut it = extra.iter();
+    while let Some(a) = it.next() {
+        if a == "--limit" {
+            it.next();
+        } else {
+            out.push(a.clone());
+        }
+    }
+    out
+}
+
 /// Puts a report's numbers in the matrix; a dataset with passage-level judgements gets a column of its own for them.
+/// An LLM row's name says how many queries it ran on (`hybrid + hyde (50 queries)`).
 fn add_report(
     cells: &mut BTreeMap<String, BTreeMap<String, Cell>>,
     dataset: &str,
     setting: &str,
+    is_llm_row: bool,
     report: &Value,
 ) -> Result<()> {
-    cells.entry(dataset.to_owned()).or_default().insert(setting.to_owned(), cell(report)?);
+    let row = match report["queries"].as_u64() {
+        Some(n) if is_llm_row => format!("{setting} ({n} queries)"),
+        _ => setting.to_owned(),
+    };
+    cells.entry(dataset.to_owned()).or_default().insert(row.clone(), cell(report)?);
     if let Some(passages) = passage_cell(report) {
-        cells.entry(format!("{dataset} (passages)")).or_default().insert(setting.to_owned(), passages);
+        cells.entry(format!("{dataset} (passages)")).or_default().insert(row, passages);
     }
     Ok(())
 }
@@ -388,7 +443,7 @@ fn fusion_violations(cells: &BTreeMap<String, BTreeMap<String, Cell>>) -> Vec<(S
     for (dataset, by_row) in cells {
         let (Some(bm25), Some(dense)) = (by_row.get("bm25"), by_row.get("dense")) else { continue };
         let best = bm25.ndcg.max(dense.ndcg);
-        for (row, c) in by_row.iter().filter(|(r, _)| r.starts_with("hybrid")) {
+        for (row, c) in by_row.iter().filter(|(r, _)| r.starts_with("hybrid") && !subset_row(r)) {
             if c.ndcg < best - TOLERANCE {
                 let text = format!("{dataset}: {row} {:.4} < max(bm25, dense) {best:.4} − {TOLERANCE}", c.ndcg);
                 out.push((row.clone(), text));
@@ -666,7 +721,24 @@ mod tests {
         ]);
         // b has no dense row: nothing to compare with.
         let text = "a: hybrid dbsf 0.6900 < max(bm25, dense) 0.7000 − 0.005".to_owned();
+        assert_eq!(fusion_violations(&c), vec![("hybrid dbsf".to_owned(), text.clone())]);
+        // A row measured on some of the queries only (an LLM row under --llm-limit) is compared with nothing.
+        let mut c = c;
+        c.get_mut("a")
+            .unwrap()
+            .insert("hybrid + hyde (50 queries)".into(), Cell { ndcg: 0.1, ..c["a"]["bm25"].clone() });
         assert_eq!(fusion_violations(&c), vec![("hybrid dbsf".to_owned(), text)]);
+    }
+
+    #[test]
+    fn llm_rows_say_how_many_queries_they_ran_on_and_can_drop_the_common_limit() {
+        assert_eq!(without_limit(&["--limit".into(), "9".into(), "--threads".into(), "2".into()]), ["--threads", "2"]);
+        let report = json!({"queries": 50, "metrics": {"ndcg@10": 0.8, "recall@100": 0.9}, "latency_ms": {"p50": 3.0}});
+        let mut c = BTreeMap::new();
+        add_report(&mut c, "scifact", "hybrid + hyde", true, &report).unwrap();
+        add_report(&mut c, "scifact", "bm25", false, &report).unwrap();
+        let rows: Vec<&String> = c["scifact"].keys().collect();
+        assert_eq!(rows, ["bm25", "hybrid + hyde (50 queries)"]);
     }
 
     #[test]
