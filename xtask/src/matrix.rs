@@ -724,9 +724,8 @@ mod tests {
         assert_eq!(fusion_violations(&c), vec![("hybrid dbsf".to_owned(), text.clone())]);
         // A row measured on some of the queries only (an LLM row under --llm-limit) is compared with nothing.
         let mut c = c;
-        c.get_mut("a")
-            .unwrap()
-            .insert("hybrid + hyde (50 queries)".into(), Cell { ndcg: 0.1, ..c["a"]["bm25"].clone() });
+        let low = Cell { ndcg: 0.1, ..c["a"]["bm25"].clone() };
+        c.get_mut("a").unwrap().insert("hybrid + hyde (50 queries)".into(), low);
         assert_eq!(fusion_violations(&c), vec![("hybrid dbsf".to_owned(), text)]);
     }
 
