@@ -162,6 +162,9 @@ pub fn run(args: &[String]) -> Result<()> {
             ),
         }
     }
+    if (llm_limit.is_some() || llm_only) && !llm {
+        bail!("--llm-limit and --llm-only are about the LLM rows: give --llm-url URL too");
+    }
     std::fs::create_dir_all(&out_dir).with_context(|| format!("cannot create {}", out_dir.display()))?;
     // One build (release unless --debug); every run below uses the binary directly.
     let profile = if debug { "debug" } else { "release" };
@@ -184,11 +187,16 @@ pub fn run(args: &[String]) -> Result<()> {
             Vec::new()
         };
         let rows = SETTINGS.iter().map(|s| (s, false)).chain(llm_rows.into_iter().map(|s| (s, true)));
+        // How many queries the rows measured on all of them ran on, to tell an LLM row that ran on fewer.
+        let mut all_queries: Option<u64> = None;
         for (setting, is_llm_row) in rows {
+            let subset_of = is_llm_row.then(|| all_queries.unwrap_or(u64::MAX));
             let report_path = out_dir.join(format!("{name}-{}.json", file_stem(setting.name)));
             if render_only || (llm_only && !is_llm_row) {
                 if report_path.is_file() {
-                    add_report(&mut cells, &name, setting.name, is_llm_row, &read_json(&report_path)?)?;
+                    let report = read_json(&report_path)?;
+                    add_report(&mut cells, &name, setting.name, subset_of, &report)?;
+                    all_queries = all_queries.or(report["queries"].as_u64().filter(|_| !is_llm_row));
                 }
                 continue;
             }
@@ -215,7 +223,9 @@ pub fn run(args: &[String]) -> Result<()> {
                 cmd.arg("--config").arg(&fitted);
             }
             shell::run(cmd.arg("--out").arg(&report_path))?;
-            add_report(&mut cells, &name, setting.name, is_llm_row, &read_json(&report_path)?)?;
+            let report = read_json(&report_path)?;
+            add_report(&mut cells, &name, setting.name, subset_of, &report)?;
+            all_queries = all_queries.or(report["queries"].as_u64().filter(|_| !is_llm_row));
         }
     }
     let load_after = if render_only { "–".to_owned() } else { load() };
@@ -366,16 +376,17 @@ fn without_limit(extra: &[String]) -> Vec<String> {
 }
 
 /// Puts a report's numbers in the matrix; a dataset with passage-level judgements gets a column of its own for them.
-/// An LLM row's name says how many queries it ran on (`hybrid + hyde (50 queries)`).
+/// `subset_of` is given for an LLM row: the queries the other rows ran on (`u64::MAX` when unknown); an LLM row that
+/// ran on fewer says how many in its name (`hybrid + hyde (50 queries)`).
 fn add_report(
     cells: &mut BTreeMap<String, BTreeMap<String, Cell>>,
     dataset: &str,
     setting: &str,
-    is_llm_row: bool,
+    subset_of: Option<u64>,
     report: &Value,
 ) -> Result<()> {
-    let row = match report["queries"].as_u64() {
-        Some(n) if is_llm_row => format!("{setting} ({n} queries)"),
+    let row = match (report["queries"].as_u64(), subset_of) {
+        (Some(n), Some(all)) if n < all => format!("{setting} ({n} queries)"),
         _ => setting.to_owned(),
     };
     cells.entry(dataset.to_owned()).or_default().insert(row.clone(), cell(report)?);
@@ -735,10 +746,13 @@ mod tests {
         assert_eq!(without_limit(&["--limit".into(), "9".into(), "--threads".into(), "2".into()]), ["--threads", "2"]);
         let report = json!({"queries": 50, "metrics": {"ndcg@10": 0.8, "recall@100": 0.9}, "latency_ms": {"p50": 3.0}});
         let mut c = BTreeMap::new();
-        add_report(&mut c, "scifact", "hybrid + hyde", true, &report).unwrap();
-        add_report(&mut c, "scifact", "bm25", false, &report).unwrap();
+        add_report(&mut c, "scifact", "hybrid + hyde", Some(300), &report).unwrap();
+        add_report(&mut c, "scifact", "bm25", None, &report).unwrap();
         let rows: Vec<&String> = c["scifact"].keys().collect();
         assert_eq!(rows, ["bm25", "hybrid + hyde (50 queries)"]);
+        // An LLM row on every query is an ordinary row.
+        add_report(&mut c, "other", "hybrid + rewrite", Some(50), &report).unwrap();
+        assert!(c["other"].contains_key("hybrid + rewrite"));
     }
 
     #[test]
