@@ -5,10 +5,11 @@
 //! cargo xtask bench bm25         # one criterion target (bm25, retrieval, embed_query)
 //! cargo xtask bench embed [--passages N] [--batch-size N] [--threads N] [--sessions N]
 //!                                # FastEmbedder vs Python onnxruntime on the same model file, same settings
-//! cargo xtask bench compare [--docs N] [--queries N]
+//! cargo xtask bench compare [--docs N] [--queries N] [--rounds N]
 //!                                # ragtune against a plain Python pipeline (onnxruntime + tokenizers + numpy,
 //!                                # bm25s) on SciFact, same model file, side by side in one run: indexing,
-//!                                # query embedding, dense/hybrid/BM25 query latency, at defaults and at one thread
+//!                                # query embedding, dense/hybrid/BM25 query latency, at defaults and at one thread;
+//!                                # --rounds N: every pair N times, medians
 //! cargo xtask bench answer [--queries N] [--config FILE]
 //!                                # `ask --no-llm` with the model loaded over SciFact test queries: fast path
 //!                                # (no correction) and corrected path p50/p99, each stage's share
@@ -131,15 +132,20 @@ fn embed(args: &[String]) -> Result<()> {
 /// sides at their defaults, then both at one thread, each pair run back to back on the same file.
 /// Before each pair it waits, at most two minutes, for the one-minute load average to fall to 1.0, so that its own
 /// build or the previous pair does not weigh on the next.
+///
+/// `--rounds N` runs every pair N times (which side goes first alternates) and prints each figure's median over the
+/// rounds, with the range of the per-round ratios: on a host whose speed drifts by 10–30 % between minutes, one pair
+/// can land a side on a slow minute.
 fn compare(args: &[String]) -> Result<()> {
-    let (mut docs, mut queries) = ("1000".to_owned(), "300".to_owned());
+    let (mut docs, mut queries, mut rounds) = ("1000".to_owned(), "300".to_owned(), 1_usize);
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let v = it.next().with_context(|| format!("{a} needs a value"))?.clone();
         match a.as_str() {
             "--docs" => docs = v,
             "--queries" => queries = v,
-            other => bail!("unknown argument {other} (use --docs, --queries)"),
+            "--rounds" => rounds = v.parse().ok().filter(|&r| r >= 1).context("--rounds needs a number >= 1")?,
+            other => bail!("unknown argument {other} (use --docs, --queries, --rounds)"),
         }
     }
     let home = crate::models::provision_models()?;
@@ -153,78 +159,139 @@ fn compare(args: &[String]) -> Result<()> {
     let exe = sh.target_dir().join("release").join("compare");
     let python = crate::python::venv(&sh, &home)?;
     let common = ["--docs", docs.as_str(), "--queries", queries.as_str()];
-    // (model, threads, ragtune's line, the peer's line, load before, load after)
     let mut rows = Vec::new();
     for (model, dir) in [("int8", layout.minilm_quantized_dir()), ("fp32", layout.minilm_dir())] {
         for threads in ["0", "1"] {
-            // The command's own build, or the previous pair, must not weigh on this pair.
-            settle(1.0, std::time::Duration::from_secs(120));
+            let mut pairs = Vec::with_capacity(rounds);
             let before = load();
-            let mut rust = sh.cmd(&exe);
-            rust.arg("--dataset").arg(&dataset).args(common).args(["--threads", threads]);
-            if model == "fp32" {
-                rust.arg("--fp32");
+            for round in 0..rounds {
+                // The command's own build, or the previous pair, must not weigh on this pair.
+                settle(1.0, std::time::Duration::from_secs(120));
+                let mut rust = sh.cmd(&exe);
+                rust.arg("--dataset").arg(&dataset).args(common).args(["--threads", threads]);
+                if model == "fp32" {
+                    rust.arg("--fp32");
+                }
+                let mut py = sh.cmd(&python);
+                py.arg(sh.root().join("crates/ragtune-embed/scripts/peer.py")).arg("--model-dir").arg(&dir);
+                py.arg("--dataset").arg(&dataset).args(common).args(["--threads", threads]);
+                let (r, p) = if round % 2 == 0 {
+                    let r = json_line(&mut rust)?;
+                    (r, json_line(&mut py)?)
+                } else {
+                    let p = json_line(&mut py)?;
+                    (json_line(&mut rust)?, p)
+                };
+                pairs.push((r, p));
             }
-            let rust = json_line(&mut rust)?;
-            let mut py = sh.cmd(&python);
-            py.arg(sh.root().join("crates/ragtune-embed/scripts/peer.py")).arg("--model-dir").arg(&dir);
-            py.arg("--dataset").arg(&dataset).args(common).args(["--threads", threads]);
-            let py = json_line(&mut py)?;
-            rows.push((model, threads, rust, py, before, load()));
+            rows.push(Row { model, threads, pairs, before, after: load() });
         }
     }
     // What a user sees who runs each side as shipped: ragtune's defaults (int8) against the peer at its defaults on
     // the model file as distributed (fp32 compute); both measured above, in different pairs.
-    let shipped = (rows[0].2.clone(), rows[2].3.clone(), rows[0].4.clone(), rows[2].5.clone());
+    let shipped = Row {
+        model: "as shipped",
+        threads: "0",
+        pairs: rows[0].pairs.iter().zip(&rows[2].pairs).map(|((r, _), (_, p))| (r.clone(), p.clone())).collect(),
+        before: rows[0].before.clone(),
+        after: rows[2].after.clone(),
+    };
     println!(
         "\nragtune vs Python peer: SciFact, first {docs} documents, {queries} test queries one at a time, all-MiniLM-L6-v2"
     );
     println!("(ratio = ragtune / peer for throughput, peer / ragtune for latency: above 1 means ragtune is faster)");
-    let print = |setting: String, r: &serde_json::Value, p: &serde_json::Value, before: &str, after: &str| {
-        println!("\n{setting}  (load average before {before}, after {after})");
-        println!("  {:<30} {:>12} {:>12} {:>8}", "", "ragtune", "peer", "ratio");
-        let num = |v: &serde_json::Value, k: &str| v[k].as_f64().unwrap_or(f64::NAN);
-        let (ri, pi) = (num(r, "index_docs_per_second"), num(p, "index_docs_per_second"));
-        println!("  {:<30} {:>10.1}/s {:>10.1}/s {:>8.2}", "indexing (dense + BM25)", ri, pi, ri / pi);
-        for (label, rk, pk) in [
-            ("query embedding", "embed_ms", "embed_ms"),
-            ("dense query", "dense_ms", "dense_ms"),
-            ("hybrid query (vs peer dense)", "hybrid_ms", "dense_ms"),
-            ("BM25 query (peer: bm25s)", "bm25_ms", "bm25_ms"),
-        ] {
-            for q in ["p50", "p99"] {
-                let (rv, pv) = (r[rk][q].as_f64().unwrap_or(f64::NAN), p[pk][q].as_f64().unwrap_or(f64::NAN));
-                println!("  {:<30} {:>10.3}ms {:>10.3}ms {:>8.2}", format!("{label} {q}"), rv, pv, pv / rv);
-            }
-        }
-        let (c1, c2) = (num(r, "dense_qps_1"), num(r, "dense_qps_2"));
+    if rounds > 1 {
         println!(
-            "  ragtune dense queries/s: {c1:.1} one in flight, {c2:.1} two in flight ({:.2}x; medians of {} alternated rounds)",
-            c2 / c1,
-            r["dense_qps_rounds"]["1"].as_array().map_or(1, Vec::len)
+            "({rounds} rounds of each pair: each figure is the median over the rounds, [the lowest and highest \
+             per-round ratio] beside it)"
         );
-        println!(
-            "  model load: ragtune {:.2} s, peer {:.2} s",
-            num(r, "model_load_seconds"),
-            num(p, "model_load_seconds")
-        );
-    };
-    for (model, threads, r, p, before, after) in &rows {
-        let setting = match *threads {
-            "0" => format!("{model} file, both at defaults"),
-            n => format!("{model} file, {n} thread each"),
-        };
-        print(setting, r, p, before, after);
     }
-    let (r, p, before, after) = &shipped;
-    print(
-        "as shipped: ragtune at defaults (int8) vs the peer at defaults on the fp32 file".to_owned(),
-        r,
-        p,
-        before,
-        after,
-    );
+    for row in &rows {
+        let setting = match row.threads {
+            "0" => format!("{} file, both at defaults", row.model),
+            n => format!("{} file, {n} thread each", row.model),
+        };
+        print_row(&setting, row);
+    }
+    print_row("as shipped: ragtune at defaults (int8) vs the peer at defaults on the fp32 file", &shipped);
     Ok(())
+}
+
+/// One setting of `bench compare`: every round's (ragtune, peer) output and the load around them.
+struct Row {
+    model: &'static str,
+    threads: &'static str,
+    pairs: Vec<(serde_json::Value, serde_json::Value)>,
+    before: String,
+    after: String,
+}
+
+/// The median of `values` (the mean of the middle two for an even count); NaN for none.
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    match values.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => values[n / 2],
+        n => f64::midpoint(values[n / 2 - 1], values[n / 2]),
+    }
+}
+
+/// A figure of one side of one round: `key`, or `key`'s `pick` (`p50`, `p99`).
+fn figure(v: &serde_json::Value, key: &str, pick: Option<&str>) -> f64 {
+    pick.map_or(&v[key], |p| &v[key][p]).as_f64().unwrap_or(f64::NAN)
+}
+
+/// Prints one setting: every figure's median over the rounds, and the per-round ratios' range when there are rounds.
+fn print_row(setting: &str, row: &Row) {
+    println!("\n{setting}  (load average before {}, after {})", row.before, row.after);
+    println!("  {:<30} {:>12} {:>12} {:>8}", "", "ragtune", "peer", "ratio");
+    // The median of each side over the rounds, and of the per-round ratios (`rust_over_peer`: throughput).
+    let line = |label: &str, unit: &str, rk: &str, pk: &str, pick: Option<&str>, rust_over_peer: bool| {
+        let r = median(row.pairs.iter().map(|(r, _)| figure(r, rk, pick)).collect());
+        let p = median(row.pairs.iter().map(|(_, p)| figure(p, pk, pick)).collect());
+        let ratio = |r: f64, p: f64| if rust_over_peer { r / p } else { p / r };
+        let per_round: Vec<f64> =
+            row.pairs.iter().map(|(rv, pv)| ratio(figure(rv, rk, pick), figure(pv, pk, pick))).collect();
+        let range = if per_round.len() > 1 {
+            let lo = per_round.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = per_round.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            format!(" [{lo:.2}–{hi:.2}]")
+        } else {
+            String::new()
+        };
+        let (rs, ps) = match unit {
+            "/s" => (format!("{r:>10.1}/s"), format!("{p:>10.1}/s")),
+            _ => (format!("{r:>10.3}ms"), format!("{p:>10.3}ms")),
+        };
+        println!("  {label:<30} {rs} {ps} {:>8.2}{range}", ratio(r, p));
+    };
+    line("indexing (dense + BM25)", "/s", "index_docs_per_second", "index_docs_per_second", None, true);
+    for (label, rk, pk) in [
+        ("query embedding", "embed_ms", "embed_ms"),
+        ("dense query", "dense_ms", "dense_ms"),
+        ("hybrid query (vs peer dense)", "hybrid_ms", "dense_ms"),
+        ("BM25 query (peer: bm25s)", "bm25_ms", "bm25_ms"),
+    ] {
+        for q in ["p50", "p99"] {
+            line(&format!("{label} {q}"), "ms", rk, pk, Some(q), false);
+        }
+    }
+    let ours = |key: &str| median(row.pairs.iter().map(|(r, _)| figure(r, key, None)).collect());
+    let (c1, c2) = (ours("dense_qps_1"), ours("dense_qps_2"));
+    let scaling: Vec<f64> =
+        row.pairs.iter().map(|(r, _)| figure(r, "dense_qps_2", None) / figure(r, "dense_qps_1", None)).collect();
+    println!(
+        "  ragtune dense queries/s: {c1:.1} one in flight, {c2:.1} two in flight ({:.2}x; per run, medians of {} \
+         alternated rounds: {})",
+        c2 / c1,
+        row.pairs.first().and_then(|(r, _)| r["dense_qps_rounds"]["1"].as_array()).map_or(1, Vec::len),
+        scaling.iter().map(|s| format!("{s:.2}x")).collect::<Vec<_>>().join(", ")
+    );
+    println!(
+        "  model load: ragtune {:.2} s, peer {:.2} s",
+        ours("model_load_seconds"),
+        median(row.pairs.iter().map(|(_, p)| figure(p, "model_load_seconds", None)).collect())
+    );
 }
 
 /// `bench scale`: the binary parses the arguments; a million chunks unless told otherwise.
@@ -341,4 +408,20 @@ fn settle(below: f64, max: std::time::Duration) {
 fn load() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .map_or_else(|_| "unknown".into(), |s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn medians_over_rounds() {
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(vec![4.0, 1.0]), 2.5);
+        assert!(median(Vec::new()).is_nan());
+        let run = serde_json::json!({"dense_ms": {"p50": 2.5}, "index_docs_per_second": 30.0});
+        assert_eq!(figure(&run, "dense_ms", Some("p50")), 2.5);
+        assert_eq!(figure(&run, "index_docs_per_second", None), 30.0);
+        assert!(figure(&run, "hybrid_ms", Some("p50")).is_nan(), "a side without the figure (the peer's hybrid)");
+    }
 }

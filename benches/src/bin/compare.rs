@@ -8,7 +8,7 @@
 //! - `index_docs_per_second`: documents per second to a searchable dense + BM25 index (HNSW included);
 //! - `embed_ms`: one query embedded (`Embedder::embed`, one text);
 //! - `dense_ms`, `hybrid_ms`, `bm25_ms`: one query end to end (`Engine::search_with`, top 10, tokenising and
-//!   embedding included);
+//!   embedding included); each query runs the four kinds in turn;
 //! - `dense_qps_1`, `dense_qps_2`: dense queries per second with one and two queries in flight, the medians of five
 //!   rounds of each, alternated (every round in `dense_qps_rounds`).
 //!
@@ -78,27 +78,23 @@ async fn run(dataset: &str, docs: usize, queries: usize, threads: usize, fp32: b
     let index_seconds = started.elapsed().as_secs_f64();
     eprintln!("compare: indexed {} documents in {index_seconds:.1} s", report.documents);
 
-    let mut embed_ms = Vec::with_capacity(texts.len());
+    // Each query runs every kind in turn (embedding, dense, hybrid, BM25), so that a change of load during the run
+    // (this host's neighbours, frequency) falls on all kinds alike and hybrid-against-dense is a paired comparison.
+    let n = texts.len();
+    let (mut embed_ms, mut dense_ms, mut hybrid_ms, mut bm25_ms) =
+        (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
     for q in &texts {
         let t = Instant::now();
         std::hint::black_box(embedder.embed(&Ctx::new(), &[q.as_str()], TextRole::Query).await?);
         embed_ms.push(t.elapsed().as_secs_f64() * 1000.0);
-    }
-    let latency = |strategy| {
-        let (engine, texts) = (&engine, &texts);
-        async move {
-            let mut ms = Vec::with_capacity(texts.len());
-            for q in texts {
-                let t = Instant::now();
-                std::hint::black_box(engine.search_with(Query::new(q.clone()), strategy).await?);
-                ms.push(t.elapsed().as_secs_f64() * 1000.0);
-            }
-            anyhow::Ok(ms)
+        for (strategy, ms) in
+            [(Strategy::Dense, &mut dense_ms), (Strategy::Hybrid, &mut hybrid_ms), (Strategy::Bm25, &mut bm25_ms)]
+        {
+            let t = Instant::now();
+            std::hint::black_box(engine.search_with(Query::new(q.clone()), strategy).await?);
+            ms.push(t.elapsed().as_secs_f64() * 1000.0);
         }
-    };
-    let dense_ms = latency(Strategy::Dense).await?;
-    let hybrid_ms = latency(Strategy::Hybrid).await?;
-    let bm25_ms = latency(Strategy::Bm25).await?;
+    }
     let engine = Arc::new(engine);
     // One and two in flight alternately, medians of the rounds: a change of load during the run (another
     // process, frequency) falls on both sides instead of on one.

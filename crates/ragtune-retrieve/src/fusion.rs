@@ -22,10 +22,10 @@
 //! assert_eq!(fused[0].sources.len(), 2);
 //! ```
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 
-use ragtune_core::{Candidate, Chunk, Error, Result, SourceScore, sort_ranked};
+use ragtune_core::{Candidate, Error, Result, SourceScore, sort_ranked};
 use serde::{Deserialize, Serialize};
 
 /// How the lists of a fusion are combined: the contribution a candidate receives from each list it appears in,
@@ -233,58 +233,103 @@ pub fn fusion_weights<L: AsRef<[Candidate]>>(lists: &[(f32, L)], config: &Fusion
 /// The scores a score-based method reads are the candidates' `score`s (the producing retriever's).
 #[must_use]
 pub fn fuse<L: AsRef<[Candidate]>>(lists: &[(f32, L)], config: &FusionConfig, top_k: usize) -> Vec<Candidate> {
-    struct Acc {
-        chunk: Chunk,
-        contributions: Vec<(String, f32)>,
-        sources: BTreeMap<String, SourceScore>,
+    fuse_weighted(lists, &fusion_weights(lists, config), config, top_k)
+}
+
+/// [`fuse`] with the query-time weights already computed: `weights` is what [`fusion_weights`] returned for the same
+/// `lists` and `config` (a caller that reports the weights computes them once).
+///
+/// Only the `top_k` candidates kept are built (their chunk cloned, their sources merged); every other candidate
+/// is scored from a borrowed reference, so fusing two lists of a hundred costs a hundred hash inserts, not a
+/// hundred chunk copies.
+///
+/// A missing weight (`weights` shorter than `lists`) counts as the list's given weight.
+#[must_use]
+pub fn fuse_weighted<L: AsRef<[Candidate]>>(
+    lists: &[(f32, L)],
+    weights: &[f32],
+    config: &FusionConfig,
+    top_k: usize,
+) -> Vec<Candidate> {
+    /// One contribution: the fused candidate it belongs to, the list's strategy name, the value, and the
+    /// candidate as that list gave it (for its chunk and sources).
+    struct Entry<'a> {
+        slot: usize,
+        key: &'a str,
+        value: f32,
+        candidate: &'a Candidate,
     }
-    let weights = fusion_weights(lists, config);
+    let total: usize = lists.iter().map(|(_, l)| l.as_ref().len()).sum();
     let k = config.k;
-    let mut by_id: BTreeMap<String, Acc> = BTreeMap::new();
-    for ((given, list), weight) in lists.iter().zip(weights) {
+    let mut slots: HashMap<&str, usize> = HashMap::with_capacity(total);
+    // The last list each slot was seen in: a second occurrence within one list counts once, at its first position.
+    let mut last_list: Vec<usize> = Vec::with_capacity(total);
+    let mut entries: Vec<Entry<'_>> = Vec::with_capacity(total);
+    for (li, (given, list)) in lists.iter().enumerate() {
         if *given == 0.0 {
             continue;
         }
+        let weight = weights.get(li).copied().unwrap_or(*given);
         let list = list.as_ref();
         let stats = match config.method {
             FusionMethod::Rrf => None,
             FusionMethod::Convex | FusionMethod::Dbsf => ListStats::of(list),
         };
-        let mut seen = HashSet::new();
         for (pos, c) in list.iter().enumerate() {
-            if !seen.insert(c.chunk.id.as_str()) {
+            let next = slots.len();
+            let slot = *slots.entry(c.chunk.id.as_str()).or_insert(next);
+            if slot == next {
+                last_list.push(li);
+            } else if last_list[slot] == li {
                 continue;
+            } else {
+                last_list[slot] = li;
             }
-            let contribution = match stats {
+            let value = match stats {
                 None => {
                     let rank = pos as f32 + 1.0;
                     weight / (k + rank)
                 }
                 Some(s) => (f64::from(weight) * s.normalise(config.method, c.score)) as f32,
             };
-            let acc = by_id.entry(c.chunk.id.clone()).or_insert_with(|| Acc {
-                chunk: c.chunk.clone(),
-                contributions: Vec::new(),
-                sources: BTreeMap::new(),
-            });
-            let key = c.sources.keys().next().cloned().unwrap_or_default();
-            acc.contributions.push((key, contribution));
-            for (name, s) in &c.sources {
-                acc.sources.entry(name.clone()).or_insert(*s);
-            }
+            let key = c.sources.keys().next().map_or("", String::as_str);
+            entries.push(Entry { slot, key, value, candidate: c });
         }
     }
-    let mut fused: Vec<Candidate> = by_id
-        .into_values()
-        .map(|mut acc| {
-            acc.contributions.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)));
-            let score = acc.contributions.iter().map(|c| c.1).sum();
-            Candidate { chunk: acc.chunk, score, sources: acc.sources }
+    // Each slot's contributions summed in the canonical order (strategy name, then value).
+    let mut order: Vec<usize> = (0..entries.len()).collect();
+    order.sort_unstable_by(|&a, &b| {
+        let (a, b) = (&entries[a], &entries[b]);
+        a.slot.cmp(&b.slot).then_with(|| a.key.cmp(b.key)).then(a.value.total_cmp(&b.value))
+    });
+    let mut scored: Vec<(f32, &str, usize)> = Vec::with_capacity(slots.len());
+    for group in order.chunk_by(|&a, &b| entries[a].slot == entries[b].slot) {
+        let first = &entries[group[0]];
+        debug_assert!(group.iter().all(|&e| entries[e].slot == first.slot));
+        let score: f32 = group.iter().map(|&e| entries[e].value).sum();
+        // The slot's first entry in list order (the sort above reordered only `order`).
+        let first_entry = group.iter().copied().min().unwrap_or(group[0]);
+        scored.push((score, first.candidate.chunk.id.as_str(), first_entry));
+    }
+    sort_ranked(&mut scored, |s| (s.0, s.1));
+    scored.truncate(top_k);
+    // Only the kept candidates are built: the chunk from the first list that has it, the sources of every list in
+    // list order (the first list's entry for a strategy wins).
+    scored
+        .into_iter()
+        .map(|(score, _, first)| {
+            let slot = entries[first].slot;
+            let mut sources: BTreeMap<String, SourceScore> = BTreeMap::new();
+            for e in entries[first..].iter().filter(|e| e.slot == slot) {
+                for (name, s) in &e.candidate.sources {
+                    if !sources.contains_key(name) {
+                        sources.insert(name.clone(), *s);
+                    }
+                }
+            }
+            Candidate { chunk: entries[first].candidate.chunk.clone(), score, sources }
         })
-        .collect();
-    sort_ranked(&mut fused, |c| (c.score, c.chunk.id.as_str()));
-    fused.truncate(top_k);
-    fused
+        .collect()
 }
 
 /// Fuses ranked lists with weighted RRF: [`fuse`] with [`FusionConfig::rrf`]`(k)`.
@@ -297,6 +342,7 @@ pub fn rrf_fuse<L: AsRef<[Candidate]>>(lists: &[(f32, L)], k: f32, top_k: usize)
 mod tests {
     use super::*;
     use proptest::prelude::*;
+    use ragtune_core::Chunk;
 
     fn cand(id: &str, strategy: &str, rank: u32, score: f32) -> Candidate {
         Candidate::from_hit(ragtune_core::ScoredHit { chunk: Chunk::new(id, id, id), score }, strategy, rank)
@@ -324,6 +370,73 @@ mod tests {
         let expect: String =
             expect.lines().map(str::trim).filter(|l| !l.is_empty()).map(|l| format!("{l}\n")).collect();
         assert_eq!(got, expect, "\ngot:\n{got}\nexpected:\n{expect}");
+    }
+
+    /// The first implementation of [`fuse`], which cloned every candidate: the optimised one must agree with it bit
+    /// for bit.
+    // Fuses ranked lists; `lists` holds `(weight, candidates in rank order)`, the candidates owned or borrowed.
+    //
+    // A list of weight 0 is ignored. Each candidate's score is the sum of its contributions (see [`FusionMethod`]),
+    // added in a canonical order (by strategy name, then value), so the result is the same for any order of `lists`.
+    // Each list's ranks are its positions (1-based); duplicates within a list count once, at their first position.
+    // The scores a score-based method reads are the candidates' `score`s (the producing retriever's).
+    fn reference_fuse<L: AsRef<[Candidate]>>(
+        lists: &[(f32, L)],
+        config: &FusionConfig,
+        top_k: usize,
+    ) -> Vec<Candidate> {
+        struct Acc {
+            chunk: Chunk,
+            contributions: Vec<(String, f32)>,
+            sources: BTreeMap<String, SourceScore>,
+        }
+        let weights = fusion_weights(lists, config);
+        let k = config.k;
+        let mut by_id: BTreeMap<String, Acc> = BTreeMap::new();
+        for ((given, list), weight) in lists.iter().zip(weights) {
+            if *given == 0.0 {
+                continue;
+            }
+            let list = list.as_ref();
+            let stats = match config.method {
+                FusionMethod::Rrf => None,
+                FusionMethod::Convex | FusionMethod::Dbsf => ListStats::of(list),
+            };
+            let mut seen = HashSet::new();
+            for (pos, c) in list.iter().enumerate() {
+                if !seen.insert(c.chunk.id.as_str()) {
+                    continue;
+                }
+                let contribution = match stats {
+                    None => {
+                        let rank = pos as f32 + 1.0;
+                        weight / (k + rank)
+                    }
+                    Some(s) => (f64::from(weight) * s.normalise(config.method, c.score)) as f32,
+                };
+                let acc = by_id.entry(c.chunk.id.clone()).or_insert_with(|| Acc {
+                    chunk: c.chunk.clone(),
+                    contributions: Vec::new(),
+                    sources: BTreeMap::new(),
+                });
+                let key = c.sources.keys().next().cloned().unwrap_or_default();
+                acc.contributions.push((key, contribution));
+                for (name, s) in &c.sources {
+                    acc.sources.entry(name.clone()).or_insert(*s);
+                }
+            }
+        }
+        let mut fused: Vec<Candidate> = by_id
+            .into_values()
+            .map(|mut acc| {
+                acc.contributions.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)));
+                let score = acc.contributions.iter().map(|c| c.1).sum();
+                Candidate { chunk: acc.chunk, score, sources: acc.sources }
+            })
+            .collect();
+        sort_ranked(&mut fused, |c| (c.score, c.chunk.id.as_str()));
+        fused.truncate(top_k);
+        fused
     }
 
     fn method(method: FusionMethod, adaptive: f32) -> FusionConfig {
@@ -473,6 +586,17 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn fuse_agrees_bit_for_bit_with_the_first_implementation(lists in arb_lists(), config in arb_config(), k in 0usize..60) {
+            let got = fuse(&lists, &config, k);
+            let want = reference_fuse(&lists, &config, k);
+            prop_assert_eq!(got.len(), want.len());
+            for (g, w) in got.iter().zip(&want) {
+                prop_assert_eq!(g.score.to_bits(), w.score.to_bits());
+                prop_assert_eq!(g, w);
+            }
+        }
+
         #[test]
         fn fusion_is_invariant_to_the_order_of_inputs(lists in arb_lists(), config in arb_config(), seed in any::<u64>()) {
             prop_assert_eq!(fuse(&lists, &config, 20), fuse(&permuted(&lists, seed), &config, 20));

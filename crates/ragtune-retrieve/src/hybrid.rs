@@ -6,7 +6,7 @@ use std::time::Instant;
 use async_trait::async_trait;
 use ragtune_core::{Candidate, Ctx, Error, Query, Result, Retriever, TraceEvent, TraceSink};
 
-use crate::fusion::{FusionConfig, fuse, fusion_weights};
+use crate::fusion::{FusionConfig, fuse_weighted, fusion_weights};
 use crate::validate_all;
 
 /// Hybrid retrieval settings: how lists are fused and how deep each is.
@@ -121,16 +121,16 @@ impl Retriever for HybridRetriever {
             .map(|(i, q)| {
                 let lists: Vec<(f32, &[Candidate])> =
                     per_input.iter().map(|(w, lists)| (*w, lists.get(i).map_or(&[][..], Vec::as_slice))).collect();
+                let w = fusion_weights(&lists, &self.config.fusion);
                 if self.config.fusion.adaptive > 0.0 {
-                    let w = fusion_weights(&lists, &self.config.fusion);
                     let named: serde_json::Map<String, serde_json::Value> = active
                         .iter()
-                        .zip(w)
-                        .map(|(f, w)| (f.retriever.name().to_owned(), f64::from(w).into()))
+                        .zip(&w)
+                        .map(|(f, w)| (f.retriever.name().to_owned(), f64::from(*w).into()))
                         .collect();
                     adaptive.push(named.into());
                 }
-                fuse(&lists, &self.config.fusion, q.top_k)
+                fuse_weighted(&lists, &w, &self.config.fusion, q.top_k)
             })
             .collect();
         // Texts only for what is kept: each candidate's from the first list that has it.
@@ -156,7 +156,7 @@ impl Retriever for HybridRetriever {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::FusionMethod;
+    use crate::{FusionMethod, fuse};
     use ragtune_core::TraceSink;
     use ragtune_testkit::fakes::StaticRetriever;
 
