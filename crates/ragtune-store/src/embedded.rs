@@ -709,6 +709,11 @@ impl Inner {
     }
 }
 
+/// `get` reads at most this many chunks on the caller's thread, when the index lock is free: a few page reads and
+/// decodes, tens of microseconds, less than the round trip to the blocking pool (hybrid retrieval's fill of the fused
+/// top k is the caller this is for). More ids, or a writer holding the lock, go to the blocking pool.
+const INLINE_READS: usize = 32;
+
 /// Runs blocking store work off the async executor when there is one.
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
     match tokio::runtime::Handle::try_current() {
@@ -738,6 +743,11 @@ impl VectorStore for EmbeddedStore {
     }
 
     async fn get(&self, _ctx: &Ctx, ids: &[String]) -> Result<Vec<Option<Chunk>>> {
+        if ids.len() <= INLINE_READS
+            && let Ok(_state) = self.inner.state.try_read()
+        {
+            return self.inner.fetch(ids);
+        }
         let (inner, ids) = (self.inner.clone(), ids.to_vec());
         blocking(move || {
             // Hold the read lock so a concurrent write is seen whole or not at all.
