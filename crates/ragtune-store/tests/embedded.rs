@@ -312,3 +312,41 @@ async fn span_vectors_are_kept_with_their_chunk_replaced_with_it_and_checked() {
     assert_eq!(store.upsert(&ctx, vec![bad]).await.unwrap_err().kind(), ErrorKind::Mismatch);
     assert_eq!(store.stats(&ctx).await.unwrap().chunks, 2);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_reads_the_same_inline_and_through_the_pool_while_writes_go_on() {
+    // Up to 32 ids are read on the caller's thread when the index lock is free, more on the blocking pool: both
+    // must give every stored chunk, `None` for a missing id, in the order asked, while a writer adds documents.
+    let dir = tempfile::tempdir().unwrap();
+    let ctx = Ctx::new();
+    let store = std::sync::Arc::new(EmbeddedStore::open(dir.path()).unwrap());
+    store.ensure_spaces(&ctx, Some(&dense_spec()), Some(&sparse_spec())).await.unwrap();
+    let first: Vec<Record> = (0..40).map(|i| record(&format!("d{i}#0"), &format!("d{i}"), &[1], [1.0, 0.0])).collect();
+    store.upsert(&ctx, first).await.unwrap();
+    let writer = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            for i in 40..80 {
+                let r = record(&format!("d{i}#0"), &format!("d{i}"), &[2], [0.0, 1.0]);
+                store.upsert(&Ctx::new(), vec![r]).await.unwrap();
+            }
+        })
+    };
+    for round in 0..20 {
+        for n in [3_usize, 32, 33, 40] {
+            let mut ids: Vec<String> = (0..n).rev().map(|i| format!("d{i}#0")).collect();
+            ids.push("missing#0".into());
+            let got = store.get(&ctx, &ids).await.unwrap();
+            assert_eq!(got.len(), ids.len(), "round {round}, {n} ids");
+            for (id, chunk) in ids.iter().zip(&got) {
+                match chunk {
+                    Some(c) => assert_eq!((&c.id, c.text.as_str()), (id, format!("text of {id}").as_str())),
+                    None => assert_eq!(id, "missing#0", "round {round}, {n} ids: {id} not found"),
+                }
+            }
+        }
+    }
+    writer.await.unwrap();
+    let all: Vec<String> = (0..80).map(|i| format!("d{i}#0")).collect();
+    assert!(store.get(&ctx, &all).await.unwrap().iter().all(Option::is_some));
+}
