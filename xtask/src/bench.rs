@@ -226,7 +226,9 @@ struct Row {
     after: String,
 }
 
-/// The median of `values` (the mean of the middle two for an even count); NaN for none.
+/// The median of `values` (the mean of the middle two for an even count); NaN for none. The same definition as
+/// `ragtune_evaluators::metrics::percentile(_, 50.0)` and `benches::median`, which xtask does not build (ADR 0007:
+/// xtask reaches the engine only through its binaries).
 fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
     match values.len() {
@@ -245,7 +247,8 @@ fn figure(v: &serde_json::Value, key: &str, pick: Option<&str>) -> f64 {
 fn print_row(setting: &str, row: &Row) {
     println!("\n{setting}  (load average before {}, after {})", row.before, row.after);
     println!("  {:<30} {:>12} {:>12} {:>8}", "", "ragtune", "peer", "ratio");
-    // The median of each side over the rounds, and of the per-round ratios (`rust_over_peer`: throughput).
+    // The ratio of the two sides' medians over the rounds, and the range of the per-round ratios
+    // (`rust_over_peer`: a throughput, else a latency).
     let line = |label: &str, unit: &str, rk: &str, pk: &str, pick: Option<&str>, rust_over_peer: bool| {
         let r = median(row.pairs.iter().map(|(r, _)| figure(r, rk, pick)).collect());
         let p = median(row.pairs.iter().map(|(_, p)| figure(p, pk, pick)).collect());

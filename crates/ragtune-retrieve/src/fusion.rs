@@ -304,12 +304,10 @@ pub fn fuse_weighted<L: AsRef<[Candidate]>>(
     });
     let mut scored: Vec<(f32, &str, usize)> = Vec::with_capacity(slots.len());
     for group in order.chunk_by(|&a, &b| entries[a].slot == entries[b].slot) {
-        let first = &entries[group[0]];
-        debug_assert!(group.iter().all(|&e| entries[e].slot == first.slot));
         let score: f32 = group.iter().map(|&e| entries[e].value).sum();
         // The slot's first entry in list order (the sort above reordered only `order`).
-        let first_entry = group.iter().copied().min().unwrap_or(group[0]);
-        scored.push((score, first.candidate.chunk.id.as_str(), first_entry));
+        let first = group.iter().copied().min().unwrap_or(group[0]);
+        scored.push((score, entries[first].candidate.chunk.id.as_str(), first));
     }
     sort_ranked(&mut scored, |s| (s.0, s.1));
     scored.truncate(top_k);
@@ -372,14 +370,8 @@ mod tests {
         assert_eq!(got, expect, "\ngot:\n{got}\nexpected:\n{expect}");
     }
 
-    /// The first implementation of [`fuse`], which cloned every candidate: the optimised one must agree with it bit
-    /// for bit.
-    // Fuses ranked lists; `lists` holds `(weight, candidates in rank order)`, the candidates owned or borrowed.
-    //
-    // A list of weight 0 is ignored. Each candidate's score is the sum of its contributions (see [`FusionMethod`]),
-    // added in a canonical order (by strategy name, then value), so the result is the same for any order of `lists`.
-    // Each list's ranks are its positions (1-based); duplicates within a list count once, at their first position.
-    // The scores a score-based method reads are the candidates' `score`s (the producing retriever's).
+    /// The first implementation of [`fuse`], which cloned every candidate into a map by id: the one that builds only
+    /// the kept top k must agree with it bit for bit.
     fn reference_fuse<L: AsRef<[Candidate]>>(
         lists: &[(f32, L)],
         config: &FusionConfig,
