@@ -1,9 +1,11 @@
-//! ONNX models through fastembed: the dense [`FastEmbedder`] and the [`CrossEncoderReranker`].
+//! ONNX models: the dense [`FastEmbedder`] and the [`CrossEncoderReranker`].
 //!
 //! ONNX Runtime is loaded from a file (`ort`'s load-dynamic mode; the library comes from a PyPI wheel that
 //! `ragtune-provision` fetches) into the one environment a process may have, created by
-//! [`init_onnx_runtime`] and shared by every model. Inference is CPU-bound and fastembed's models need `&mut`, so
-//! never runs on an async worker: the embedder's sessions are each owned by a thread of their own (`Workers`),
+//! [`init_onnx_runtime`] and shared by every model. fastembed loads the models' tokenizers and runs the
+//! cross-encoder; the embedder runs its own `ort` sessions of a provisioned model on its own encodings (each text is
+//! tokenised once), with the vectors fastembed would give. Inference is CPU-bound and a session runs with `&mut`, so
+//! it never runs on an async worker: the embedder's sessions are each owned by a thread of their own (`Workers`),
 //! which runs the jobs queued to it (a job goes to the least busy session), and the cross-encoder sits behind a mutex
 //! on Tokio's blocking pool.
 
@@ -12,11 +14,16 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use async_trait::async_trait;
+#[cfg(feature = "online")]
+use fastembed::OutputKey;
 use fastembed::{
-    InitOptionsUserDefined, OutputKey, Pooling, RerankInitOptionsUserDefined, TextEmbedding, TextRerank,
-    TokenizerFiles, UserDefinedEmbeddingModel, UserDefinedRerankingModel,
+    InitOptionsUserDefined, Pooling, RerankInitOptionsUserDefined, TextEmbedding, TextRerank, TokenizerFiles,
+    UserDefinedEmbeddingModel, UserDefinedRerankingModel,
 };
 use ort::environment::Environment;
+use ort::session::Session;
+use ort::session::builder::GraphOptimizationLevel;
+use ort::value::TensorRef;
 use ragtune_core::{
     Candidate, Cost, CostModel, Ctx, Distance, Embedder, EmbeddingSpec, Error, Reranker, Result, SpanEmbeddings,
     TextRole, TraceEvent,
@@ -39,11 +46,15 @@ pub fn onnx_runtime_loaded() -> bool {
 /// [`Unavailable`](ragtune_core::ErrorKind::Unavailable) when the file does not exist (always checked, even when a
 /// runtime is loaded already) or is not a usable ONNX Runtime (too old for API 24, wrong platform); never a panic.
 pub fn init_onnx_runtime(library: &Path) -> Result<()> {
-    environment(library).map(drop)
+    onnx_runtime_environment(library).map(drop)
 }
 
-/// The process's ONNX Runtime environment, created from `library` on first use.
-fn environment(library: &Path) -> Result<Environment> {
+/// The process's one ONNX Runtime environment, created from `library` on first use (see [`init_onnx_runtime`]),
+/// for code that loads sessions of its own beside ragtune's models: a second environment cannot be created.
+///
+/// # Errors
+/// As [`init_onnx_runtime`].
+pub fn onnx_runtime_environment(library: &Path) -> Result<Environment> {
     if !library.is_file() {
         return Err(Error::unavailable(format!(
             "ONNX Runtime is not at {}: run `cargo xtask models` to provision it",
@@ -262,70 +273,87 @@ impl FastEmbedder {
     /// unknown named model.
     pub fn new(config: FastEmbedderConfig) -> Result<Self> {
         check_sizes(config.max_length, config.batch_size, config.intra_threads)?;
-        let env = environment(&config.ort_library)?;
-        let load = |threads: usize| -> Result<(TextEmbedding, Option<usize>)> {
-            Ok(match &config.model {
-                ModelSource::LocalDir(dir) => {
-                    let hidden_size = read_hidden_size(dir)?;
-                    let model = UserDefinedEmbeddingModel::new(read(&dir.join("model.onnx"))?, tokenizer_files(dir)?)
-                        .with_pooling(Pooling::Mean);
-                    let options = spinning(
-                        InitOptionsUserDefined::new()
-                            .with_max_length(config.max_length)
-                            .with_intra_threads(threads)
-                            .with_environment(env.clone()),
-                        threads,
-                        config.spinning,
-                    );
-                    let model = TextEmbedding::try_new_from_user_defined(model, options)
-                        .map_err(model_err(&format!("cannot load the embedding model in {}", dir.display())))?;
-                    (model, hidden_size)
-                }
-                #[cfg(feature = "online")]
-                ModelSource::Named { name, cache_dir } => {
-                    let info = TextEmbedding::list_supported_models()
-                        .into_iter()
-                        .find(|m| {
-                            m.model_code.eq_ignore_ascii_case(name)
-                                || format!("{:?}", m.model).eq_ignore_ascii_case(name)
-                        })
-                        .ok_or_else(|| {
-                            Error::invalid_input(format!("fastembed has no embedding model named `{name}`"))
-                        })?;
-                    let options = fastembed::TextInitOptions::new(info.model.clone())
-                        .with_max_length(config.max_length)
-                        .with_intra_threads(threads)
-                        .with_cache_dir(cache_dir.clone())
-                        .with_show_download_progress(false)
-                        .with_environment(env.clone());
-                    let model = TextEmbedding::try_new(options)
-                        .map_err(model_err(&format!("cannot load the embedding model `{name}` from the hub")))?;
-                    (model, Some(info.dim))
-                }
-            })
+        let env = onnx_runtime_environment(&config.ort_library)?;
+        // fastembed loads the model once, with one thread: its tokenizer (truncation at `max_length`, the model's
+        // padding and special tokens) is the one ragtune encodes with, and its vector of a probe text gives the
+        // dimension and checks the sessions below, which run on ragtune's own encodings.
+        let (mut reference, hidden_size, source) = match &config.model {
+            ModelSource::LocalDir(dir) => {
+                let hidden_size = read_hidden_size(dir)?;
+                let graph = read(&dir.join("model.onnx"))?;
+                let model =
+                    UserDefinedEmbeddingModel::new(graph.clone(), tokenizer_files(dir)?).with_pooling(Pooling::Mean);
+                let options = InitOptionsUserDefined::new()
+                    .with_max_length(config.max_length)
+                    .with_intra_threads(1)
+                    .with_environment(env.clone());
+                let reference = TextEmbedding::try_new_from_user_defined(model, options)
+                    .map_err(model_err(&format!("cannot load the embedding model in {}", dir.display())))?;
+                (reference, hidden_size, Source::Graph(graph))
+            }
+            #[cfg(feature = "online")]
+            ModelSource::Named { name, cache_dir } => {
+                let info = TextEmbedding::list_supported_models()
+                    .into_iter()
+                    .find(|m| {
+                        m.model_code.eq_ignore_ascii_case(name) || format!("{:?}", m.model).eq_ignore_ascii_case(name)
+                    })
+                    .ok_or_else(|| Error::invalid_input(format!("fastembed has no embedding model named `{name}`")))?;
+                let reference = TextEmbedding::try_new(hub_options(&info.model, cache_dir, &config, 1, &env))
+                    .map_err(model_err(&format!("cannot load the embedding model `{name}` from the hub")))?;
+                (reference, Some(info.dim), Source::Hub(info.model, cache_dir.clone()))
+            }
         };
-        let (mut model, hidden_size) = load(config.intra_threads)?;
-        // The dimension is what the model outputs, checked against its configuration where there is one.
-        let probe = model
+        let probe = reference
             .embed(["dimension probe"], None)
-            .map_err(model_err(&format!("the embedding model in {} cannot run", config.model.describe())))?;
-        let dim = probe.first().map_or(0, Vec::len);
+            .map_err(model_err(&format!("the embedding model in {} cannot run", config.model.describe())))?
+            .pop()
+            .unwrap_or_default();
+        let dim = probe.len();
         if dim == 0 || hidden_size.is_some_and(|h| h != dim) {
             return Err(Error::corrupt(format!(
                 "the embedding model in {} outputs {dim} values per text, its configuration says {hidden_size:?}",
                 config.model.describe()
             )));
         }
-        let tokenizer = Arc::new(model.tokenizer.clone());
+        let pad_id = reference.tokenizer.get_padding().map_or(0, |p| p.pad_id);
+        let mut tokenizer = reference.tokenizer.clone();
+        // Texts are encoded unpadded, once; a batch is padded to its own longest text when it runs.
+        tokenizer.with_padding(None);
+        drop(reference);
+        let load = |threads: usize| -> Result<Model> {
+            match &source {
+                Source::Graph(graph) => Ok(Model::Direct(Direct::load(&env, graph, threads, config.spinning, pad_id)?)),
+                #[cfg(feature = "online")]
+                Source::Hub(model, cache_dir) => {
+                    TextEmbedding::try_new(hub_options(model, cache_dir, &config, threads, &env))
+                        .map(|m| Model::Fastembed(Box::new(m), TextEmbedding::get_default_pooling_method(model)))
+                        .map_err(model_err("cannot load the embedding model from the hub"))
+                }
+            }
+        };
+        let mut first = load(config.intra_threads)?;
+        let probed = {
+            let encodings = encode(&tokenizer, &["dimension probe".to_owned()])?;
+            first.embed(&["dimension probe"], &[&encodings[0]])?.pop().unwrap_or_default()
+        };
+        let agreement = probed.iter().zip(&probe).map(|(a, b)| a * b).sum::<f32>();
+        if probed.len() != dim || !agreement.is_finite() || agreement <= 0.9999 {
+            return Err(Error::corrupt(format!(
+                "the embedding model in {} gives another vector on ragtune's encodings than through fastembed \
+                 (cosine {agreement})",
+                config.model.describe()
+            )));
+        }
+        let tokenizer = Arc::new(tokenizer);
         let spec =
             EmbeddingSpec { model_id: config.model_id.clone(), dim, normalized: true, distance: Distance::Cosine };
-        let mut models = vec![model];
+        let mut models = vec![first];
         for _ in 1..config.session_count() {
-            models.push(load(config.intra_threads)?.0);
+            models.push(load(config.intra_threads)?);
         }
         let lone = config.lone_thread_count();
-        let wide =
-            if lone > config.intra_threads { Some(Arc::new(Workers::start(vec![load(lone)?.0])?)) } else { None };
+        let wide = if lone > config.intra_threads { Some(Arc::new(Workers::start(vec![load(lone)?])?)) } else { None };
         let workers = Arc::new(Workers::start(models)?);
         Ok(Self { workers, wide, flights: Arc::new(Flights::new()), tokenizer, spec, config })
     }
@@ -337,8 +365,8 @@ impl FastEmbedder {
     }
 }
 
-/// How the intra-op threads of a session with more than one wait: spinning during a run and stopped when it ends
-/// when `spin`, else asleep.
+/// The session option that says how the intra-op threads of a session with more than one wait: spinning during a
+/// run and stopped when it ends when `spin`, else asleep.
 ///
 /// ONNX Runtime's worker threads spin after each parallel section, waiting for more work, and by default go on
 /// spinning for a while after the run. A session of one thread has no workers (the calling thread computes), but
@@ -346,11 +374,274 @@ impl FastEmbedder {
 /// sessions of the queries that follow need: `session.force_spinning_stop` stops them when the run returns.
 /// Spinning during the run is what makes a lone query fast on several threads: a sleeping worker is woken for every
 /// parallel section.
-fn spinning(options: InitOptionsUserDefined, threads: usize, spin: bool) -> InitOptionsUserDefined {
+fn spinning(threads: usize, spin: bool) -> Option<(&'static str, &'static str)> {
     match (threads > 1, spin) {
-        (false, _) => options,
-        (true, true) => options.with_session_config("session.force_spinning_stop", "1"),
-        (true, false) => options.with_session_config("session.intra_op.allow_spinning", "0"),
+        (false, _) => None,
+        (true, true) => Some(("session.force_spinning_stop", "1")),
+        (true, false) => Some(("session.intra_op.allow_spinning", "0")),
+    }
+}
+
+/// fastembed's options for a hub model with `threads` intra-op threads.
+#[cfg(feature = "online")]
+fn hub_options(
+    model: &fastembed::EmbeddingModel,
+    cache_dir: &Path,
+    config: &FastEmbedderConfig,
+    threads: usize,
+    env: &Environment,
+) -> fastembed::TextInitOptions {
+    fastembed::TextInitOptions::new(model.clone())
+        .with_max_length(config.max_length)
+        .with_intra_threads(threads)
+        .with_cache_dir(cache_dir.to_path_buf())
+        .with_show_download_progress(false)
+        .with_environment(env.clone())
+}
+
+/// Where the sessions come from.
+enum Source {
+    /// A provisioned `model.onnx`: ragtune's own sessions of it.
+    Graph(Vec<u8>),
+    /// A hub model: fastembed's sessions (its pooling may not be the mean).
+    #[cfg(feature = "online")]
+    Hub(fastembed::EmbeddingModel, PathBuf),
+}
+
+/// One session of the embedding model.
+enum Model {
+    /// A provisioned model run on ragtune's encodings.
+    Direct(Direct),
+    /// A hub model run by fastembed, which tokenises the texts again, and its pooling.
+    #[cfg(feature = "online")]
+    Fastembed(Box<TextEmbedding>, Option<Pooling>),
+}
+
+impl Model {
+    /// The normalised vector of each text of one batch (`texts` and their `encodings`, in the same order).
+    fn embed(&mut self, texts: &[&str], encodings: &[&tokenizers::Encoding]) -> Result<Vec<Vec<f32>>> {
+        match self {
+            Self::Direct(model) => {
+                let _ = texts;
+                model.run(encodings, |tokens| Ok((0..tokens.rows).map(|b| tokens.mean(b)).collect()))
+            }
+            #[cfg(feature = "online")]
+            Self::Fastembed(model, _) => model.embed(texts, Some(texts.len())).map_err(model_err("embedding failed")),
+        }
+    }
+
+    /// Each text's vector, as [`Model::embed`] gives it, and its spans' vectors (see [`Tokens::span_means`]), from
+    /// one forward pass.
+    fn embed_with_spans(
+        &mut self,
+        texts: &[&str],
+        encodings: &[&tokenizers::Encoding],
+        spans: &[&[(usize, usize)]],
+    ) -> Result<Vec<Pooled>> {
+        match self {
+            Self::Direct(model) => {
+                let _ = texts;
+                model.run(encodings, |tokens| {
+                    Ok((0..tokens.rows)
+                        .map(|b| (tokens.mean(b), tokens.span_means(b, encodings[b], spans[b])))
+                        .collect())
+                })
+            }
+            #[cfg(feature = "online")]
+            Self::Fastembed(model, pooling) => {
+                let precedence: &[OutputKey] = &[OutputKey::OnlyOne, OutputKey::ByName("last_hidden_state")];
+                let output = model.transform(texts, Some(texts.len())).map_err(model_err("embedding failed"))?;
+                let mut out = Vec::with_capacity(texts.len());
+                for batch in output.into_raw() {
+                    let pooled =
+                        batch.select_and_pool_output(&precedence, pooling.clone()).map_err(model_err("pooling"))?;
+                    let tokens = batch.select_output(&precedence).map_err(model_err("reading token vectors"))?;
+                    let flat = tokens.as_standard_layout();
+                    let flat =
+                        flat.as_slice().ok_or_else(|| Error::corrupt("the model's token output is not contiguous"))?;
+                    let mask: Vec<i64> = batch.attention_mask_array.iter().copied().collect();
+                    let tokens = Tokens::new(flat, tokens.shape(), &mask)?;
+                    for (b, row) in pooled.rows().into_iter().enumerate() {
+                        let i = out.len();
+                        let (Some(encoding), Some(text_spans)) = (encodings.get(i), spans.get(i)) else {
+                            return Err(Error::corrupt("the model returned more rows than texts"));
+                        };
+                        if b >= tokens.rows {
+                            return Err(Error::corrupt("the pooled output has more rows than the token output"));
+                        }
+                        out.push((
+                            fastembed_normalize(row.iter().copied()),
+                            tokens.span_means(b, encoding, text_spans),
+                        ));
+                    }
+                }
+                Ok(out)
+            }
+        }
+    }
+}
+
+/// A session of a provisioned model, run on ragtune's own encodings: each text is tokenised once, by the caller
+/// (to count tokens and to batch texts of similar length), and that encoding is what the model reads, padded to its
+/// batch's longest. fastembed's `embed` would tokenise every text a second time; the vectors are the bits it gives
+/// (the same mean pooling over the same output, the same normalisation; checked at load and in the tests).
+struct Direct {
+    session: Session,
+    /// Whether the graph takes `token_type_ids`.
+    type_ids: bool,
+    /// The output holding the token vectors: the only one, or `last_hidden_state`.
+    output: usize,
+    /// The padding token's id.
+    pad_id: i64,
+}
+
+impl Direct {
+    /// A session of `graph` with `threads` intra-op threads, graph optimisations on (as fastembed sets them).
+    fn load(env: &Environment, graph: &[u8], threads: usize, spin: bool, pad_id: u32) -> Result<Self> {
+        let fail = |e: &dyn std::fmt::Display| Error::unavailable(format!("cannot load the embedding model: {e}"));
+        let mut builder = Session::builder(env)
+            .map_err(|e| fail(&e))?
+            .with_optimization_level(GraphOptimizationLevel::Level3)
+            .map_err(|e| fail(&e))?
+            .with_intra_threads(threads)
+            .map_err(|e| fail(&e))?;
+        if let Some((key, value)) = spinning(threads, spin) {
+            builder = builder.with_config_entry(key, value).map_err(|e| fail(&e))?;
+        }
+        let session = builder.commit_from_memory(graph).map_err(|e| fail(&e))?;
+        let type_ids = session.inputs().iter().any(|i| i.name() == "token_type_ids");
+        let outputs: Vec<&str> = session.outputs().iter().map(|o| o.name()).collect();
+        let output = match outputs.len() {
+            1 => 0,
+            _ => outputs.iter().position(|&o| o == "last_hidden_state").ok_or_else(|| {
+                Error::unavailable(format!(
+                    "the embedding model's outputs are {outputs:?}: ragtune pools its only output or `last_hidden_state`"
+                ))
+            })?,
+        };
+        Ok(Self { session, type_ids, output, pad_id: i64::from(pad_id) })
+    }
+
+    /// Runs one batch, each encoding padded to the longest, and gives the token output to `read`.
+    fn run<R>(&mut self, encodings: &[&tokenizers::Encoding], read: impl FnOnce(Tokens<'_>) -> Result<R>) -> Result<R> {
+        let (rows, seq) = (encodings.len(), encodings.iter().map(|e| e.len()).max().unwrap_or(0));
+        let (mut ids, mut mask, mut types) =
+            (vec![self.pad_id; rows * seq], vec![0i64; rows * seq], vec![0i64; rows * seq]);
+        for (b, e) in encodings.iter().enumerate() {
+            let at = b * seq;
+            for (t, ((&id, &m), &ty)) in
+                e.get_ids().iter().zip(e.get_attention_mask()).zip(e.get_type_ids()).enumerate()
+            {
+                (ids[at + t], mask[at + t], types[at + t]) = (i64::from(id), i64::from(m), i64::from(ty));
+            }
+        }
+        let fail = |e: ort::Error| Error::unavailable(format!("embedding failed: {e}"));
+        let shape = [rows, seq];
+        let mut inputs = ort::inputs![
+            "input_ids" => TensorRef::from_array_view((shape, ids.as_slice())).map_err(fail)?,
+            "attention_mask" => TensorRef::from_array_view((shape, mask.as_slice())).map_err(fail)?,
+        ];
+        if self.type_ids {
+            inputs.push((
+                "token_type_ids".into(),
+                TensorRef::from_array_view((shape, types.as_slice())).map_err(fail)?.into(),
+            ));
+        }
+        let outputs = self.session.run(inputs).map_err(fail)?;
+        let (dims, flat) = outputs[self.output].try_extract_tensor::<f32>().map_err(fail)?;
+        let tokens =
+            Tokens::new(flat, &dims.iter().map(|&d| usize::try_from(d).unwrap_or(0)).collect::<Vec<_>>(), &mask)?;
+        if tokens.rows != rows || tokens.seq != seq {
+            return Err(Error::corrupt(format!(
+                "the model returned token vectors of shape {dims:?} for a batch of {rows} texts of {seq} tokens"
+            )));
+        }
+        read(tokens)
+    }
+}
+
+/// A batch's token vectors as the model outputs them (`rows` × `seq` × `dim`, row-major) and the attention mask
+/// it ran with (`rows` × `seq`).
+struct Tokens<'a> {
+    flat: &'a [f32],
+    mask: &'a [i64],
+    rows: usize,
+    seq: usize,
+    dim: usize,
+}
+
+impl<'a> Tokens<'a> {
+    fn new(flat: &'a [f32], shape: &[usize], mask: &'a [i64]) -> Result<Self> {
+        let [rows, seq, dim] = shape[..] else {
+            return Err(Error::corrupt(format!(
+                "the model's token output has shape {shape:?}, not [batch, tokens, dim]"
+            )));
+        };
+        if flat.len() != rows * seq * dim || mask.len() != rows * seq {
+            return Err(Error::corrupt(format!(
+                "the model's token output has {} values and {} mask values for shape {shape:?}",
+                flat.len(),
+                mask.len()
+            )));
+        }
+        Ok(Self { flat, mask, rows, seq, dim })
+    }
+
+    /// Row `b`'s vector: the mean of its token vectors under the attention mask, normalised, exactly as fastembed
+    /// computes it (each token vector times its mask value, summed in token order; divided by the mask's sum, or
+    /// by 1 when that is 0), so a vector has the bits `TextEmbedding::embed` gives.
+    fn mean(&self, b: usize) -> Vec<f32> {
+        let mut sum = vec![0.0f32; self.dim];
+        let mut count = 0.0f32;
+        for t in 0..self.seq {
+            #[allow(clippy::cast_precision_loss)]
+            let m = self.mask[b * self.seq + t] as f32;
+            let at = (b * self.seq + t) * self.dim;
+            for (acc, x) in sum.iter_mut().zip(&self.flat[at..at + self.dim]) {
+                *acc += m * x;
+            }
+            count += m;
+        }
+        let count = if count == 0.0 { 1.0 } else { count };
+        fastembed_normalize(sum.into_iter().map(|x| x / count))
+    }
+
+    /// The vectors of row `b`'s spans (byte ranges of its text): the normalised mean of the token vectors whose
+    /// byte offsets overlap the span (special and padding tokens excluded), `None` when the span has no such token
+    /// or truncation cut any of it.
+    fn span_means(&self, b: usize, encoding: &tokenizers::Encoding, spans: &[(usize, usize)]) -> Vec<Option<Vec<f32>>> {
+        let offsets = encoding.get_offsets();
+        let special = encoding.get_special_tokens_mask();
+        let mask = encoding.get_attention_mask();
+        // Where the model's view of a truncated text ends: a span reaching past it was seen in part only, and gets
+        // no vector rather than one of its first words (the caller may run the rest of the text).
+        let seen_end = if encoding.get_overflowing().is_empty() {
+            usize::MAX
+        } else {
+            offsets.iter().zip(special).filter(|(_, s)| **s == 0).map(|(o, _)| o.1).max().unwrap_or(0)
+        };
+        spans
+            .iter()
+            .map(|&(start, end)| {
+                if end > seen_end {
+                    return None;
+                }
+                let mut sum = vec![0.0f32; self.dim];
+                let mut count = 0usize;
+                for (t, &(a, z)) in offsets.iter().enumerate().take(self.seq) {
+                    if special.get(t) != Some(&0) || mask.get(t) != Some(&1) || a >= end || z <= start {
+                        continue;
+                    }
+                    let at = (b * self.seq + t) * self.dim;
+                    for (acc, x) in sum.iter_mut().zip(&self.flat[at..at + self.dim]) {
+                        *acc += x;
+                    }
+                    count += 1;
+                }
+                #[allow(clippy::cast_precision_loss)]
+                (count > 0).then(|| fastembed_normalize(sum.into_iter().map(|x| x / count as f32)))
+            })
+            .collect()
     }
 }
 
@@ -388,9 +679,10 @@ impl Embedder for FastEmbedder {
             return Ok(Vec::new());
         }
         let started = Instant::now();
-        let run = |model: &mut TextEmbedding, ids: &[usize], texts: &[String], _: &[tokenizers::Encoding]| {
+        let run = |model: &mut Model, ids: &[usize], texts: &[String], encodings: &[tokenizers::Encoding]| {
             let part: Vec<&str> = ids.iter().map(|&i| texts[i].as_str()).collect();
-            model.embed(&part, Some(part.len())).map_err(model_err("embedding failed"))
+            let enc: Vec<&tokenizers::Encoding> = ids.iter().map(|&i| &encodings[i]).collect();
+            model.embed(&part, &enc)
         };
         let (mut vectors, count, batches) = self.call(ctx, texts, run).await?;
         self.check_vectors(&mut vectors, texts.len())?;
@@ -413,13 +705,12 @@ impl Embedder for FastEmbedder {
         }
         let started = Instant::now();
         let spans = spans.to_vec();
-        let run =
-            move |model: &mut TextEmbedding, ids: &[usize], texts: &[String], encodings: &[tokenizers::Encoding]| {
-                let part: Vec<&str> = ids.iter().map(|&i| texts[i].as_str()).collect();
-                let enc: Vec<&tokenizers::Encoding> = ids.iter().map(|&i| &encodings[i]).collect();
-                let sp: Vec<&[(usize, usize)]> = ids.iter().map(|&i| spans[i].as_slice()).collect();
-                pool_with_spans(model, &part, &enc, &sp)
-            };
+        let run = move |model: &mut Model, ids: &[usize], texts: &[String], encodings: &[tokenizers::Encoding]| {
+            let part: Vec<&str> = ids.iter().map(|&i| texts[i].as_str()).collect();
+            let enc: Vec<&tokenizers::Encoding> = ids.iter().map(|&i| &encodings[i]).collect();
+            let sp: Vec<&[(usize, usize)]> = ids.iter().map(|&i| spans[i].as_slice()).collect();
+            model.embed_with_spans(&part, &enc, &sp)
+        };
         let (pooled, count, batches) = self.call(ctx, texts, run).await?;
         let (mut vectors, mut span_vectors): (Vec<Vec<f32>>, Vec<Vec<Option<Vec<f32>>>>) = pooled.into_iter().unzip();
         self.check_vectors(&mut vectors, texts.len())?;
@@ -445,10 +736,7 @@ impl FastEmbedder {
     async fn call<T, F>(&self, ctx: &Ctx, texts: &[&str], run: F) -> Result<(Vec<T>, TokenCount, u64)>
     where
         T: Send + 'static,
-        F: Fn(&mut TextEmbedding, &[usize], &[String], &[tokenizers::Encoding]) -> Result<Vec<T>>
-            + Send
-            + Sync
-            + 'static,
+        F: Fn(&mut Model, &[usize], &[String], &[tokenizers::Encoding]) -> Result<Vec<T>> + Send + Sync + 'static,
     {
         let owned: Vec<String> = texts.iter().map(|t| (*t).to_owned()).collect();
         let (workers, tokenizer, batch) = (self.workers.clone(), self.tokenizer.clone(), self.config.batch_size);
@@ -460,7 +748,7 @@ impl FastEmbedder {
             // One text (a query): tokenised and run by the chosen session's own thread, with no hop through the
             // blocking pool. Each session stays on its thread, so concurrent queries keep their caches.
             let (tx, rx) = tokio::sync::oneshot::channel();
-            wide.unwrap_or(workers).submit(Box::new(move |model: &mut TextEmbedding| {
+            wide.unwrap_or(workers).submit(Box::new(move |model: &mut Model| {
                 let mut one = || -> Result<(Vec<T>, TokenCount, u64)> {
                     cancel.check()?;
                     let encodings = encode(&tokenizer, &owned)?;
@@ -597,7 +885,7 @@ fn split(lengths: &[u64], batch: usize, sessions: usize) -> Vec<std::ops::Range<
 }
 
 /// One job for a session's thread: it gets the thread's model.
-type Job = Box<dyn FnOnce(&mut TextEmbedding) + Send>;
+type Job = Box<dyn FnOnce(&mut Model) + Send>;
 
 /// The session pool: one thread per session, each owning its model for good and running the jobs queued to it, so a
 /// session always runs on the same thread (a query's work stays in the caches of the core that thread runs on,
@@ -613,7 +901,7 @@ struct Workers {
 
 impl Workers {
     /// Starts one thread per model.
-    fn start(models: Vec<TextEmbedding>) -> Result<Self> {
+    fn start(models: Vec<Model>) -> Result<Self> {
         let pending: Arc<Vec<std::sync::atomic::AtomicUsize>> =
             Arc::new(models.iter().map(|_| std::sync::atomic::AtomicUsize::new(0)).collect());
         let mut queues = Vec::with_capacity(models.len());
@@ -684,7 +972,7 @@ impl Workers {
             let (tx, cancel, run, texts, encodings) =
                 (tx.clone(), cancel.clone(), run.clone(), texts.clone(), encodings.clone());
             let ids = ids.clone();
-            self.submit(Box::new(move |model: &mut TextEmbedding| {
+            self.submit(Box::new(move |model: &mut Model| {
                 let out = cancel
                     .check()
                     .and_then(|()| run(model, &ids, &texts, &encodings))
@@ -734,81 +1022,10 @@ fn in_input_order<T>(n: usize, parts: &[Vec<usize>], outs: Vec<Vec<T>>) -> Vec<T
 
 /// What runs one batch of inputs (their indexes) on a session, given every input's text and encoding, and returns
 /// one output per input.
-type BatchFn<T> =
-    dyn Fn(&mut TextEmbedding, &[usize], &[String], &[tokenizers::Encoding]) -> Result<Vec<T>> + Send + Sync;
+type BatchFn<T> = dyn Fn(&mut Model, &[usize], &[String], &[tokenizers::Encoding]) -> Result<Vec<T>> + Send + Sync;
 
 /// A text's vector and its spans' vectors (`None` for a span the model did not see).
 type Pooled = (Vec<f32>, Vec<Option<Vec<f32>>>);
-
-/// Mean-pools one batch's token vectors over each text and over each of its spans, from one forward pass: the
-/// text's vector exactly as [`TextEmbedding::embed`] computes it (the same pooling over the same output, then the
-/// same normalisation), and a span's from the tokens whose byte offsets overlap it (special and padding tokens
-/// excluded; `None` when truncation cut any of them).
-fn pool_with_spans(
-    model: &mut TextEmbedding,
-    texts: &[&str],
-    encodings: &[&tokenizers::Encoding],
-    spans: &[&[(usize, usize)]],
-) -> Result<Vec<Pooled>> {
-    let precedence: &[OutputKey] = &[OutputKey::OnlyOne, OutputKey::ByName("last_hidden_state")];
-    let output = model.transform(texts, Some(texts.len())).map_err(model_err("embedding failed"))?;
-    let mut out = Vec::with_capacity(texts.len());
-    for batch in output.into_raw() {
-        let pooled = batch.select_and_pool_output(&precedence, Some(Pooling::Mean)).map_err(model_err("pooling"))?;
-        let tokens = batch.select_output(&precedence).map_err(model_err("reading token vectors"))?;
-        let shape = tokens.shape().to_vec();
-        let [rows, seq, dim] = shape[..] else {
-            return Err(Error::corrupt(format!(
-                "the model's token output has shape {shape:?}, not [batch, tokens, dim]"
-            )));
-        };
-        let flat = tokens.as_standard_layout();
-        let flat = flat.as_slice().ok_or_else(|| Error::corrupt("the model's token output is not contiguous"))?;
-        for (b, row) in pooled.rows().into_iter().enumerate() {
-            let i = out.len();
-            let (Some(encoding), Some(text_spans)) = (encodings.get(i), spans.get(i)) else {
-                return Err(Error::corrupt("the model returned more rows than texts"));
-            };
-            if b >= rows {
-                return Err(Error::corrupt("the pooled output has more rows than the token output"));
-            }
-            let text_vector = fastembed_normalize(row.iter().copied());
-            let offsets = encoding.get_offsets();
-            let special = encoding.get_special_tokens_mask();
-            let mask = encoding.get_attention_mask();
-            // Where the model's view of a truncated text ends: a span reaching past it was seen in part only,
-            // and gets no vector rather than one of its first words (the caller may run the rest of the text).
-            let seen_end = if encoding.get_overflowing().is_empty() {
-                usize::MAX
-            } else {
-                offsets.iter().zip(special).filter(|(_, s)| **s == 0).map(|(o, _)| o.1).max().unwrap_or(0)
-            };
-            let span_vectors = text_spans
-                .iter()
-                .map(|&(start, end)| {
-                    if end > seen_end {
-                        return None;
-                    }
-                    let mut sum = vec![0.0f32; dim];
-                    let mut count = 0usize;
-                    for (t, &(a, z)) in offsets.iter().enumerate().take(seq) {
-                        if special.get(t) != Some(&0) || mask.get(t) != Some(&1) || a >= end || z <= start {
-                            continue;
-                        }
-                        let at = (b * seq + t) * dim;
-                        for (acc, x) in sum.iter_mut().zip(&flat[at..at + dim]) {
-                            *acc += x;
-                        }
-                        count += 1;
-                    }
-                    (count > 0).then(|| fastembed_normalize(sum.into_iter().map(|x| x / count as f32)))
-                })
-                .collect();
-            out.push((text_vector, span_vectors));
-        }
-    }
-    Ok(out)
-}
 
 /// fastembed's normalisation (divide by the f32 norm plus 1e-12), so a vector pooled here has the bits of one
 /// that `TextEmbedding::embed` returns.
@@ -939,7 +1156,7 @@ impl CrossEncoderReranker {
     /// As [`FastEmbedder::new`].
     pub fn new(config: CrossEncoderConfig) -> Result<Self> {
         check_sizes(config.max_length, config.batch_size, config.intra_threads)?;
-        let env = environment(&config.ort_library)?;
+        let env = onnx_runtime_environment(&config.ort_library)?;
         let model = match &config.model {
             ModelSource::LocalDir(dir) => {
                 let model = UserDefinedRerankingModel::new(read(&dir.join("model.onnx"))?, tokenizer_files(dir)?);

@@ -289,3 +289,47 @@ async fn a_session_pool_gives_the_same_vectors_in_the_same_order_alone_and_concu
         assert!(cosine(&v[0], &expected[i]) > 0.9999, "call {i}");
     }
 }
+
+/// The embedder runs the model on its own encodings (each text tokenised once, a batch padded to its longest): the
+/// vectors are the bits fastembed's `TextEmbedding::embed` gives for the same texts, alone and in batches with
+/// padding, after the embedder's own normalisation (in f64, which the embedder applies to every vector it returns).
+#[tokio::test]
+async fn vectors_are_the_bits_fastembed_gives() {
+    let Some(e) = embedder() else { return };
+    let Some(layout) = provisioned() else { return };
+    let dir = layout.minilm_dir();
+    let read = |f: &str| std::fs::read(dir.join(f)).unwrap();
+    let files = fastembed::TokenizerFiles {
+        tokenizer_file: read("tokenizer.json"),
+        config_file: read("config.json"),
+        special_tokens_map_file: read("special_tokens_map.json"),
+        tokenizer_config_file: read("tokenizer_config.json"),
+    };
+    let model =
+        fastembed::UserDefinedEmbeddingModel::new(read("model.onnx"), files).with_pooling(fastembed::Pooling::Mean);
+    let env = ragtune_embed::onnx_runtime_environment(&layout.onnxruntime_library()).unwrap();
+    let options =
+        fastembed::InitOptionsUserDefined::new().with_max_length(256).with_intra_threads(1).with_environment(env);
+    let mut reference = fastembed::TextEmbedding::try_new_from_user_defined(model, options).unwrap();
+    let mut reference = move |texts: &[&str]| -> Vec<Vec<f32>> {
+        let mut vectors = reference.embed(texts, Some(texts.len())).unwrap();
+        for v in &mut vectors {
+            let norm = v.iter().map(|&x| f64::from(x) * f64::from(x)).sum::<f64>().sqrt() as f32;
+            v.iter_mut().for_each(|x| *x /= norm);
+        }
+        vectors
+    };
+    let long = "A sentence that goes on for a while. ".repeat(60);
+    let texts =
+        ["Scurvy comes from a lack of vitamin C.", "short", "", long.as_str(), "ünïcödé — text, with punctuation!"];
+    // Every text alone (a query's path), then all five in one batch (padded to the 256-token one).
+    for text in texts {
+        let ours = e.embed(&Ctx::new(), &[text], TextRole::Query).await.unwrap();
+        assert_eq!(ours, reference(&[text]), "{text:?} alone");
+    }
+    let mut config = FastEmbedderConfig::new(layout.minilm_dir(), layout.onnxruntime_library());
+    (config.sessions, config.lone_threads) = (1, 1);
+    let single = FastEmbedder::new(config).unwrap();
+    let ours = single.embed(&Ctx::new(), &texts, TextRole::Passage).await.unwrap();
+    assert_eq!(ours, reference(&texts), "one batch");
+}

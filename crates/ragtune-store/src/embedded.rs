@@ -627,7 +627,29 @@ impl Inner {
     /// The hits of each request; with `text` false, their chunks come from the in-memory index, which holds every
     /// field but the text, and nothing is read from disk.
     fn search(&self, ctx: &Ctx, requests: &[SearchRequest], text: bool) -> Result<Vec<Vec<ScoredHit>>> {
-        let state = self.read();
+        self.search_in(&self.read(), ctx, requests, text)
+    }
+
+    /// Whether `requests` are cheap enough to run on the caller's thread (see [`INLINE_DENSE_WORK`]): dense
+    /// requests only, each an exact scan (no approximate index would answer it), with at most
+    /// [`INLINE_DENSE_WORK`] multiply-adds over all and, when their texts are read, at most [`INLINE_READS`] hits.
+    fn cheap(state: &State, requests: &[SearchRequest], text: bool) -> bool {
+        let exact = state.index.ann.as_ref().is_none_or(|ann| requests.iter().all(|r| r.top_k > ann.ef_search()));
+        let dim = state.dense_spec.as_ref().map_or(0, |s| s.dim) as u64;
+        let work = state.index.dense_count().saturating_mul(dim).saturating_mul(requests.len() as u64);
+        exact
+            && work <= INLINE_DENSE_WORK
+            && (!text || requests.iter().map(|r| r.top_k).sum::<usize>() <= INLINE_READS)
+            && requests.iter().all(|r| matches!(r.vector, VectorQuery::Dense(_)))
+    }
+
+    fn search_in(
+        &self,
+        state: &State,
+        ctx: &Ctx,
+        requests: &[SearchRequest],
+        text: bool,
+    ) -> Result<Vec<Vec<ScoredHit>>> {
         let mut out = Vec::with_capacity(requests.len());
         for req in requests {
             ctx.check()?;
@@ -724,6 +746,25 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'sta
     }
 }
 
+impl EmbeddedStore {
+    /// A search: on the caller's thread when it is cheap and the index lock is free, else on the blocking pool.
+    async fn search_with(&self, ctx: &Ctx, requests: &[SearchRequest], text: bool) -> Result<Vec<Vec<ScoredHit>>> {
+        if let Ok(state) = self.inner.state.try_read()
+            && Inner::cheap(&state, requests, text)
+        {
+            return self.inner.search_in(&state, ctx, requests, text);
+        }
+        let (inner, ctx, requests) = (self.inner.clone(), ctx.clone(), requests.to_vec());
+        blocking(move || inner.search(&ctx, &requests, text)).await
+    }
+}
+
+/// An exact dense search of at most this many multiply-adds (stored vectors × dimensions; 1,000 vectors of 384
+/// dimensions are 384,000) runs on the caller's thread when the index lock is free: tens of microseconds, less than
+/// the round trip to the blocking pool, which a dense query pays after its embedding, on its critical path. Larger
+/// collections, approximate searches and keyword searches (whose posting lists grow with the corpus) go to the pool.
+const INLINE_DENSE_WORK: u64 = 1 << 20;
+
 #[async_trait]
 impl VectorStore for EmbeddedStore {
     async fn ensure_spaces(
@@ -758,13 +799,11 @@ impl VectorStore for EmbeddedStore {
     }
 
     async fn search(&self, ctx: &Ctx, requests: &[SearchRequest]) -> Result<Vec<Vec<ScoredHit>>> {
-        let (inner, ctx, requests) = (self.inner.clone(), ctx.clone(), requests.to_vec());
-        blocking(move || inner.search(&ctx, &requests, true)).await
+        self.search_with(ctx, requests, true).await
     }
 
     async fn search_without_text(&self, ctx: &Ctx, requests: &[SearchRequest]) -> Result<Vec<Vec<ScoredHit>>> {
-        let (inner, ctx, requests) = (self.inner.clone(), ctx.clone(), requests.to_vec());
-        blocking(move || inner.search(&ctx, &requests, false)).await
+        self.search_with(ctx, requests, false).await
     }
 
     async fn stats(&self, _ctx: &Ctx) -> Result<StoreStats> {

@@ -1,8 +1,8 @@
 //! Tests of the embedded store beyond the shared contract: persistence, locking, corruption.
 
 use ragtune_core::{
-    Chunk, Ctx, Distance, EmbeddingSpec, ErrorKind, Record, SearchRequest, SparseSpec, SparseVector, VectorQuery,
-    VectorStore,
+    Chunk, Ctx, Distance, EmbeddingSpec, ErrorKind, Record, ScoredHit, SearchRequest, SparseSpec, SparseVector,
+    VectorQuery, VectorStore,
 };
 use ragtune_store::EmbeddedStore;
 
@@ -349,4 +349,46 @@ async fn get_reads_the_same_inline_and_through_the_pool_while_writes_go_on() {
     writer.await.unwrap();
     let all: Vec<String> = (0..80).map(|i| format!("d{i}#0")).collect();
     assert!(store.get(&ctx, &all).await.unwrap().iter().all(Option::is_some));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dense_search_ranks_the_same_inline_and_through_the_pool_while_writes_go_on() {
+    // A small exact dense search runs on the caller's thread when the index lock is free (with texts, for at most
+    // 32 hits); a deeper one with texts, or a keyword search, on the blocking pool. Whichever path runs, the hits
+    // are the same, with or without texts, while a writer adds documents.
+    let dir = tempfile::tempdir().unwrap();
+    let ctx = Ctx::new();
+    let store = std::sync::Arc::new(EmbeddedStore::open(dir.path()).unwrap());
+    store.ensure_spaces(&ctx, Some(&dense_spec()), Some(&sparse_spec())).await.unwrap();
+    let angle = |i: usize| (i as f32 * 0.02).sin_cos();
+    let first: Vec<Record> =
+        (0..60).map(|i| record(&format!("d{i}#0"), &format!("d{i}"), &[1], [angle(i).0, angle(i).1])).collect();
+    store.upsert(&ctx, first).await.unwrap();
+    let writer = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            for i in 60..100 {
+                let r = record(&format!("d{i}#0"), &format!("d{i}"), &[1], [angle(i).0, angle(i).1]);
+                store.upsert(&Ctx::new(), vec![r]).await.unwrap();
+            }
+        })
+    };
+    let dense = |k: usize| SearchRequest { vector: VectorQuery::Dense(vec![0.0, 1.0]), top_k: k, filter: None };
+    for round in 0..20 {
+        // Top 10 with texts (inline), top 40 with texts (the pool), top 40 without texts (inline).
+        let ten = store.search(&ctx, &[dense(10)]).await.unwrap().remove(0);
+        let forty = store.search(&ctx, &[dense(40)]).await.unwrap().remove(0);
+        let bare = store.search_without_text(&ctx, &[dense(40)]).await.unwrap().remove(0);
+        // Vectors closest to (0, 1) are the first ones written, there before the writer started: the lists agree.
+        let ids = |hits: &[ScoredHit]| hits.iter().take(10).map(|h| (h.chunk.id.clone(), h.score)).collect::<Vec<_>>();
+        assert_eq!(ids(&ten), ids(&forty), "round {round}");
+        assert_eq!(ids(&ten), ids(&bare), "round {round}");
+        assert_eq!(ten[0].chunk.id, "d0#0");
+        assert!(ten.iter().all(|h| h.chunk.text == format!("text of {}", h.chunk.id)), "round {round}");
+        assert!(bare.iter().all(|h| h.chunk.text.is_empty()), "round {round}");
+        assert!(forty.len() == 40 && bare.len() == 40);
+    }
+    writer.await.unwrap();
+    let hits = store.search(&ctx, &[dense(100), sparse_query(&[1], 100)]).await.unwrap();
+    assert_eq!((hits[0].len(), hits[1].len()), (100, 100));
 }
