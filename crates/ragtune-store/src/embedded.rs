@@ -630,17 +630,31 @@ impl Inner {
         self.search_in(&self.read(), ctx, requests, text)
     }
 
-    /// Whether `requests` are cheap enough to run on the caller's thread (see [`INLINE_DENSE_WORK`]): dense
-    /// requests only, each an exact scan (no approximate index would answer it), with at most
-    /// [`INLINE_DENSE_WORK`] multiply-adds over all and, when their texts are read, at most [`INLINE_READS`] hits.
+    /// Whether `requests` are cheap enough to run on the caller's thread: exact dense scans (no approximate index
+    /// would answer them) of at most [`INLINE_DENSE_WORK`] multiply-adds in all, keyword searches over at most
+    /// [`INLINE_SPARSE_POSTINGS`] postings in all in an index of at most [`INLINE_SPARSE_SLOTS`] chunks, and, when
+    /// their texts are read, at most [`INLINE_READS`] hits.
     fn cheap(state: &State, requests: &[SearchRequest], text: bool) -> bool {
-        let exact = state.index.ann.as_ref().is_none_or(|ann| requests.iter().all(|r| r.top_k > ann.ef_search()));
         let dim = state.dense_spec.as_ref().map_or(0, |s| s.dim) as u64;
-        let work = state.index.dense_count().saturating_mul(dim).saturating_mul(requests.len() as u64);
-        exact
-            && work <= INLINE_DENSE_WORK
+        let (mut dense, mut postings, mut slots) = (0u64, 0u64, 0u64);
+        for r in requests {
+            match &r.vector {
+                VectorQuery::Dense(_) => {
+                    if state.index.ann.as_ref().is_some_and(|ann| r.top_k <= ann.ef_search()) {
+                        return false;
+                    }
+                    dense = dense.saturating_add(state.index.dense_count().saturating_mul(dim));
+                }
+                VectorQuery::Sparse(q) => {
+                    let (p, s) = state.index.sparse_work(q);
+                    (postings, slots) = (postings.saturating_add(p), s);
+                }
+            }
+        }
+        dense <= INLINE_DENSE_WORK
+            && postings <= INLINE_SPARSE_POSTINGS
+            && slots <= INLINE_SPARSE_SLOTS
             && (!text || requests.iter().map(|r| r.top_k).sum::<usize>() <= INLINE_READS)
-            && requests.iter().all(|r| matches!(r.vector, VectorQuery::Dense(_)))
     }
 
     fn search_in(
@@ -759,11 +773,18 @@ impl EmbeddedStore {
     }
 }
 
-/// An exact dense search of at most this many multiply-adds (stored vectors × dimensions; 1,000 vectors of 384
-/// dimensions are 384,000) runs on the caller's thread when the index lock is free: tens of microseconds, less than
-/// the round trip to the blocking pool, which a dense query pays after its embedding, on its critical path. Larger
-/// collections, approximate searches and keyword searches (whose posting lists grow with the corpus) go to the pool.
+/// A search runs on the caller's thread when the index lock is free and it is this small (see `Inner::cheap`): tens
+/// of microseconds, less than the round trip to the blocking pool, which a dense query pays after its embedding, on
+/// its critical path. Measured on this project's 2-core host, a search sent to the pool also comes back slower when
+/// the pool's threads have been idle for a while (docs/performance.md), so keyword searches of a small index run
+/// inline too. Larger collections and approximate searches go to the pool.
+///
+/// Exact dense search: stored vectors × dimensions (1,000 vectors of 384 dimensions are 384,000).
 const INLINE_DENSE_WORK: u64 = 1 << 20;
+/// Keyword search: the postings of the query's terms.
+const INLINE_SPARSE_POSTINGS: u64 = 1 << 15;
+/// Keyword search: the chunks of the index (its score accumulator spans them).
+const INLINE_SPARSE_SLOTS: u64 = 1 << 16;
 
 #[async_trait]
 impl VectorStore for EmbeddedStore {

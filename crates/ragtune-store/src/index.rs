@@ -97,6 +97,12 @@ impl Index {
         self.dense_count
     }
 
+    /// What a keyword search for `q` costs at most: the postings of its terms, and the slots its accumulator spans.
+    pub(crate) fn sparse_work(&self, q: &SparseVector) -> (u64, u64) {
+        let postings = q.indices.iter().filter_map(|t| self.postings.get(t)).map(|l| l.entries.len() as u64).sum();
+        (postings, self.slots.len() as u64)
+    }
+
     pub(crate) fn chunk_ids_of_doc(&self, doc_id: &str) -> Vec<String> {
         self.by_doc
             .get(doc_id)

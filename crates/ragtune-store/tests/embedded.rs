@@ -352,9 +352,9 @@ async fn get_reads_the_same_inline_and_through_the_pool_while_writes_go_on() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_dense_search_ranks_the_same_inline_and_through_the_pool_while_writes_go_on() {
-    // A small exact dense search runs on the caller's thread when the index lock is free (with texts, for at most
-    // 32 hits); a deeper one with texts, or a keyword search, on the blocking pool. Whichever path runs, the hits
+async fn a_search_ranks_the_same_inline_and_through_the_pool_while_writes_go_on() {
+    // A search of a small index (exact dense, or keyword) runs on the caller's thread when the index lock is free
+    // (with texts, for at most 32 hits); a deeper one with texts on the blocking pool. Whichever path runs, the hits
     // are the same, with or without texts, while a writer adds documents.
     let dir = tempfile::tempdir().unwrap();
     let ctx = Ctx::new();
@@ -387,6 +387,13 @@ async fn a_dense_search_ranks_the_same_inline_and_through_the_pool_while_writes_
         assert!(ten.iter().all(|h| h.chunk.text == format!("text of {}", h.chunk.id)), "round {round}");
         assert!(bare.iter().all(|h| h.chunk.text.is_empty()), "round {round}");
         assert!(forty.len() == 40 && bare.len() == 40);
+        // Keyword search: every chunk has the term once, so the scores tie and ids order them, inline or not (the
+        // score itself moves with the writer, through the term's idf).
+        let words = store.search(&ctx, &[sparse_query(&[1], 10)]).await.unwrap().remove(0);
+        let deep = store.search(&ctx, &[sparse_query(&[1], 40)]).await.unwrap().remove(0);
+        let names = |hits: &[ScoredHit]| hits.iter().take(10).map(|h| h.chunk.id.clone()).collect::<Vec<_>>();
+        assert_eq!(names(&words), names(&deep), "round {round}");
+        assert!(words.iter().all(|h| h.chunk.text == format!("text of {}", h.chunk.id)), "round {round}");
     }
     writer.await.unwrap();
     let hits = store.search(&ctx, &[dense(100), sparse_query(&[1], 100)]).await.unwrap();
