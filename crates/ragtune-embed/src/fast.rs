@@ -49,12 +49,9 @@ pub fn init_onnx_runtime(library: &Path) -> Result<()> {
     onnx_runtime_environment(library).map(drop)
 }
 
-/// The process's one ONNX Runtime environment, created from `library` on first use (see [`init_onnx_runtime`]),
-/// for code that loads sessions of its own beside ragtune's models: a second environment cannot be created.
-///
-/// # Errors
-/// As [`init_onnx_runtime`].
-pub fn onnx_runtime_environment(library: &Path) -> Result<Environment> {
+/// The process's one ONNX Runtime environment, created from `library` on first use (see [`init_onnx_runtime`]); a
+/// second environment cannot be created.
+fn onnx_runtime_environment(library: &Path) -> Result<Environment> {
     if !library.is_file() {
         return Err(Error::unavailable(format!(
             "ONNX Runtime is not at {}: run `cargo xtask models` to provision it",
@@ -1257,7 +1254,9 @@ impl Reranker for CrossEncoderReranker {
 
 #[cfg(test)]
 mod tests {
-    use super::{Flights, InFlight, QUIET, length_order, split};
+    use super::{
+        FastEmbedder, FastEmbedderConfig, Flights, InFlight, QUIET, length_order, onnx_runtime_environment, split,
+    };
 
     #[test]
     fn a_call_is_alone_only_with_nothing_in_flight_and_no_overlap_for_a_while() {
@@ -1316,5 +1315,60 @@ mod tests {
     fn texts_are_embedded_shortest_first_and_ties_keep_their_order() {
         assert_eq!(length_order(&[(5, false), (2, false), (9, true), (2, false)]), vec![1, 3, 0, 2]);
         assert!(length_order(&[]).is_empty());
+    }
+
+    /// The embedder runs the model on its own encodings (each text tokenised once, a batch padded to its longest): the
+    /// vectors are the bits fastembed's `TextEmbedding::embed` gives for the same texts, alone and in batches with
+    /// padding, after the embedder's own normalisation (in f64, which the embedder applies to every vector it returns).
+    #[tokio::test]
+    async fn vectors_are_the_bits_fastembed_gives() {
+        use ragtune_core::{Ctx, Embedder, TextRole};
+        let layout = ragtune_provision::ModelLayout::new(ragtune_provision::ragtune_home());
+        if !layout.are_wheel_files_provisioned() {
+            let msg = format!("models are not provisioned under {}: run `cargo xtask models`", layout.home().display());
+            assert!(
+                !std::env::var("RAGTUNE_REQUIRE_MODELS").is_ok_and(|v| v == "1"),
+                "RAGTUNE_REQUIRE_MODELS=1 but {msg}"
+            );
+            // Straight to stderr: libtest captures `eprintln!` of passing tests, and a skip must be seen.
+            let _ = std::io::Write::write_all(&mut std::io::stderr(), format!("SKIPPED: {msg}\n").as_bytes());
+            return;
+        }
+        let e = FastEmbedder::new(FastEmbedderConfig::new(layout.minilm_dir(), layout.onnxruntime_library())).unwrap();
+        let dir = layout.minilm_dir();
+        let read = |f: &str| std::fs::read(dir.join(f)).unwrap();
+        let files = fastembed::TokenizerFiles {
+            tokenizer_file: read("tokenizer.json"),
+            config_file: read("config.json"),
+            special_tokens_map_file: read("special_tokens_map.json"),
+            tokenizer_config_file: read("tokenizer_config.json"),
+        };
+        let model =
+            fastembed::UserDefinedEmbeddingModel::new(read("model.onnx"), files).with_pooling(fastembed::Pooling::Mean);
+        let env = onnx_runtime_environment(&layout.onnxruntime_library()).unwrap();
+        let options =
+            fastembed::InitOptionsUserDefined::new().with_max_length(256).with_intra_threads(1).with_environment(env);
+        let mut reference = fastembed::TextEmbedding::try_new_from_user_defined(model, options).unwrap();
+        let mut reference = move |texts: &[&str]| -> Vec<Vec<f32>> {
+            let mut vectors = reference.embed(texts, Some(texts.len())).unwrap();
+            for v in &mut vectors {
+                let norm = v.iter().map(|&x| f64::from(x) * f64::from(x)).sum::<f64>().sqrt() as f32;
+                v.iter_mut().for_each(|x| *x /= norm);
+            }
+            vectors
+        };
+        let long = "A sentence that goes on for a while. ".repeat(60);
+        let texts =
+            ["Scurvy comes from a lack of vitamin C.", "short", "", long.as_str(), "ünïcödé — text, with punctuation!"];
+        // Every text alone (a query's path), then all five in one batch (padded to the 256-token one).
+        for text in texts {
+            let ours = e.embed(&Ctx::new(), &[text], TextRole::Query).await.unwrap();
+            assert_eq!(ours, reference(&[text]), "{text:?} alone");
+        }
+        let mut config = FastEmbedderConfig::new(layout.minilm_dir(), layout.onnxruntime_library());
+        (config.sessions, config.lone_threads) = (1, 1);
+        let single = FastEmbedder::new(config).unwrap();
+        let ours = single.embed(&Ctx::new(), &texts, TextRole::Passage).await.unwrap();
+        assert_eq!(ours, reference(&texts), "one batch");
     }
 }

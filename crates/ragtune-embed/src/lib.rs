@@ -57,5 +57,5 @@ mod fast;
 
 pub use fast::{
     CrossEncoderConfig, CrossEncoderReranker, FastEmbedder, FastEmbedderConfig, ModelSource, init_onnx_runtime,
-    onnx_runtime_environment, onnx_runtime_loaded,
+    onnx_runtime_loaded,
 };

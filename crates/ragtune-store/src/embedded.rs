@@ -636,7 +636,7 @@ impl Inner {
     /// their texts are read, at most [`INLINE_READS`] hits.
     fn cheap(state: &State, requests: &[SearchRequest], text: bool) -> bool {
         let dim = state.dense_spec.as_ref().map_or(0, |s| s.dim) as u64;
-        let (mut dense, mut postings, mut slots) = (0u64, 0u64, 0u64);
+        let (mut dense, mut postings, mut sparse) = (0u64, 0u64, false);
         for r in requests {
             match &r.vector {
                 VectorQuery::Dense(_) => {
@@ -646,14 +646,14 @@ impl Inner {
                     dense = dense.saturating_add(state.index.dense_count().saturating_mul(dim));
                 }
                 VectorQuery::Sparse(q) => {
-                    let (p, s) = state.index.sparse_work(q);
-                    (postings, slots) = (postings.saturating_add(p), s);
+                    postings = postings.saturating_add(state.index.sparse_postings(q));
+                    sparse = true;
                 }
             }
         }
         dense <= INLINE_DENSE_WORK
             && postings <= INLINE_SPARSE_POSTINGS
-            && slots <= INLINE_SPARSE_SLOTS
+            && (!sparse || state.index.slot_count() <= INLINE_SPARSE_SLOTS)
             && (!text || requests.iter().map(|r| r.top_k).sum::<usize>() <= INLINE_READS)
     }
 

@@ -97,10 +97,14 @@ impl Index {
         self.dense_count
     }
 
-    /// What a keyword search for `q` costs at most: the postings of its terms, and the slots its accumulator spans.
-    pub(crate) fn sparse_work(&self, q: &SparseVector) -> (u64, u64) {
-        let postings = q.indices.iter().filter_map(|t| self.postings.get(t)).map(|l| l.entries.len() as u64).sum();
-        (postings, self.slots.len() as u64)
+    /// The postings a keyword search for `q` reads at most.
+    pub(crate) fn sparse_postings(&self, q: &SparseVector) -> u64 {
+        q.indices.iter().filter_map(|t| self.postings.get(t)).map(|l| l.entries.len() as u64).sum()
+    }
+
+    /// The slots a keyword search's score accumulator spans.
+    pub(crate) fn slot_count(&self) -> u64 {
+        self.slots.len() as u64
     }
 
     pub(crate) fn chunk_ids_of_doc(&self, doc_id: &str) -> Vec<String> {

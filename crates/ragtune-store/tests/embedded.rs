@@ -313,25 +313,37 @@ async fn span_vectors_are_kept_with_their_chunk_replaced_with_it_and_checked() {
     assert_eq!(store.stats(&ctx).await.unwrap().chunks, 2);
 }
 
+/// A store with both spaces at `dir`, shared with a writer task.
+async fn shared_store(dir: &std::path::Path) -> std::sync::Arc<EmbeddedStore> {
+    let store = std::sync::Arc::new(EmbeddedStore::open(dir).unwrap());
+    store.ensure_spaces(&Ctx::new(), Some(&dense_spec()), Some(&sparse_spec())).await.unwrap();
+    store
+}
+
+/// A task upserting `record(i)` one at a time for every `i` in `ids`, while the test reads.
+fn spawn_writer(
+    store: &std::sync::Arc<EmbeddedStore>,
+    ids: std::ops::Range<usize>,
+    record: impl Fn(usize) -> Record + Send + 'static,
+) -> tokio::task::JoinHandle<()> {
+    let store = store.clone();
+    tokio::spawn(async move {
+        for i in ids {
+            store.upsert(&Ctx::new(), vec![record(i)]).await.unwrap();
+        }
+    })
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn get_reads_the_same_inline_and_through_the_pool_while_writes_go_on() {
     // Up to 32 ids are read on the caller's thread when the index lock is free, more on the blocking pool: both
     // must give every stored chunk, `None` for a missing id, in the order asked, while a writer adds documents.
     let dir = tempfile::tempdir().unwrap();
     let ctx = Ctx::new();
-    let store = std::sync::Arc::new(EmbeddedStore::open(dir.path()).unwrap());
-    store.ensure_spaces(&ctx, Some(&dense_spec()), Some(&sparse_spec())).await.unwrap();
+    let store = shared_store(dir.path()).await;
     let first: Vec<Record> = (0..40).map(|i| record(&format!("d{i}#0"), &format!("d{i}"), &[1], [1.0, 0.0])).collect();
     store.upsert(&ctx, first).await.unwrap();
-    let writer = {
-        let store = store.clone();
-        tokio::spawn(async move {
-            for i in 40..80 {
-                let r = record(&format!("d{i}#0"), &format!("d{i}"), &[2], [0.0, 1.0]);
-                store.upsert(&Ctx::new(), vec![r]).await.unwrap();
-            }
-        })
-    };
+    let writer = spawn_writer(&store, 40..80, |i| record(&format!("d{i}#0"), &format!("d{i}"), &[2], [0.0, 1.0]));
     for round in 0..20 {
         for n in [3_usize, 32, 33, 40] {
             let mut ids: Vec<String> = (0..n).rev().map(|i| format!("d{i}#0")).collect();
@@ -358,21 +370,13 @@ async fn a_search_ranks_the_same_inline_and_through_the_pool_while_writes_go_on(
     // are the same, with or without texts, while a writer adds documents.
     let dir = tempfile::tempdir().unwrap();
     let ctx = Ctx::new();
-    let store = std::sync::Arc::new(EmbeddedStore::open(dir.path()).unwrap());
-    store.ensure_spaces(&ctx, Some(&dense_spec()), Some(&sparse_spec())).await.unwrap();
-    let angle = |i: usize| (i as f32 * 0.02).sin_cos();
-    let first: Vec<Record> =
-        (0..60).map(|i| record(&format!("d{i}#0"), &format!("d{i}"), &[1], [angle(i).0, angle(i).1])).collect();
-    store.upsert(&ctx, first).await.unwrap();
-    let writer = {
-        let store = store.clone();
-        tokio::spawn(async move {
-            for i in 60..100 {
-                let r = record(&format!("d{i}#0"), &format!("d{i}"), &[1], [angle(i).0, angle(i).1]);
-                store.upsert(&Ctx::new(), vec![r]).await.unwrap();
-            }
-        })
+    let store = shared_store(dir.path()).await;
+    let at = |i: usize| {
+        let (sin, cos) = (i as f32 * 0.02).sin_cos();
+        record(&format!("d{i}#0"), &format!("d{i}"), &[1], [sin, cos])
     };
+    store.upsert(&ctx, (0..60).map(at).collect()).await.unwrap();
+    let writer = spawn_writer(&store, 60..100, at);
     let dense = |k: usize| SearchRequest { vector: VectorQuery::Dense(vec![0.0, 1.0]), top_k: k, filter: None };
     for round in 0..20 {
         // Top 10 with texts (inline), top 40 with texts (the pool), top 40 without texts (inline).
