@@ -22,7 +22,9 @@
 //! assert_eq!(fused[0].sources.len(), 2);
 //! ```
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
+
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::fmt;
 
 use ragtune_core::{Candidate, Error, Result, SourceScore, sort_ranked};
@@ -153,7 +155,7 @@ struct ListStats {
 
 impl ListStats {
     fn of(list: &[Candidate]) -> Option<Self> {
-        let mut seen = HashSet::new();
+        let mut seen = FxHashSet::with_capacity_and_hasher(list.len(), rustc_hash::FxBuildHasher);
         let scores: Vec<f64> = list
             .iter()
             .filter(|c| seen.insert(c.chunk.id.as_str()))
@@ -261,7 +263,7 @@ pub fn fuse_weighted<L: AsRef<[Candidate]>>(
     }
     let total: usize = lists.iter().map(|(_, l)| l.as_ref().len()).sum();
     let k = config.k;
-    let mut slots: HashMap<&str, usize> = HashMap::with_capacity(total);
+    let mut slots: FxHashMap<&str, usize> = FxHashMap::with_capacity_and_hasher(total, rustc_hash::FxBuildHasher);
     // The last list each slot was seen in: a second occurrence within one list counts once, at its first position.
     let mut last_list: Vec<usize> = Vec::with_capacity(total);
     let mut entries: Vec<Entry<'_>> = Vec::with_capacity(total);
@@ -341,6 +343,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
     use ragtune_core::Chunk;
+    use std::collections::HashSet;
 
     fn cand(id: &str, strategy: &str, rank: u32, score: f32) -> Candidate {
         Candidate::from_hit(ragtune_core::ScoredHit { chunk: Chunk::new(id, id, id), score }, strategy, rank)

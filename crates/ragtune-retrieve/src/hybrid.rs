@@ -319,13 +319,39 @@ mod tests {
             ];
             HybridRetriever::new("hybrid", inputs, HybridConfig { depth: 30, ..HybridConfig::default() }).unwrap()
         };
-        let queries = [Query::new("apple pear").with_top_k(3), Query::new("kiwi fig plum").with_top_k(4)];
-        let want = hybrid(full).retrieve(&ctx, &queries).await.unwrap();
+        // The third query repeats the first: its kept chunks are wanted by two lists and read once.
+        let queries = [
+            Query::new("apple pear").with_top_k(3),
+            Query::new("kiwi fig plum").with_top_k(4),
+            Query::new("apple pear").with_top_k(3),
+        ];
+        let want = hybrid(full.clone()).retrieve(&ctx, &queries).await.unwrap();
         let got = hybrid(lean.clone()).retrieve(&ctx, &queries).await.unwrap();
         assert_eq!(got, want, "the same candidates, texts included");
+        assert_eq!(got[0], got[2]);
         assert!(got.iter().flatten().all(|c| !c.chunk.text.is_empty()));
         let read = lean.read.load(std::sync::atomic::Ordering::SeqCst);
-        assert!((1..=7).contains(&read), "{read} texts read for 7 kept candidates (60 per query retrieved)");
+        assert!((1..=7).contains(&read), "{read} texts read for 7 distinct kept candidates (60 per query retrieved)");
+
+        // A chunk deleted between the search and the fill is dropped from every list that kept it, and only it.
+        let h = hybrid(lean.clone());
+        let mut lists = vec![Vec::new(); queries.len()];
+        for input in &h.inputs {
+            let part = input.retriever.retrieve_without_text(&ctx, &queries).await.unwrap();
+            for (list, part) in lists.iter_mut().zip(part) {
+                list.extend(part.into_iter().take(2));
+            }
+        }
+        let gone = lists[0][0].chunk.doc_id.clone();
+        lean.delete_documents(&ctx, std::slice::from_ref(&gone)).await.unwrap();
+        let before: Vec<usize> = lists.iter().map(|l| l.iter().filter(|c| c.chunk.doc_id != gone).count()).collect();
+        for input in &h.inputs {
+            input.retriever.fill_text(&ctx, &mut lists).await.unwrap();
+        }
+        assert_eq!(lists.iter().map(Vec::len).collect::<Vec<_>>(), before);
+        assert!(lists.iter().flatten().all(|c| c.chunk.doc_id != gone && !c.chunk.text.is_empty()));
+        let texts_of = |id: &str| texts[id[1..].parse::<usize>().unwrap()].clone();
+        assert!(lists.iter().flatten().all(|c| c.chunk.text == texts_of(&c.chunk.id)));
     }
 
     #[test]

@@ -52,9 +52,7 @@ pub use hybrid::{Fused, HybridConfig, HybridRetriever};
 pub use parent::ParentRetriever;
 pub use sparse::SparseRetriever;
 
-use std::collections::{BTreeSet, HashMap};
-
-use ragtune_core::{Candidate, Chunk, Ctx, Query, Result, ScoredHit, VectorStore};
+use ragtune_core::{Candidate, Ctx, Query, Result, ScoredHit, VectorStore};
 
 /// Validates every query, naming the failing one in a batch.
 fn validate_all(queries: &[Query]) -> Result<()> {
@@ -82,27 +80,31 @@ async fn fill_text_from(
     lists: &mut [Vec<Candidate>],
 ) -> Result<()> {
     let lacks = |c: &Candidate| c.chunk.text.is_empty() && c.sources.contains_key(strategy);
-    let ids: Vec<String> = lists
-        .iter()
-        .flatten()
-        .filter(|c| lacks(c))
-        .map(|c| c.chunk.id.clone())
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .collect();
-    if ids.is_empty() {
+    let mut wanted: Vec<&str> = lists.iter().flatten().filter(|c| lacks(c)).map(|c| c.chunk.id.as_str()).collect();
+    if wanted.is_empty() {
         return Ok(());
     }
-    let chunks = store.get(ctx, &ids).await?;
-    let found: HashMap<String, Chunk> = ids.into_iter().zip(chunks).filter_map(|(id, c)| Some((id, c?))).collect();
+    wanted.sort_unstable();
+    // How many candidates want each chunk: the last one takes it, the others get a copy.
+    let mut ids: Vec<String> = Vec::with_capacity(wanted.len());
+    let mut uses: Vec<usize> = Vec::with_capacity(wanted.len());
+    for group in wanted.chunk_by(|a, b| a == b) {
+        ids.push(group[0].to_owned());
+        uses.push(group.len());
+    }
+    let mut found = store.get(ctx, &ids).await?;
     for list in lists {
         list.retain_mut(|c| {
             if !lacks(c) {
                 return true;
             }
-            match found.get(&c.chunk.id) {
+            let Ok(at) = ids.binary_search_by(|id| id.as_str().cmp(&c.chunk.id)) else { return false };
+            let Some(slot) = found.get_mut(at) else { return false };
+            uses[at] = uses[at].saturating_sub(1);
+            let chunk = if uses[at] == 0 { slot.take() } else { slot.clone() };
+            match chunk {
                 Some(chunk) => {
-                    c.chunk.clone_from(chunk);
+                    c.chunk = chunk;
                     true
                 }
                 None => false,
