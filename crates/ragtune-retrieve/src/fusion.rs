@@ -23,11 +23,10 @@
 //! ```
 
 use std::collections::BTreeMap;
-
-use rustc_hash::{FxHashMap, FxHashSet};
 use std::fmt;
 
 use ragtune_core::{Candidate, Error, Result, SourceScore, sort_ranked};
+use rustc_hash::{FxBuildHasher, FxHashMap, FxHashSet};
 use serde::{Deserialize, Serialize};
 
 /// How the lists of a fusion are combined: the contribution a candidate receives from each list it appears in,
@@ -155,7 +154,7 @@ struct ListStats {
 
 impl ListStats {
     fn of(list: &[Candidate]) -> Option<Self> {
-        let mut seen = FxHashSet::with_capacity_and_hasher(list.len(), rustc_hash::FxBuildHasher);
+        let mut seen = FxHashSet::with_capacity_and_hasher(list.len(), FxBuildHasher);
         let scores: Vec<f64> = list
             .iter()
             .filter(|c| seen.insert(c.chunk.id.as_str()))
@@ -263,7 +262,7 @@ pub fn fuse_weighted<L: AsRef<[Candidate]>>(
     }
     let total: usize = lists.iter().map(|(_, l)| l.as_ref().len()).sum();
     let k = config.k;
-    let mut slots: FxHashMap<&str, usize> = FxHashMap::with_capacity_and_hasher(total, rustc_hash::FxBuildHasher);
+    let mut slots: FxHashMap<&str, usize> = FxHashMap::with_capacity_and_hasher(total, FxBuildHasher);
     // The last list each slot was seen in: a second occurrence within one list counts once, at its first position.
     let mut last_list: Vec<usize> = Vec::with_capacity(total);
     let mut entries: Vec<Entry<'_>> = Vec::with_capacity(total);
