@@ -114,6 +114,18 @@ async fn calibration_on_train_and_decision_statistics_on_test() {
     let toml = calibration_toml(&fit, &config, EvaluatorKind::Model, "tiny", "train", 1).unwrap();
     let calibrated = Config::from_toml(&toml).unwrap();
     assert_eq!((calibrated.crag.model.upper, calibrated.crag.model.lower), (fit.upper, fit.lower));
+    // It carries the fusion of the retrievals it was fitted on, so a later default fusion leaves it as fitted.
+    assert_eq!(calibrated.hybrid, config.hybrid);
+    let mut other = config.clone();
+    other.hybrid = ragtune::HybridSettings {
+        fusion: ragtune::FusionMethod::Rrf,
+        adaptive: 2.0,
+        bm25_weight: 0.35,
+        ..config.hybrid
+    };
+    let text = calibration_toml(&fit, &other, EvaluatorKind::Model, "tiny", "train", 1).unwrap();
+    assert_eq!(Config::from_toml(&text).unwrap().hybrid, other.hybrid, "{text}");
+    assert!(text.contains("bm25_weight = 0.35\n"), "numbers as given: {text}");
 
     // Decision statistics on test with those thresholds.
     opts.split = "test".into();
@@ -157,6 +169,7 @@ async fn calibration_on_train_and_decision_statistics_on_test() {
     assert_eq!((hcal.crag.heuristic.relevant_threshold, hcal.crag.heuristic.partial_threshold), (relevant, partial));
     assert!(relevant < hfit.upper && partial == hfit.lower, "RELEVANT is `> relevant`, CORRECT `>= upper`");
     assert_eq!(hcal.crag.heuristic.weights, config.crag.heuristic.weights);
+    assert_eq!(hcal.hybrid, config.hybrid);
     opts.split = "test".into();
     let hreport = run_crag_eval(&opts, &hcal, 1, &mut |_| {}).await.unwrap();
     let heuristic = &hreport.evaluators[0];
@@ -194,6 +207,7 @@ async fn the_learned_evaluator_is_fitted_on_train_and_compared_on_test() {
     assert_eq!(learned.crag.evaluator, EvaluatorKind::Learned);
     assert_eq!(learned.crag.learned.as_ref(), Some(&fit.model));
     assert_eq!(learned.crag.model, config.crag.model);
+    assert_eq!(learned.hybrid, config.hybrid);
     assert!(toml.starts_with("# Written by `ragtune calibrate --evaluator learned` from tiny `train`"), "{toml}");
 
     // On test (the same queries in this fixture), the report has a third row, the learned evaluator's.

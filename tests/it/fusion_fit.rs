@@ -7,7 +7,7 @@
 
 use ragtune::Config;
 use ragtune::retrieve::FusionMethod;
-use ragtune_eval::fusion::{DatasetFit, FusionGrid, fusion_toml, joint_fit, run_fusion_calibration};
+use ragtune_eval::fusion::{DatasetFit, FusionGrid, Stress, fusion_toml, joint_fit, run_fusion_calibration};
 use ragtune_eval::retrieval::{EvalOptions, run_eval};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
@@ -24,11 +24,21 @@ async fn the_fusion_fitted_on_train_is_what_eval_measures_with_the_written_file(
     opts.retriever = "hybrid".into();
     let log = &mut |_: &str| {};
 
-    let fit = run_fusion_calibration(&opts, &FusionGrid::default(), log).await.unwrap();
-    assert_eq!((fit.queries, fit.depth, fit.points.len()), (12, 100, 3 * 4 * 21), "{fit:?}");
+    let stress: Stress = "bm25:1".parse().unwrap();
+    let fits = run_fusion_calibration(&opts, &FusionGrid::default(), &[stress], log).await.unwrap();
+    let names: Vec<&str> = fits.iter().map(|f| f.name.as_str()).collect();
+    assert_eq!(names, ["tiny", "tiny+bm25-typos-1"]);
+    let (fit, stressed) = (fits[0].fit.clone(), &fits[1].fit);
+    // The stressed variant asks BM25 the queries with typos and keeps the dense lists: dense alone is the same
+    // number, BM25 alone loses, and the grid is the same one (so the joint fit can choose across both).
+    assert_eq!(stressed.dense_alone, fit.dense_alone);
+    assert!(stressed.bm25_alone < fit.bm25_alone, "{} >= {}", stressed.bm25_alone, fit.bm25_alone);
+    assert_eq!(stressed.points.len(), fit.points.len());
+    joint_fit(fits.clone()).unwrap();
+    assert_eq!((fit.queries, fit.depth, fit.points.len()), (12, 100, 3 * 6 * 21), "{fit:?}");
     assert!(fit.best.ndcg_at_10 >= fit.bm25_alone.max(fit.dense_alone), "{fit:?}");
 
-    // The grid fuses with the engine's function: the default hybrid retrieval (convex, BM25 0.6 / dense 0.4,
+    // The grid fuses with the engine's function: the default hybrid retrieval (convex, BM25 0.5 / dense 0.5,
     // adaptive 0.5) and RRF at equal weights are points of the grid, and its ends are the retrievers alone, each
     // scored as `eval retrieval` scores it.
     let ndcg = |r: &ragtune_eval::EvalReport| r.metrics["ndcg@10"];
@@ -36,7 +46,7 @@ async fn the_fusion_fitted_on_train_is_what_eval_measures_with_the_written_file(
         *fit.points.iter().find(|p| p.method == m && p.adaptive == adaptive && p.dense_weight == w).unwrap()
     };
     let hybrid = run_eval(&opts, log).await.unwrap();
-    assert_eq!(ndcg(&hybrid), point(FusionMethod::Convex, 0.5, 0.4).ndcg_at_10);
+    assert_eq!(ndcg(&hybrid), point(FusionMethod::Convex, 0.5, 0.5).ndcg_at_10);
     let rrf = ragtune::HybridSettings {
         fusion: FusionMethod::Rrf,
         bm25_weight: 1.0,
@@ -63,11 +73,16 @@ async fn the_fusion_fitted_on_train_is_what_eval_measures_with_the_written_file(
 
 #[test]
 fn the_engine_default_fusion_is_the_file_the_joint_fit_wrote() {
-    // ADR 0014: `configs/fusion-default.toml` is what `ragtune calibrate --fusion` wrote from the SciFact and CMU QA
-    // train splits; the engine's `[hybrid]` default is that section, field for field.
+    // ADR 0019: `configs/fusion-default.toml` is what `ragtune calibrate --fusion` wrote from the SciFact and CMU QA
+    // train splits and their stressed variants; the engine's `[hybrid]` default is that section, field for field.
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs/fusion-default.toml");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     assert!(text.starts_with("# Written by `ragtune calibrate --fusion` from scifact `train`"), "{text}");
     assert!(text.contains("and cmu-qa `train`"), "{text}");
+    for stressed in ["bm25-typos-0.6", "bm25-typos-0.9", "dense-typos-0.6", "dense-typos-0.9"] {
+        for dataset in ["scifact", "cmu-qa"] {
+            assert!(text.contains(&format!(" {dataset}+{stressed} `train`")), "{dataset}+{stressed}: {text}");
+        }
+    }
     assert_eq!(Config::from_toml(&text).unwrap().hybrid, Config::default().hybrid);
 }

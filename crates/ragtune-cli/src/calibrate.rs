@@ -22,6 +22,12 @@ pub struct CalibrateArgs {
     /// split and one setting is chosen for all (the largest smallest gain over the better of BM25 and dense alone).
     #[arg(long, value_name = "DIR", required = true)]
     dataset: Vec<PathBuf>,
+    /// With --fusion: fit every dataset again with one retriever made weaker on purpose, `bm25:RATE` or
+    /// `dense:RATE` (that retriever's queries get typos in RATE of their words of four letters or more; the other
+    /// list is unchanged), and choose the setting for those variants too, so that the fusion also holds where the
+    /// other retriever is the better one. May be given more than once, or comma-separated.
+    #[arg(long, value_name = "LIST:RATE", value_delimiter = ',', requires = "fusion")]
+    stress: Vec<ragtune_eval::fusion::Stress>,
     /// The split to fit on (never the test split you report on).
     #[arg(long, default_value = "train")]
     split: String,
@@ -145,8 +151,7 @@ async fn fusion(cfg: ragtune::Config, args: CalibrateArgs) -> anyhow::Result<()>
         }
         let opts = beir_options(&cfg, &args, dataset, "hybrid");
         let grid = ragtune_eval::FusionGrid::default();
-        let fit = ragtune_eval::run_fusion_calibration(&opts, &grid, &mut |l| eprintln!("{l}")).await?;
-        fits.push(ragtune_eval::DatasetFit { name: dataset_name(dataset), fit });
+        fits.extend(ragtune_eval::run_fusion_calibration(&opts, &grid, &args.stress, &mut |l| eprintln!("{l}")).await?);
     }
     let joint = ragtune_eval::joint_fit(fits)?;
     let out = args.out.unwrap_or_else(|| PathBuf::from("configs/fusion-calibrated.toml"));

@@ -294,6 +294,7 @@ fn eval_usage_errors_exit_with_2() {
         &["eval", "nonsense", "--dataset", "tiny"],
         &["calibrate", "--fusion", "--dataset", "tiny", "--evaluator", "heuristic"],
         &["calibrate", "--fusion", "--dataset", "tiny", "--incorrect-recall", "0.5"],
+        &["calibrate", "--dataset", "tiny", "--stress", "bm25:0.6"],
     ] {
         assert_eq!(ragtune(args, dir.path()).status.code(), Some(2), "{args:?}");
     }
@@ -306,6 +307,13 @@ fn eval_usage_errors_exit_with_2() {
     assert_eq!(out.status.code(), Some(2));
     let err = text(&out.stderr);
     assert!(err.contains("--dataset is given 2 times: only --fusion fits on several datasets"), "{err}");
+    // A stress names the weakened retriever and a rate in (0, 1].
+    for stress in ["hybrid:0.5", "bm25:2", "dense"] {
+        let out = ragtune(&["calibrate", "--fusion", "--dataset", "tiny", "--stress", stress], dir.path());
+        assert_eq!(out.status.code(), Some(2), "{stress}");
+        let err = text(&out.stderr);
+        assert!(err.contains("a stress is `bm25:RATE` or `dense:RATE` with RATE in (0, 1]"), "{stress}: {err}");
+    }
     let out = ragtune(&["eval", "retrieval", "--dataset", "tiny", "--fusion", "mean"], dir.path());
     assert_eq!(out.status.code(), Some(2));
     let err = text(&out.stderr);

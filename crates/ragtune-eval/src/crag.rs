@@ -300,7 +300,17 @@ pub fn learned_toml(
     let mut doc = toml::Table::new();
     doc.insert("crag".into(), crag.into());
     let body = toml::to_string(&doc).map_err(|e| ser("the learned configuration", e))?;
-    Ok(format!("{header}{body}"))
+    Ok(format!("{header}{body}{}", hybrid_section(config)))
+}
+
+/// The configuration's `[hybrid]` section under a comment, for the end of a calibrated CRAG file: an evaluator is
+/// fitted on lists fused one way (its thresholds on their top k, the learned one on the fused scores' shape), so
+/// its file fuses that way wherever it is used, whatever the default becomes (ADR 0019).
+fn hybrid_section(config: &ragtune::Config) -> String {
+    format!(
+        "\n# The fusion of the retrievals it was fitted on: hybrid retrieval fuses this way with this file.\n{}",
+        crate::fusion::hybrid_toml(&config.hybrid)
+    )
 }
 
 /// One compared model on a line: kind, features, settings, out-of-fold AUC, INCORRECT precision and recall.
@@ -451,16 +461,18 @@ pub fn calibration_toml(
         cp = c.correct_precision,
     );
     let text = match evaluator {
-        EvaluatorKind::Model => format!(
-            "{header}[crag]\nevaluator = \"model\"\nscorer = \"retrieval\"\n\n[crag.model]\nupper = {upper}\nlower = {lower}\n\
+        EvaluatorKind::Model => {
+            format!(
+                "{header}[crag]\nevaluator = \"model\"\nscorer = \"retrieval\"\n\n[crag.model]\nupper = {upper}\nlower = {lower}\n\
              aggregate = {aggregate}\ntop_k = {top_k}\n",
-            upper = c.upper,
-            lower = c.lower,
-            aggregate = toml::Value::try_from(config.crag.model.aggregate)
-                .map(|v| v.to_string())
-                .unwrap_or_else(|_| "\"max\"".into()),
-            top_k = config.crag.model.top_k,
-        ),
+                upper = c.upper,
+                lower = c.lower,
+                aggregate = toml::Value::try_from(config.crag.model.aggregate)
+                    .map(|v| v.to_string())
+                    .unwrap_or_else(|_| "\"max\"".into()),
+                top_k = config.crag.model.top_k,
+            ) + &hybrid_section(config)
+        }
         EvaluatorKind::Learned => {
             return Err(Error::invalid_input(
                 "the learned evaluator's file is written by `learned_toml` from a `LearnedFit`, not from two thresholds",
@@ -483,7 +495,7 @@ pub fn calibration_toml(
             doc.insert("crag".into(), crag.into());
             let body = toml::to_string(&doc)
                 .map_err(|e| Error::permanent("cannot serialise the calibrated configuration").with_source(e))?;
-            format!("{header}{body}")
+            format!("{header}{body}{}", hybrid_section(config))
         }
     };
     Ok(text)

@@ -6,6 +6,11 @@
 //! The grid contains both retrievers alone (`w = 0` and `w = 1`), so on the split it is fitted on the winner is never
 //! below the better of the two. The RRF constant and the depth are the configuration's, not fitted.
 //!
+//! A [`Stress`] fits the same split again with one retriever made weaker on purpose: its query text gets typos
+//! ([`with_typos`]) while the other list stays as it was. On corpora where BM25 is the stronger retriever (SciFact,
+//! CMU QA), such variants are how a fit that chooses one fusion for several datasets ([`joint_fit`]) also sees the
+//! case where the dense list is the better one, as it is on many corpora (ADR 0019).
+//!
 //! ```
 //! use std::collections::BTreeMap;
 //! use ragtune::core::{Candidate, Chunk, ScoredHit};
@@ -55,7 +60,7 @@ pub struct FusionGrid {
 
 impl Default for FusionGrid {
     fn default() -> Self {
-        Self { methods: FusionMethod::ALL.to_vec(), adaptive: vec![0.0, 0.5, 1.0, 2.0], steps: 20 }
+        Self { methods: FusionMethod::ALL.to_vec(), adaptive: vec![0.0, 0.5, 1.0, 2.0, 3.0, 4.0], steps: 20 }
     }
 }
 
@@ -119,6 +124,10 @@ pub struct FusionFit {
     pub best: FusionPoint,
     /// Every setting tried, in grid order (method, strength, dense weight ascending).
     pub points: Vec<FusionPoint>,
+    /// Where the setting the fit ran with (`base`: its method, strength and weights scaled to sum to 1) is in
+    /// [`points`](Self::points), when the grid has it: how the configured fusion does on the split.
+    #[serde(default)]
+    pub configured: Option<usize>,
 }
 
 /// Fits the fusion on `queries` against `qrels`: every setting of `grid`, with `base`'s RRF constant, fused to the
@@ -193,6 +202,13 @@ pub fn fit_fusion(
         .copied()
         .reduce(|a, b| if b.ndcg_at_10 > a.ndcg_at_10 { b } else { a })
         .ok_or_else(|| Error::invalid_input("the fusion grid is empty"))?;
+    // Only the weights' ratio matters to every method, so the configured weights count scaled to sum to 1.
+    let total = f64::from(base.bm25_weight) + f64::from(base.dense_weight);
+    let configured = points.iter().position(|p| {
+        p.method == base.fusion
+            && p.adaptive.to_bits() == base.adaptive.to_bits()
+            && (f64::from(p.dense_weight) - f64::from(base.dense_weight) / total).abs() < 1e-6
+    });
     Ok(FusionFit {
         queries: queries.len(),
         k: base.k,
@@ -203,6 +219,7 @@ pub fn fit_fusion(
         per_method,
         best,
         points,
+        configured,
     })
 }
 
@@ -217,18 +234,123 @@ fn without_text(list: &[Candidate]) -> Vec<Candidate> {
         .collect()
 }
 
+/// A retriever made weaker on purpose for a fusion fit ([`run_fusion_calibration`]): every query it is asked gets
+/// typos at `typo_rate` ([`with_typos`]), the other retriever's query stays as it was.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Stress {
+    /// The weakened retriever: [`Strategy::Bm25`] or [`Strategy::Dense`].
+    pub list: Strategy,
+    /// The share of the query's words (of four letters or more) that get one typo, in `(0, 1]`.
+    pub typo_rate: f64,
+}
+
+impl Stress {
+    /// `bm25-typos-0.6`: how the variant's dataset is named (after the dataset's own name and a `+`).
+    #[must_use]
+    pub fn label(&self) -> String {
+        let list = if self.list == Strategy::Bm25 { "bm25" } else { "dense" };
+        format!("{list}-typos-{}", self.typo_rate)
+    }
+}
+
+impl std::str::FromStr for Stress {
+    type Err = Error;
+
+    /// `bm25:0.6` or `dense:0.3`: the weakened retriever and the typo rate.
+    fn from_str(s: &str) -> Result<Self> {
+        let bad =
+            || Error::invalid_input(format!("a stress is `bm25:RATE` or `dense:RATE` with RATE in (0, 1], got {s:?}"));
+        let (list, rate) = s.split_once(':').ok_or_else(bad)?;
+        let list = match list.trim() {
+            "bm25" => Strategy::Bm25,
+            "dense" => Strategy::Dense,
+            _ => return Err(bad()),
+        };
+        let typo_rate: f64 = rate.trim().parse().map_err(|_| bad())?;
+        if !(typo_rate > 0.0 && typo_rate <= 1.0) {
+            return Err(bad());
+        }
+        Ok(Self { list, typo_rate })
+    }
+}
+
+/// `text` with one typo in each word of four letters or more chosen with probability `rate`, deterministically
+/// from `seed` (a query id), the word and its position: two adjacent letters swapped, a letter dropped, replaced or
+/// added, one kind per word. Everything else (short words, digits, punctuation, spacing) is kept as it is.
+///
+/// ```
+/// use ragtune_eval::fusion::with_typos;
+/// let noisy = with_typos("Vitamin D deficiency increases fracture risk", 1.0, "q1");
+/// assert_ne!(noisy, "Vitamin D deficiency increases fracture risk");
+/// assert_eq!(noisy, with_typos("Vitamin D deficiency increases fracture risk", 1.0, "q1"));
+/// assert_eq!(with_typos("Vitamin D deficiency", 0.0, "q1"), "Vitamin D deficiency");
+/// ```
+#[must_use]
+pub fn with_typos(text: &str, rate: f64, seed: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 8);
+    let (mut word, mut position) = (String::new(), 0_u64);
+    for c in text.chars().chain(std::iter::once(' ')) {
+        if c.is_alphabetic() {
+            word.push(c);
+            continue;
+        }
+        if !word.is_empty() {
+            position += 1;
+            push_word(&mut out, &word, rate, &format!("{seed}\u{1f}{position}"));
+            word.clear();
+        }
+        out.push(c);
+    }
+    out.pop(); // the space chained on to end the last word
+    out
+}
+
+/// Pushes `word` onto `out`, with one typo when it has four letters or more and the hash of `seed` and the word
+/// falls under `rate`.
+fn push_word(out: &mut String, word: &str, rate: f64, seed: &str) {
+    let mut letters: Vec<char> = word.chars().collect();
+    let h = xxhash_rust::xxh3::xxh3_64(format!("{seed}\u{1f}{word}").as_bytes());
+    // The low 20 bits decide whether, the others where and how.
+    if letters.len() < 4 || ((h & 0xF_FFFF) as f64) / f64::from(0x10_0000) >= rate {
+        out.push_str(word);
+        return;
+    }
+    let n = letters.len();
+    let at = ((h >> 20) % n as u64) as usize;
+    let replacement = char::from(b'a' + ((h >> 40) % 26) as u8);
+    match (h >> 32) % 4 {
+        0 => letters.swap(at.min(n - 2), at.min(n - 2) + 1),
+        1 => {
+            letters.remove(at);
+        }
+        2 => letters[at] = replacement,
+        _ => letters.insert(at, replacement),
+    }
+    out.extend(letters);
+}
+
 /// Retrieves every query of `opts.split` from BM25 and from dense retrieval once, on the cached index of
 /// `opts.dataset` (built when missing), as deep as the hybrid retrieval would (`opts.hybrid.depth`, at least
-/// `opts.top_k`), and fits the fusion on them (see [`fit_fusion`]).
+/// `opts.top_k`), and fits the fusion on them (see [`fit_fusion`]); then, for each of `stress`, retrieves the
+/// weakened retriever's lists again for the queries with typos and fits the fusion of those with the other
+/// retriever's unchanged lists.
+///
+/// The first fit is the dataset's own, named as [`dataset_name`](crate::retrieval::dataset_name) names it; each
+/// stressed fit is named `<name>+<stress label>` ([`Stress::label`]).
 ///
 /// # Errors
-/// Dataset, index or model failures (the embedding model is required); no query with judgements.
+/// Dataset, index or model failures (the embedding model is required); no query with judgements; a stress that
+/// weakens neither BM25 nor dense.
 pub async fn run_fusion_calibration(
     opts: &EvalOptions,
     grid: &FusionGrid,
+    stress: &[Stress],
     log: &mut dyn FnMut(&str),
-) -> Result<FusionFit> {
+) -> Result<Vec<DatasetFit>> {
     opts.hybrid.validate().map_err(|e| e.context("[hybrid]"))?;
+    if let Some(s) = stress.iter().find(|s| !matches!(s.list, Strategy::Bm25 | Strategy::Dense)) {
+        return Err(Error::invalid_input(format!("a stress weakens bm25 or dense, not {:?}", s.list)));
+    }
     let data = ragtune::ingest::load_beir(&opts.dataset, &opts.split)?;
     let name = crate::retrieval::dataset_name(&opts.dataset);
     let settings = ragtune::EmbeddingSettings { mode: EmbeddingMode::On, ..opts.embedding.clone() };
@@ -250,17 +372,37 @@ pub async fn run_fusion_calibration(
         queries.len(),
         opts.split
     ));
+    let ask = |id: &str, text: String| Query { id: Some(id.to_owned()), ..Query::new(text).with_top_k(depth) };
     let mut lists = Vec::with_capacity(queries.len());
     for q in &queries {
-        let query = Query { id: Some(q.id.clone()), ..Query::new(q.text.clone()).with_top_k(depth) };
-        let one = std::slice::from_ref(&query);
-        let bm25 = bm25.retrieve(&Ctx::new(), one).await?.pop().unwrap_or_default();
-        let dense = dense.retrieve(&Ctx::new(), one).await?.pop().unwrap_or_default();
+        let one = [ask(&q.id, q.text.clone())];
+        let bm25 = bm25.retrieve(&Ctx::new(), &one).await?.pop().unwrap_or_default();
+        let dense = dense.retrieve(&Ctx::new(), &one).await?.pop().unwrap_or_default();
         lists.push(FusionQuery { id: q.id.clone(), bm25, dense });
     }
     let points = grid.methods.len() * grid.adaptive.len() * (grid.steps as usize + 1);
     log(&format!("fusing them with {points} settings"));
-    fit_fusion(&lists, &data.qrels, &opts.hybrid, grid, opts.passage_depth())
+    let top_k = opts.passage_depth();
+    let mut fits =
+        vec![DatasetFit { name: name.clone(), fit: fit_fusion(&lists, &data.qrels, &opts.hybrid, grid, top_k)? }];
+    for s in stress {
+        let which = if s.list == Strategy::Bm25 { "BM25" } else { "dense" };
+        log(&format!("{name}+{}: retrieving the {which} lists again for the queries with typos", s.label()));
+        let weakened = if s.list == Strategy::Bm25 { &bm25 } else { &dense };
+        let mut stressed = Vec::with_capacity(lists.len());
+        for (q, clean) in queries.iter().zip(&lists) {
+            let one = [ask(&q.id, with_typos(&q.text, s.typo_rate, &q.id))];
+            let list = weakened.retrieve(&Ctx::new(), &one).await?.pop().unwrap_or_default();
+            stressed.push(if s.list == Strategy::Bm25 {
+                FusionQuery { id: q.id.clone(), bm25: list, dense: clean.dense.clone() }
+            } else {
+                FusionQuery { id: q.id.clone(), bm25: clean.bm25.clone(), dense: list }
+            });
+        }
+        let fit = fit_fusion(&stressed, &data.qrels, &opts.hybrid, grid, top_k)?;
+        fits.push(DatasetFit { name: format!("{name}+{}", s.label()), fit });
+    }
+    Ok(fits)
 }
 
 /// One dataset's fit, named, as part of a [`JointFusionFit`].
@@ -322,6 +464,9 @@ pub struct JointFusionFit {
     pub per_method: Vec<JointPoint>,
     /// The chosen setting of all.
     pub best: JointPoint,
+    /// The setting the fits ran with (the configuration's `[hybrid]`), scored the same way, when the grid has it.
+    #[serde(default)]
+    pub configured: Option<JointPoint>,
 }
 
 /// Chooses one fusion for `datasets` (see [`JointFusionFit`]).
@@ -378,7 +523,8 @@ pub fn joint_fit(datasets: Vec<DatasetFit>) -> Result<JointFusionFit> {
         .cloned()
         .reduce(|a, b| if b.beats(&a) { b } else { a })
         .ok_or_else(|| Error::invalid_input("the fusion grid is empty"))?;
-    Ok(JointFusionFit { datasets, per_method, best })
+    let configured = first.fit.configured.map(joint);
+    Ok(JointFusionFit { datasets, per_method, best, configured })
 }
 
 /// The fitted fusion as a configuration file `--config` reads: a `[hybrid]` section, under a comment that says what
@@ -427,11 +573,27 @@ pub fn fusion_toml(joint: &JointFusionFit, split: &str) -> String {
         ));
     }
     let b = &joint.best;
-    out.push_str(&format!(
-        "[hybrid]\nfusion = \"{}\"\nk = {:?}\ndepth = {}\nbm25_weight = {:?}\ndense_weight = {:?}\nadaptive = {:?}\n",
-        b.method, fit.k, fit.depth, b.bm25_weight, b.dense_weight, b.adaptive
-    ));
+    let chosen = HybridSettings {
+        fusion: b.method,
+        k: fit.k,
+        depth: fit.depth,
+        bm25_weight: b.bm25_weight,
+        dense_weight: b.dense_weight,
+        adaptive: b.adaptive,
+    };
+    out.push_str(&hybrid_toml(&chosen));
     out
+}
+
+/// `settings` as the `[hybrid]` section of a configuration file, every field written, numbers as they were given
+/// (`0.35`, not `0.3499999940395355`).
+#[must_use]
+pub fn hybrid_toml(settings: &HybridSettings) -> String {
+    let h = settings;
+    format!(
+        "[hybrid]\nfusion = \"{}\"\nk = {:?}\ndepth = {}\nbm25_weight = {:?}\ndense_weight = {:?}\nadaptive = {:?}\n",
+        h.fusion, h.k, h.depth, h.bm25_weight, h.dense_weight, h.adaptive
+    )
 }
 
 /// The fit as the table `ragtune calibrate --fusion` prints: per dataset the two retrievers alone, then each
@@ -464,8 +626,10 @@ pub fn fusion_table(joint: &JointFusionFit) -> String {
         "bm25_weight",
         "dense_weight"
     ));
-    for p in &joint.per_method {
-        let mark = if *p == joint.best { "  <- best" } else { "" };
+    let configured = joint.configured.iter().map(|p| (p, "  <- the configured [hybrid]"));
+    for (p, mark) in
+        joint.per_method.iter().map(|p| (p, if *p == joint.best { "  <- best" } else { "" })).chain(configured)
+    {
         let ndcg: Vec<String> = p.ndcg_at_10.iter().map(|v| format!("{v:.4}")).collect();
         let gain = if one { String::new() } else { format!(" {:>+10.4}", p.worst_gain) };
         out.push_str(&format!(
@@ -553,8 +717,9 @@ mod tests {
     fn the_grid_finds_the_fusion_that_beats_both_lists() {
         // nDCG@10 with one relevant document: 1 at rank 1, 1/log2(3) = 0.6309 at rank 2, 0.5 at rank 3, 0.4307 at 4.
         // BM25 alone: 1, 1, 0.4307, 0.5; dense alone: 0.6309, 0.6309, 1, 1. Ranks alone cannot tell a sure list
-        // from a guessing one, so RRF stays below the score-based methods, which put every relevant document first;
-        // adaptive weights already discount the flat BM25 lists, so they need less weight on dense for it.
+        // from a guessing one, so RRF stays below the score-based methods, which put every relevant document first,
+        // unless strong adaptive weights (3 and 4) discount the flat BM25 lists from their scores; adaptive weights
+        // already discount those lists, so the score-based methods need less weight on dense for it.
         let fit = check(
             FusionGrid::default(),
             "bm25 0.7327
@@ -563,16 +728,22 @@ mod tests {
              rrf, adaptive 0.5 0.9077 0.5/0.5
              rrf, adaptive 1 0.9077 0.55/0.45
              rrf, adaptive 2 0.9077 0.6/0.4
-             convex 1.0000 0.35/0.65 best
+             rrf, adaptive 3 1.0000 0.35/0.65 best
+             rrf, adaptive 4 1.0000 0.4/0.6
+             convex 1.0000 0.35/0.65
              convex, adaptive 0.5 1.0000 0.4/0.6
              convex, adaptive 1 1.0000 0.4/0.6
              convex, adaptive 2 1.0000 0.5/0.5
+             convex, adaptive 3 1.0000 0.55/0.45
+             convex, adaptive 4 1.0000 0.6/0.4
              dbsf 1.0000 0.35/0.65
              dbsf, adaptive 0.5 1.0000 0.4/0.6
              dbsf, adaptive 1 1.0000 0.4/0.6
-             dbsf, adaptive 2 1.0000 0.45/0.55",
+             dbsf, adaptive 2 1.0000 0.45/0.55
+             dbsf, adaptive 3 1.0000 0.5/0.5
+             dbsf, adaptive 4 1.0000 0.55/0.45",
         );
-        assert_eq!(fit.points.len(), 3 * 4 * 21);
+        assert_eq!(fit.points.len(), 3 * 6 * 21);
         assert!(fit.best.ndcg_at_10 >= fit.bm25_alone.max(fit.dense_alone));
         // The grid's ends are the lists alone.
         let ends: Vec<f64> = fit.points[..21].iter().step_by(20).map(|p| p.ndcg_at_10).collect();
@@ -611,12 +782,12 @@ mod tests {
         let text = fusion_toml(&joint, "train");
         let cfg = ragtune::Config::from_toml(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
         let h = cfg.hybrid;
-        assert_eq!((h.fusion, h.bm25_weight, h.dense_weight, h.adaptive), (FusionMethod::Convex, 0.35, 0.65, 0.0));
+        assert_eq!((h.fusion, h.bm25_weight, h.dense_weight, h.adaptive), (FusionMethod::Rrf, 0.35, 0.65, 3.0));
         assert_eq!((h.k, h.depth), (60.0, 100));
         assert!(text.starts_with("# Written by `ragtune calibrate --fusion` from tiny `train` (4 queries)"), "{text}");
         assert!(text.contains("keeping the best mean nDCG@10 on that split."), "{text}");
         assert!(text.contains("BM25 alone 0.7327, dense alone 0.8155"), "{text}");
-        assert!(text.contains("#   dbsf, adaptive 2"), "{text}");
+        assert!(text.contains("#   dbsf, adaptive 4"), "{text}");
         assert!(text.contains("bm25_weight = 0.35\ndense_weight = 0.65\n"), "{text}");
         assert!(fusion_table(&joint).contains("<- best"));
     }
@@ -704,5 +875,84 @@ mod tests {
         assert!(fit_fusion(&queries, &qrels, &base, &grid, 100).is_err());
         let grid = FusionGrid { adaptive: vec![-1.0], ..FusionGrid::default() };
         assert!(fit_fusion(&queries, &qrels, &base, &grid, 100).unwrap_err().to_string().contains("adaptive"));
+    }
+
+    #[test]
+    fn typos_are_deterministic_and_touch_only_long_words() {
+        let text = "Does Vitamin-D deficiency raise the risk of hip fractures in 2024? Ça dépend, naïvement.";
+        assert_eq!(with_typos(text, 0.0, "q"), text);
+        let noisy = with_typos(text, 1.0, "q");
+        assert_eq!(noisy, with_typos(text, 1.0, "q"), "the same seed gives the same typos");
+        assert_ne!(noisy, with_typos(text, 1.0, "another query"));
+        // Short words, digits, punctuation and spacing are kept; every word of four letters or more changed.
+        let words = |t: &str| -> Vec<String> {
+            t.split(|c: char| !c.is_alphabetic()).filter(|w| !w.is_empty()).map(str::to_owned).collect()
+        };
+        let (before, after) = (words(text), words(&noisy));
+        assert_eq!(before.len(), after.len(), "{noisy}");
+        for (b, a) in before.iter().zip(&after) {
+            if b.chars().count() < 4 {
+                assert_eq!(a, b);
+            } else {
+                assert_ne!(a, b, "{noisy}");
+                let (nb, na) = (b.chars().count() as i64, a.chars().count() as i64);
+                assert!((nb - na).abs() <= 1, "one edit: {b} -> {a}");
+            }
+        }
+        let shape = |t: &str| t.chars().filter(|c| !c.is_alphabetic()).collect::<String>();
+        assert_eq!(shape(&noisy), shape(text));
+        // At a rate in between, about that share of the long words changes.
+        let long: String = (0..400).map(|i| format!("word{} ", ["alpha", "bravo", "delta", "gamma"][i % 4])).collect();
+        let changed = words(&with_typos(&long, 0.3, "q")).iter().zip(words(&long)).filter(|(a, b)| *a != b).count();
+        assert!((90..150).contains(&changed), "{changed} of 400");
+    }
+
+    #[test]
+    fn a_stress_parses_from_list_and_rate() {
+        let s: Stress = "bm25:0.6".parse().unwrap();
+        assert_eq!((s.list, s.typo_rate, s.label()), (Strategy::Bm25, 0.6, "bm25-typos-0.6".to_owned()));
+        let s: Stress = " dense : 1 ".parse().unwrap();
+        assert_eq!((s.list, s.label()), (Strategy::Dense, "dense-typos-1".to_owned()));
+        for bad in ["bm25", "hybrid:0.5", "bm25:0", "dense:1.5", "bm25:x", "dense:NaN"] {
+            let err = bad.parse::<Stress>().unwrap_err();
+            assert!(err.to_string().contains("bm25:RATE"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn the_configured_setting_is_reported_beside_the_fit() {
+        let (queries, qrels) = synthetic();
+        let fit = |base: HybridSettings| fit_fusion(&queries, &qrels, &base, &FusionGrid::default(), 100).unwrap();
+        // The default is a point of the grid.
+        let default = fit(HybridSettings::default());
+        let p = default.points[default.configured.unwrap()];
+        let d = HybridSettings::default();
+        assert_eq!((p.method, p.adaptive, p.bm25_weight, p.dense_weight), (d.fusion, d.adaptive, 0.5, 0.5));
+        // Weights count by their ratio: RRF at 1 / 1 is the grid's 0.5 / 0.5.
+        let rrf = HybridSettings { fusion: FusionMethod::Rrf, bm25_weight: 1.0, dense_weight: 1.0, adaptive: 0.0, ..d };
+        let rrf_fit = fit(rrf);
+        let p = rrf_fit.points[rrf_fit.configured.unwrap()];
+        assert_eq!((p.method, p.adaptive, p.dense_weight), (FusionMethod::Rrf, 0.0, 0.5));
+        // A strength the grid does not try is not reported.
+        assert_eq!(fit(HybridSettings { adaptive: 0.7, ..d }).configured, None);
+        // The joint fit scores it like its own choices and the table marks it.
+        let joint = joint_fit(vec![
+            DatasetFit { name: "a".into(), fit: default.clone() },
+            DatasetFit { name: "b".into(), fit: default.clone() },
+        ])
+        .unwrap();
+        let c = joint.configured.clone().unwrap();
+        assert_eq!(c.ndcg_at_10, vec![p_ndcg(&default); 2]);
+        assert!(fusion_table(&joint).contains("<- the configured [hybrid]"), "{}", fusion_table(&joint));
+        assert_eq!(
+            joint_fit(vec![DatasetFit { name: "c".into(), fit: fit(HybridSettings { adaptive: 0.7, ..d }) }])
+                .unwrap()
+                .configured,
+            None
+        );
+    }
+
+    fn p_ndcg(fit: &FusionFit) -> f64 {
+        fit.points[fit.configured.unwrap()].ndcg_at_10
     }
 }

@@ -601,11 +601,11 @@ impl Default for EmbeddingSettings {
 
 /// Fusion settings of the hybrid strategy (BM25 and dense lists; docs/config.md, `[hybrid]`).
 ///
-/// The default is convex fusion of min-max normalised scores, BM25 weight 0.6 and dense 0.4, with query-time
+/// The default is convex fusion of min-max normalised scores, equal weights (BM25 0.5, dense 0.5), with query-time
 /// weights of strength 0.5: the setting `ragtune calibrate --fusion` chose jointly on the SciFact and CMU QA train
-/// splits, as the one whose smallest gain over the better of BM25 alone and dense alone is largest (ADR 0014). `rrf`
-/// (the default before) stays selectable; only the fields a file sets change, so `fusion = "rrf"` alone keeps these
-/// weights and `adaptive`.
+/// splits and on their stressed variants (each retriever in turn made weaker by typos in its queries), as the one
+/// whose smallest gain over the better of BM25 alone and dense alone is largest (ADR 0014, ADR 0019). `rrf` stays
+/// selectable; only the fields a file sets change, so `fusion = "rrf"` alone keeps these weights and `adaptive`.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct HybridSettings {
@@ -629,14 +629,14 @@ pub struct HybridSettings {
 impl Default for HybridSettings {
     fn default() -> Self {
         // The RRF constant and the depth are the retrieval layer's; the method, weights and strength are the
-        // engine's own choice for its two lists (ADR 0014), not the retrieval layer's generic RRF default.
+        // engine's own choice for its two lists (ADR 0019), not the retrieval layer's generic RRF default.
         let hybrid = ragtune_retrieve::HybridConfig::default();
         Self {
             fusion: FusionMethod::Convex,
             k: hybrid.fusion.k,
             depth: hybrid.depth,
-            bm25_weight: 0.6,
-            dense_weight: 0.4,
+            bm25_weight: 0.5,
+            dense_weight: 0.5,
             adaptive: 0.5,
         }
     }
@@ -1082,13 +1082,14 @@ mod tests {
 
     #[test]
     fn the_default_fusion_is_the_one_fitted_on_train() {
-        // ADR 0014: convex, BM25 0.6 / dense 0.4, adaptive 0.5, fitted on the SciFact and CMU QA train splits
-        // (configs/fusion-default.toml; the integration tests check that the file and the default agree).
+        // ADR 0019: convex, BM25 0.5 / dense 0.5, adaptive 0.5, fitted on the SciFact and CMU QA train splits and
+        // their stressed variants (configs/fusion-default.toml; the integration tests check that the file and the
+        // default agree).
         let h = Config::default().hybrid;
-        assert_eq!((h.fusion, h.bm25_weight, h.dense_weight, h.adaptive), (FusionMethod::Convex, 0.6, 0.4, 0.5));
+        assert_eq!((h.fusion, h.bm25_weight, h.dense_weight, h.adaptive), (FusionMethod::Convex, 0.5, 0.5, 0.5));
         // RRF stays selectable, and a file that names it alone keeps the other fields' defaults.
         let rrf = Config::from_toml("[hybrid]\nfusion = \"rrf\"\n").unwrap().hybrid;
-        assert_eq!((rrf.fusion, rrf.k, rrf.bm25_weight, rrf.adaptive), (FusionMethod::Rrf, 60.0, 0.6, 0.5));
+        assert_eq!((rrf.fusion, rrf.k, rrf.bm25_weight, rrf.adaptive), (FusionMethod::Rrf, 60.0, 0.5, 0.5));
     }
 
     #[test]
