@@ -41,7 +41,7 @@ use std::collections::HashSet;
 
 use ragtune::core::{Candidate, Chunk, Ctx, Error, Query, Result};
 use ragtune::evaluators::metrics::{Metric, Qrels, Runs, evaluate};
-use ragtune::retrieve::{FusionMethod, fuse};
+use ragtune::retrieve::{FusionConfig, FusionMethod, fuse};
 use ragtune::{EmbeddingMode, HybridSettings, Strategy};
 use serde::{Deserialize, Serialize};
 
@@ -169,33 +169,62 @@ pub fn fit_fusion(
     let bm25_alone = alone(|q| &q.bm25);
     let dense_alone = alone(|q| &q.dense);
 
-    let mut points = Vec::new();
-    let mut per_method: Vec<FusionPoint> = Vec::new();
+    // Every setting of the grid, in grid order (method, strength, dense weight ascending), its configuration checked.
+    let mut settings = Vec::new();
     for &method in &grid.methods {
         for &adaptive in &grid.adaptive {
-            let settings = HybridSettings { fusion: method, adaptive, ..*base };
-            let config = settings.fusion_config();
+            let config = HybridSettings { fusion: method, adaptive, ..*base }.fusion_config();
             config.validate()?;
-            let mut best: Option<FusionPoint> = None;
             for step in 0..=grid.steps {
                 // Both weights from integers, so they print as written (0.35, not 0.35000002).
                 let dense_weight = step as f32 / grid.steps as f32;
                 let bm25_weight = (grid.steps - step) as f32 / grid.steps as f32;
-                let runs: Runs = queries
-                    .iter()
-                    .map(|q| {
-                        let lists = [(bm25_weight, q.bm25.as_slice()), (dense_weight, q.dense.as_slice())];
-                        (q.id.clone(), document_run(&fuse(&lists, &config, top_k)))
-                    })
-                    .collect();
-                let point = FusionPoint { method, adaptive, bm25_weight, dense_weight, ndcg_at_10: ndcg(&runs) };
-                if best.is_none_or(|b| point.ndcg_at_10 > b.ndcg_at_10) {
-                    best = Some(point);
-                }
-                points.push(point);
+                settings.push((method, adaptive, bm25_weight, dense_weight, config));
             }
-            per_method.extend(best);
         }
+    }
+    let score = |&(_, _, bm25_weight, dense_weight, config): &(FusionMethod, f32, f32, f32, FusionConfig)| {
+        let runs: Runs = queries
+            .iter()
+            .map(|q| {
+                let lists = [(bm25_weight, q.bm25.as_slice()), (dense_weight, q.dense.as_slice())];
+                (q.id.clone(), document_run(&fuse(&lists, &config, top_k)))
+            })
+            .collect();
+        ndcg(&runs)
+    };
+    // The settings are independent: scored on every core, each thread taking every n-th, then put back in order.
+    let threads = std::thread::available_parallelism().map_or(1, usize::from).clamp(1, settings.len().max(1));
+    let mut scores = vec![0.0; settings.len()];
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let (settings, score) = (&settings, &score);
+                scope.spawn(move || {
+                    settings.iter().enumerate().skip(t).step_by(threads).map(|(i, s)| (i, score(s))).collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        for handle in handles {
+            // A panic in a scoring thread is a bug of the metric code: re-raised here as it would have been inline.
+            for (i, v) in handle.join().unwrap_or_else(|e| std::panic::resume_unwind(e)) {
+                scores[i] = v;
+            }
+        }
+    });
+    let mut points = Vec::with_capacity(settings.len());
+    let mut per_method: Vec<FusionPoint> = Vec::new();
+    for (&(method, adaptive, bm25_weight, dense_weight, _), ndcg_at_10) in settings.iter().zip(scores) {
+        let point = FusionPoint { method, adaptive, bm25_weight, dense_weight, ndcg_at_10 };
+        match per_method.last_mut() {
+            Some(best) if best.method == method && best.adaptive.to_bits() == adaptive.to_bits() => {
+                if point.ndcg_at_10 > best.ndcg_at_10 {
+                    *best = point;
+                }
+            }
+            _ => per_method.push(point),
+        }
+        points.push(point);
     }
     let best = per_method
         .iter()
