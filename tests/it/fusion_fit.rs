@@ -7,7 +7,7 @@
 
 use ragtune::Config;
 use ragtune::retrieve::FusionMethod;
-use ragtune_eval::fusion::{DatasetFit, FusionGrid, Stress, fusion_toml, joint_fit, run_fusion_calibration};
+use ragtune_eval::fusion::{DatasetFit, FusionGrid, Levels, Stress, fusion_toml, joint_fit, run_fusion_calibration};
 use ragtune_eval::retrieval::{EvalOptions, run_eval};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
@@ -60,6 +60,25 @@ async fn the_fusion_fitted_on_train_is_what_eval_measures_with_the_written_file(
         let report = run_eval(&EvalOptions { retriever: retriever.into(), ..opts.clone() }, log).await.unwrap();
         assert_eq!(ndcg(&report), alone, "{retriever}");
     }
+
+    // Level weights: the engine's hybrid retriever (terms counted by its BM25 encoder) scores what the fit's point
+    // with the same levels scores.
+    let levels = Levels { bm25: 1.5, dense: 0.55, slope: 5.0 };
+    let grid = FusionGrid { levels: vec![levels], ..FusionGrid::default() };
+    let with_levels = run_fusion_calibration(&opts, &grid, &[], log).await.unwrap();
+    let p = *with_levels[0].fit.points.iter().find(|p| p.levels == Some(levels) && p.dense_weight == 0.6).unwrap();
+    let levelled = ragtune::HybridSettings {
+        fusion: FusionMethod::Convex,
+        adaptive: 0.0,
+        bm25_weight: 0.4,
+        dense_weight: 0.6,
+        bm25_level: 1.5,
+        dense_level: 0.55,
+        level_slope: 5.0,
+        ..ragtune::HybridSettings::default()
+    };
+    let report = run_eval(&EvalOptions { hybrid: levelled, ..opts.clone() }, log).await.unwrap();
+    assert_eq!(ndcg(&report), p.ndcg_at_10);
 
     // The written file, read as `--config` reads it, makes the evaluation measure the fitted fusion.
     let joint = joint_fit(vec![DatasetFit { name: "tiny".into(), fit: fit.clone() }]).unwrap();

@@ -28,6 +28,10 @@ pub struct CalibrateArgs {
     /// other retriever is the better one. May be given more than once, or comma-separated.
     #[arg(long, value_name = "LIST:RATE", value_delimiter = ',', requires = "fusion")]
     stress: Vec<ragtune_eval::fusion::Stress>,
+    /// With --fusion: also try level weights (`[hybrid] bm25_level`, `dense_level`, `level_slope`: each list's
+    /// weight scaled per query by how high its best score is), 30 settings with convex fusion.
+    #[arg(long, requires = "fusion")]
+    levels: bool,
     /// The split to fit on (never the test split you report on).
     #[arg(long, default_value = "train")]
     split: String,
@@ -150,7 +154,10 @@ async fn fusion(cfg: ragtune::Config, args: CalibrateArgs) -> anyhow::Result<()>
             );
         }
         let opts = beir_options(&cfg, &args, dataset, "hybrid");
-        let grid = ragtune_eval::FusionGrid::default();
+        let mut grid = ragtune_eval::FusionGrid::default();
+        if args.levels {
+            grid.levels = ragtune_eval::FusionGrid::level_settings();
+        }
         fits.extend(ragtune_eval::run_fusion_calibration(&opts, &grid, &args.stress, &mut |l| eprintln!("{l}")).await?);
     }
     let joint = ragtune_eval::joint_fit(fits)?;

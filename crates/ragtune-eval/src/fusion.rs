@@ -29,6 +29,7 @@
 //!     id: "q1".into(),
 //!     bm25: list("bm25", &["d2", "d3", "d1"]),
 //!     dense: list("dense", &["d1", "d2", "d3"]),
+//!     bm25_terms: 3,
 //! }];
 //! let qrels = BTreeMap::from([("q1".to_owned(), BTreeMap::from([("d1".to_owned(), 1)]))]);
 //! let fit = fit_fusion(&queries, &qrels, &HybridSettings::default(), &FusionGrid::default(), 100)?;
@@ -39,9 +40,9 @@
 
 use std::collections::HashSet;
 
-use ragtune::core::{Candidate, Chunk, Ctx, Error, Query, Result};
+use ragtune::core::{Candidate, Chunk, Ctx, Error, Query, Result, SparseEncoder, TextRole};
 use ragtune::evaluators::metrics::{Metric, Qrels, Runs, evaluate};
-use ragtune::retrieve::{FusionConfig, FusionMethod, fuse};
+use ragtune::retrieve::{FusionConfig, FusionMethod, ListLevel, fuse_weighted, fusion_weights, scale_by_levels};
 use ragtune::{EmbeddingMode, HybridSettings, Strategy};
 use serde::{Deserialize, Serialize};
 
@@ -56,12 +57,50 @@ pub struct FusionGrid {
     pub adaptive: Vec<f32>,
     /// The dense weight goes from 0 to 1 in this many steps (20: steps of 0.05); BM25's is 1 minus it.
     pub steps: u32,
+    /// Level weights tried besides (`[hybrid] bm25_level`, `dense_level`, `level_slope`), each with convex fusion
+    /// and no `adaptive`; none by default.
+    #[serde(default)]
+    pub levels: Vec<Levels>,
 }
 
 impl Default for FusionGrid {
     fn default() -> Self {
-        Self { methods: FusionMethod::ALL.to_vec(), adaptive: vec![0.0, 0.5, 1.0, 2.0, 3.0, 4.0], steps: 20 }
+        Self {
+            methods: FusionMethod::ALL.to_vec(),
+            adaptive: vec![0.0, 0.5, 1.0, 2.0, 3.0, 4.0],
+            steps: 20,
+            levels: Vec::new(),
+        }
     }
+}
+
+impl FusionGrid {
+    /// The level weights `ragtune calibrate --fusion --levels` adds: BM25's best score per query term centred on
+    /// 1, 1.5, 2, 3 or 4, dense's best cosine on 0.45, 0.5 or 0.55, slopes 5 and 10 (30 settings).
+    #[must_use]
+    pub fn level_settings() -> Vec<Levels> {
+        let mut out = Vec::new();
+        for bm25 in [1.0, 1.5, 2.0, 3.0, 4.0] {
+            for dense in [0.45, 0.5, 0.55] {
+                for slope in [5.0, 10.0] {
+                    out.push(Levels { bm25, dense, slope });
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Level weights of the two lists (`[hybrid] bm25_level`, `dense_level`, `level_slope`; see
+/// [`ragtune::retrieve::ListLevel`]).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Levels {
+    /// The centre of BM25's best score per query term.
+    pub bm25: f32,
+    /// The centre of dense retrieval's best cosine.
+    pub dense: f32,
+    /// The slope of both.
+    pub slope: f32,
 }
 
 /// One query's two lists, each as deep as the hybrid retrieval takes them.
@@ -73,6 +112,8 @@ pub struct FusionQuery {
     pub bm25: Vec<Candidate>,
     /// The dense list, in rank order.
     pub dense: Vec<Candidate>,
+    /// The number of terms BM25 searched with (its query vector's), for level weights per query term.
+    pub bm25_terms: usize,
 }
 
 /// One setting of the grid and its mean nDCG@10 on the split.
@@ -86,21 +127,32 @@ pub struct FusionPoint {
     pub bm25_weight: f32,
     /// The dense weight.
     pub dense_weight: f32,
+    /// The level weights, when the point has them.
+    #[serde(default)]
+    pub levels: Option<Levels>,
     /// Mean nDCG@10 over the split's queries.
     pub ndcg_at_10: f64,
 }
 
 impl FusionPoint {
-    /// `rrf`, `convex, adaptive 1`: the method and its strength, as tables print it.
+    /// `rrf`, `convex, adaptive 1`, `convex, levels 1.5 / 0.5 / 5`: the method and its query-time weights, as
+    /// tables print it.
     #[must_use]
     pub fn label(&self) -> String {
-        label(self.method, self.adaptive)
+        label(self.method, self.adaptive, self.levels)
     }
 }
 
-/// `rrf`, `convex, adaptive 1`: a method and its strength, as tables and file headers print them.
-fn label(method: FusionMethod, adaptive: f32) -> String {
-    if adaptive > 0.0 { format!("{method}, adaptive {adaptive}") } else { method.to_string() }
+/// `rrf`, `convex, adaptive 1`: a method and its query-time weights, as tables and file headers print them.
+fn label(method: FusionMethod, adaptive: f32, levels: Option<Levels>) -> String {
+    let mut out = method.to_string();
+    if adaptive > 0.0 {
+        out.push_str(&format!(", adaptive {adaptive}"));
+    }
+    if let Some(l) = levels {
+        out.push_str(&format!(", levels {} / {} / {}", l.bm25, l.dense, l.slope));
+    }
+    out
 }
 
 /// The result of a fit.
@@ -155,7 +207,12 @@ pub fn fit_fusion(
     // Fusion reads ids, scores and provenance only: dropping the texts makes the many fusions cheap.
     let queries: Vec<FusionQuery> = queries
         .iter()
-        .map(|q| FusionQuery { id: q.id.clone(), bm25: without_text(&q.bm25), dense: without_text(&q.dense) })
+        .map(|q| FusionQuery {
+            id: q.id.clone(),
+            bm25: without_text(&q.bm25),
+            dense: without_text(&q.dense),
+            bm25_terms: q.bm25_terms,
+        })
         .collect();
     let judged: HashSet<&str> = queries.iter().map(|q| q.id.as_str()).collect();
     let qrels: Qrels =
@@ -179,16 +236,39 @@ pub fn fit_fusion(
                 // Both weights from integers, so they print as written (0.35, not 0.35000002).
                 let dense_weight = step as f32 / grid.steps as f32;
                 let bm25_weight = (grid.steps - step) as f32 / grid.steps as f32;
-                settings.push((method, adaptive, bm25_weight, dense_weight, config));
+                settings.push((method, adaptive, bm25_weight, dense_weight, None, config));
             }
         }
     }
-    let score = |&(_, _, bm25_weight, dense_weight, config): &(FusionMethod, f32, f32, f32, FusionConfig)| {
+    for &levels in &grid.levels {
+        let config = HybridSettings { fusion: FusionMethod::Convex, adaptive: 0.0, ..*base }.fusion_config();
+        for l in [
+            ListLevel { center: levels.bm25, slope: levels.slope, per_term: true },
+            ListLevel { center: levels.dense, slope: levels.slope, per_term: false },
+        ] {
+            l.validate()?;
+        }
+        for step in 0..=grid.steps {
+            let dense_weight = step as f32 / grid.steps as f32;
+            let bm25_weight = (grid.steps - step) as f32 / grid.steps as f32;
+            settings.push((FusionMethod::Convex, 0.0, bm25_weight, dense_weight, Some(levels), config));
+        }
+    }
+    type Setting = (FusionMethod, f32, f32, f32, Option<Levels>, FusionConfig);
+    let score = |&(_, _, bm25_weight, dense_weight, levels, config): &Setting| {
         let runs: Runs = queries
             .iter()
             .map(|q| {
                 let lists = [(bm25_weight, q.bm25.as_slice()), (dense_weight, q.dense.as_slice())];
-                (q.id.clone(), document_run(&fuse(&lists, &config, top_k)))
+                let mut weights = fusion_weights(&lists, &config);
+                if let Some(l) = levels {
+                    let per_list = [
+                        Some((ListLevel { center: l.bm25, slope: l.slope, per_term: true }, q.bm25_terms)),
+                        Some((ListLevel { center: l.dense, slope: l.slope, per_term: false }, 1)),
+                    ];
+                    scale_by_levels(&mut weights, &lists, &per_list);
+                }
+                (q.id.clone(), document_run(&fuse_weighted(&lists, &weights, &config, top_k)))
             })
             .collect();
         ndcg(&runs)
@@ -214,10 +294,12 @@ pub fn fit_fusion(
     });
     let mut points = Vec::with_capacity(settings.len());
     let mut per_method: Vec<FusionPoint> = Vec::new();
-    for (&(method, adaptive, bm25_weight, dense_weight, _), ndcg_at_10) in settings.iter().zip(scores) {
-        let point = FusionPoint { method, adaptive, bm25_weight, dense_weight, ndcg_at_10 };
+    for (&(method, adaptive, bm25_weight, dense_weight, levels, _), ndcg_at_10) in settings.iter().zip(scores) {
+        let point = FusionPoint { method, adaptive, bm25_weight, dense_weight, levels, ndcg_at_10 };
         match per_method.last_mut() {
-            Some(best) if best.method == method && best.adaptive.to_bits() == adaptive.to_bits() => {
+            Some(best)
+                if best.method == method && best.adaptive.to_bits() == adaptive.to_bits() && best.levels == levels =>
+            {
                 if point.ndcg_at_10 > best.ndcg_at_10 {
                     *best = point;
                 }
@@ -233,8 +315,14 @@ pub fn fit_fusion(
         .ok_or_else(|| Error::invalid_input("the fusion grid is empty"))?;
     // Only the weights' ratio matters to every method, so the configured weights count scaled to sum to 1.
     let total = f64::from(base.bm25_weight) + f64::from(base.dense_weight);
+    let base_levels = (base.level_slope > 0.0).then_some(Levels {
+        bm25: base.bm25_level,
+        dense: base.dense_level,
+        slope: base.level_slope,
+    });
     let configured = points.iter().position(|p| {
         p.method == base.fusion
+            && p.levels == base_levels
             && p.adaptive.to_bits() == base.adaptive.to_bits()
             && (f64::from(p.dense_weight) - f64::from(base.dense_weight) / total).abs() < 1e-6
     });
@@ -402,14 +490,31 @@ pub async fn run_fusion_calibration(
         opts.split
     ));
     let ask = |id: &str, text: String| Query { id: Some(id.to_owned()), ..Query::new(text).with_top_k(depth) };
+    // The terms BM25 searches with, as the hybrid retriever counts them for level weights.
+    let encoder = engine.encoder().cloned();
+    let count_terms = |text: String| {
+        let encoder = encoder.clone();
+        async move {
+            match encoder {
+                Some(e) => Ok::<usize, Error>(
+                    e.encode(&Ctx::new(), &[text.as_str()], TextRole::Query)
+                        .await?
+                        .first()
+                        .map_or(1, |v| v.indices.len()),
+                ),
+                None => Ok(1),
+            }
+        }
+    };
     let mut lists = Vec::with_capacity(queries.len());
     for q in &queries {
         let one = [ask(&q.id, q.text.clone())];
         let bm25 = bm25.retrieve(&Ctx::new(), &one).await?.pop().unwrap_or_default();
         let dense = dense.retrieve(&Ctx::new(), &one).await?.pop().unwrap_or_default();
-        lists.push(FusionQuery { id: q.id.clone(), bm25, dense });
+        let bm25_terms = count_terms(q.text.clone()).await?;
+        lists.push(FusionQuery { id: q.id.clone(), bm25, dense, bm25_terms });
     }
-    let points = grid.methods.len() * grid.adaptive.len() * (grid.steps as usize + 1);
+    let points = (grid.methods.len() * grid.adaptive.len() + grid.levels.len()) * (grid.steps as usize + 1);
     log(&format!("fusing them with {points} settings"));
     let top_k = opts.passage_depth();
     let mut fits =
@@ -423,9 +528,10 @@ pub async fn run_fusion_calibration(
             let one = [ask(&q.id, with_typos(&q.text, s.typo_rate, &q.id))];
             let list = weakened.retrieve(&Ctx::new(), &one).await?.pop().unwrap_or_default();
             stressed.push(if s.list == Strategy::Bm25 {
-                FusionQuery { id: q.id.clone(), bm25: list, dense: clean.dense.clone() }
+                let bm25_terms = count_terms(with_typos(&q.text, s.typo_rate, &q.id)).await?;
+                FusionQuery { id: q.id.clone(), bm25: list, dense: clean.dense.clone(), bm25_terms }
             } else {
-                FusionQuery { id: q.id.clone(), bm25: clean.bm25.clone(), dense: list }
+                FusionQuery { id: q.id.clone(), bm25: clean.bm25.clone(), dense: list, bm25_terms: clean.bm25_terms }
             });
         }
         let fit = fit_fusion(&stressed, &data.qrels, &opts.hybrid, grid, top_k)?;
@@ -454,6 +560,9 @@ pub struct JointPoint {
     pub bm25_weight: f32,
     /// The dense weight.
     pub dense_weight: f32,
+    /// The level weights, when the setting has them.
+    #[serde(default)]
+    pub levels: Option<Levels>,
     /// Mean nDCG@10 on each dataset, in the order of [`JointFusionFit::datasets`].
     pub ndcg_at_10: Vec<f64>,
     /// The smallest, over the datasets, of this setting's nDCG@10 minus the better of BM25 alone and dense alone
@@ -467,7 +576,7 @@ impl JointPoint {
     /// `rrf`, `convex, adaptive 1`: the method and its strength, as tables print it.
     #[must_use]
     pub fn label(&self) -> String {
-        label(self.method, self.adaptive)
+        label(self.method, self.adaptive, self.levels)
     }
 
     /// Whether `self` is chosen over `other`: a larger worst gain, then a larger mean nDCG@10 (grid order decides
@@ -505,7 +614,15 @@ pub struct JointFusionFit {
 /// constants or depths.
 pub fn joint_fit(datasets: Vec<DatasetFit>) -> Result<JointFusionFit> {
     let first = datasets.first().ok_or_else(|| Error::invalid_input("no dataset to fit the fusion on"))?;
-    let setting = |p: &FusionPoint| (p.method, p.adaptive.to_bits(), p.bm25_weight.to_bits(), p.dense_weight.to_bits());
+    let setting = |p: &FusionPoint| {
+        (
+            p.method,
+            p.adaptive.to_bits(),
+            p.bm25_weight.to_bits(),
+            p.dense_weight.to_bits(),
+            p.levels.map(|l| (l.bm25.to_bits(), l.dense.to_bits(), l.slope.to_bits())),
+        )
+    };
     for d in &datasets[1..] {
         let same_grid = d.fit.points.len() == first.fit.points.len()
             && d.fit.points.iter().zip(&first.fit.points).all(|(a, b)| setting(a) == setting(b));
@@ -530,6 +647,7 @@ pub fn joint_fit(datasets: Vec<DatasetFit>) -> Result<JointFusionFit> {
             adaptive: p.adaptive,
             bm25_weight: p.bm25_weight,
             dense_weight: p.dense_weight,
+            levels: p.levels,
             ndcg_at_10,
             worst_gain,
             mean_ndcg_at_10,
@@ -539,7 +657,11 @@ pub fn joint_fit(datasets: Vec<DatasetFit>) -> Result<JointFusionFit> {
     for i in 0..first.fit.points.len() {
         let point = joint(i);
         match per_method.last_mut() {
-            Some(last) if last.method == point.method && last.adaptive.to_bits() == point.adaptive.to_bits() => {
+            Some(last)
+                if last.method == point.method
+                    && last.adaptive.to_bits() == point.adaptive.to_bits()
+                    && last.levels == point.levels =>
+            {
                 if point.beats(last) {
                     *last = point;
                 }
@@ -609,6 +731,9 @@ pub fn fusion_toml(joint: &JointFusionFit, split: &str) -> String {
         bm25_weight: b.bm25_weight,
         dense_weight: b.dense_weight,
         adaptive: b.adaptive,
+        bm25_level: b.levels.map_or(0.0, |l| l.bm25),
+        dense_level: b.levels.map_or(0.0, |l| l.dense),
+        level_slope: b.levels.map_or(0.0, |l| l.slope),
     };
     out.push_str(&hybrid_toml(&chosen));
     out
@@ -619,10 +744,17 @@ pub fn fusion_toml(joint: &JointFusionFit, split: &str) -> String {
 #[must_use]
 pub fn hybrid_toml(settings: &HybridSettings) -> String {
     let h = settings;
-    format!(
+    let mut out = format!(
         "[hybrid]\nfusion = \"{}\"\nk = {:?}\ndepth = {}\nbm25_weight = {:?}\ndense_weight = {:?}\nadaptive = {:?}\n",
         h.fusion, h.k, h.depth, h.bm25_weight, h.dense_weight, h.adaptive
-    )
+    );
+    if h.level_slope > 0.0 {
+        out.push_str(&format!(
+            "bm25_level = {:?}\ndense_level = {:?}\nlevel_slope = {:?}\n",
+            h.bm25_level, h.dense_level, h.level_slope
+        ));
+    }
+    out
 }
 
 /// The fit as the table `ragtune calibrate --fusion` prints: per dataset the two retrievers alone, then each
@@ -676,6 +808,7 @@ pub fn fusion_table(joint: &JointFusionFit) -> String {
 mod tests {
     use super::*;
     use ragtune::core::ScoredHit;
+    use ragtune::retrieve::fuse;
 
     /// A list of `strategy` from `doc:score` pairs in rank order (one chunk per document, with a text).
     fn list(strategy: &str, items: &[(&str, f32)]) -> Vec<Candidate> {
@@ -706,21 +839,25 @@ mod tests {
                 id: "q1".into(),
                 bm25: list("bm25", &[("a1", 20.0), ("x1", 5.0), ("y1", 4.0), ("z1", 3.9)]),
                 dense: list("dense", &[("x1", 0.61), ("a1", 0.60), ("y1", 0.58), ("z1", 0.57)]),
+                bm25_terms: 2,
             },
             FusionQuery {
                 id: "q2".into(),
                 bm25: list("bm25", &[("a2", 18.0), ("x2", 6.0), ("y2", 5.5), ("z2", 5.0)]),
                 dense: list("dense", &[("y2", 0.70), ("a2", 0.69), ("x2", 0.66), ("z2", 0.65)]),
+                bm25_terms: 2,
             },
             FusionQuery {
                 id: "q3".into(),
                 bm25: list("bm25", &[("x3", 4.1), ("y3", 4.0), ("z3", 3.9), ("a3", 3.8)]),
                 dense: list("dense", &[("a3", 0.64), ("x3", 0.60), ("y3", 0.59), ("z3", 0.58)]),
+                bm25_terms: 2,
             },
             FusionQuery {
                 id: "q4".into(),
                 bm25: list("bm25", &[("y4", 7.1), ("x4", 7.0), ("a4", 6.9), ("z4", 6.8)]),
                 dense: list("dense", &[("a4", 0.55), ("z4", 0.52), ("x4", 0.51), ("y4", 0.50)]),
+                bm25_terms: 2,
             },
         ];
         (queries, qrels(&[("q1", "a1"), ("q2", "a2"), ("q3", "a3"), ("q4", "a4")]))
@@ -783,7 +920,7 @@ mod tests {
     fn a_point_of_the_grid_is_the_engine_fusion_of_the_lists() {
         // The fit calls the retrieval layer's `fuse`: one point recomputed by hand from it agrees.
         let (queries, qrels) = synthetic();
-        let grid = FusionGrid { methods: vec![FusionMethod::Dbsf], adaptive: vec![1.0], steps: 4 };
+        let grid = FusionGrid { methods: vec![FusionMethod::Dbsf], adaptive: vec![1.0], steps: 4, levels: Vec::new() };
         let fit = fit_fusion(&queries, &qrels, &HybridSettings::default(), &grid, 100).unwrap();
         let settings = HybridSettings { fusion: FusionMethod::Dbsf, adaptive: 1.0, ..HybridSettings::default() };
         let runs: Runs = queries
@@ -983,5 +1120,43 @@ mod tests {
 
     fn p_ndcg(fit: &FusionFit) -> f64 {
         fit.points[fit.configured.unwrap()].ndcg_at_10
+    }
+
+    #[test]
+    fn level_weights_are_points_of_the_grid_and_written_to_the_file() {
+        // BM25 is right where its best score is high (q1, q2: 10 and 9 per term) and guessing where it is low (q3,
+        // q4: about 2 and 3.5 per term); dense's best cosines say less. A BM25 level centred at 4 per term hands
+        // q3 and q4 to dense, so convex fusion with levels puts every relevant document first.
+        let (queries, qrels) = synthetic();
+        let levels = Levels { bm25: 4.0, dense: 0.6, slope: 10.0 };
+        let grid = FusionGrid { methods: vec![FusionMethod::Rrf], adaptive: vec![0.0], steps: 4, levels: vec![levels] };
+        let fit = fit_fusion(&queries, &qrels, &HybridSettings::default(), &grid, 100).unwrap();
+        assert_eq!(fit.points.len(), 2 * 5);
+        let with: Vec<&FusionPoint> = fit.points.iter().filter(|p| p.levels == Some(levels)).collect();
+        assert_eq!(with.len(), 5);
+        assert!(with.iter().all(|p| p.method == FusionMethod::Convex && p.adaptive == 0.0));
+        assert_eq!(fit.best.levels, Some(levels), "{:?}", fit.per_method);
+        assert_eq!(fit.best.ndcg_at_10, 1.0);
+        assert_eq!(fit.best.label(), "convex, levels 4 / 0.6 / 10");
+        // The file sets the levels, and the engine reads them back.
+        let joint = joint_fit(vec![DatasetFit { name: "tiny".into(), fit: fit.clone() }]).unwrap();
+        let text = fusion_toml(&joint, "train");
+        let h = ragtune::Config::from_toml(&text).unwrap_or_else(|e| panic!("{e}\n{text}")).hybrid;
+        assert_eq!((h.bm25_level, h.dense_level, h.level_slope), (4.0, 0.6, 10.0), "{text}");
+        // The configured setting with the same levels is found in the grid.
+        let base = HybridSettings {
+            fusion: FusionMethod::Convex,
+            adaptive: 0.0,
+            bm25_level: 4.0,
+            dense_level: 0.6,
+            level_slope: 10.0,
+            ..h
+        };
+        let again = fit_fusion(&queries, &qrels, &base, &grid, 100).unwrap();
+        assert_eq!(again.points[again.configured.unwrap()].levels, Some(levels));
+        // A level of 0 is refused.
+        let bad = FusionGrid { levels: vec![Levels { bm25: 0.0, ..levels }], ..grid };
+        assert!(fit_fusion(&queries, &qrels, &HybridSettings::default(), &bad, 100).is_err());
+        assert_eq!(FusionGrid::level_settings().len(), 30);
     }
 }

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use async_trait::async_trait;
-use ragtune_core::{Candidate, Ctx, Error, Query, Result, Retriever, TraceEvent, TraceSink};
+use ragtune_core::{Candidate, Ctx, Error, Query, Result, Retriever, SparseEncoder, TextRole, TraceEvent, TraceSink};
 
 use crate::fusion::{FusionConfig, fuse_weighted, fusion_weights};
 use crate::validate_all;
@@ -24,13 +24,98 @@ impl Default for HybridConfig {
     }
 }
 
-/// One input of a fusion: a retriever and its weight.
+/// One input of a fusion: a retriever, its weight, and optionally how sure its list is for each query.
 #[derive(Debug, Clone)]
 pub struct Fused {
     /// The retriever.
     pub retriever: Arc<dyn Retriever>,
     /// Its weight; 0 removes it (it is not even called).
     pub weight: f32,
+    /// Scales the weight per query by how high the list's best score is ([`ListLevel`]); `None` leaves it.
+    pub level: Option<FusedLevel>,
+}
+
+impl Fused {
+    /// An input of weight `weight` whose weight does not depend on the query's scores.
+    #[must_use]
+    pub fn new(retriever: Arc<dyn Retriever>, weight: f32) -> Self {
+        Self { retriever, weight, level: None }
+    }
+}
+
+/// A list's confidence from the level of its best score: `sigmoid(slope × (level − center) / center)`, where the
+/// level is the best score, divided by the number of the query's terms when `per_term` (a BM25 score grows with
+/// the terms that match). A list whose best score is far below what a match usually scores is guessing.
+///
+/// ```
+/// use ragtune_retrieve::ListLevel;
+/// let dense = ListLevel { center: 0.5, slope: 5.0, per_term: false };
+/// assert_eq!(dense.confidence(Some(0.5), 1), 0.5);
+/// assert!(dense.confidence(Some(0.8), 1) > 0.9 && dense.confidence(Some(0.2), 1) < 0.1);
+/// // Per query term: the same best score counts for less when the query has more terms.
+/// let bm25 = ListLevel { center: 1.5, slope: 5.0, per_term: true };
+/// assert!(bm25.confidence(Some(12.0), 4) > bm25.confidence(Some(12.0), 12));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ListLevel {
+    /// The level at which the confidence is one half; above 0.
+    pub center: f32,
+    /// How steeply the confidence rises around `center`; above 0.
+    pub slope: f32,
+    /// Whether the level is the best score per query term.
+    pub per_term: bool,
+}
+
+impl ListLevel {
+    /// The confidence of a list whose best score is `top` (`None`: an empty list, confidence 1, which changes
+    /// nothing since it contributes nothing), for a query of `terms` terms (at least 1 is counted).
+    #[must_use]
+    pub fn confidence(&self, top: Option<f32>, terms: usize) -> f32 {
+        let Some(top) = top.filter(|t| t.is_finite()) else { return 1.0 };
+        let level = if self.per_term { f64::from(top) / terms.max(1) as f64 } else { f64::from(top) };
+        let center = f64::from(self.center);
+        (1.0 / (1.0 + (-f64::from(self.slope) * (level - center) / center).exp())) as f32
+    }
+
+    /// Checks that `center` and `slope` are finite and above 0.
+    ///
+    /// # Errors
+    /// [`InvalidInput`](ragtune_core::ErrorKind::InvalidInput) naming the setting.
+    pub fn validate(&self) -> Result<()> {
+        for (name, v) in [("center", self.center), ("slope", self.slope)] {
+            if !(v.is_finite() && v > 0.0) {
+                return Err(Error::invalid_input(format!(
+                    "a list level's {name} must be a finite number > 0, got {v}"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Scales each list's weight in `weights` by its level's confidence: `levels[k]` is list `k`'s level and the query's
+/// term count, `None` leaving its weight as it is. What [`HybridRetriever`] does per query, for callers that fuse lists
+/// themselves (the fusion fit of `ragtune calibrate --fusion`).
+pub fn scale_by_levels<L: AsRef<[Candidate]>>(
+    weights: &mut [f32],
+    lists: &[(f32, L)],
+    levels: &[Option<(ListLevel, usize)>],
+) {
+    for ((w, (_, list)), level) in weights.iter_mut().zip(lists).zip(levels) {
+        if let Some((level, terms)) = level {
+            *w *= level.confidence(list.as_ref().first().map(|c| c.score), *terms);
+        }
+    }
+}
+
+/// A [`ListLevel`] for one fused input, with the encoder that counts a query's terms when it is per term (the BM25
+/// encoder: the number of distinct terms of its query vector).
+#[derive(Debug, Clone)]
+pub struct FusedLevel {
+    /// The level's settings.
+    pub level: ListLevel,
+    /// Counts the query's terms when `level.per_term`; without one a query counts as one term.
+    pub terms: Option<Arc<dyn SparseEncoder>>,
 }
 
 /// Fuses several retrievers: weighted RRF by default, or a normalised-score method, with fixed or query-time
@@ -71,6 +156,11 @@ impl HybridRetriever {
                 f.retriever.name(),
                 f.weight
             )));
+        }
+        for f in &inputs {
+            if let Some(l) = &f.level {
+                l.level.validate().map_err(|e| e.context(format!("the level of `{}`", f.retriever.name())))?;
+            }
         }
         config.fusion.validate()?;
         if config.depth == 0 {
@@ -113,7 +203,20 @@ impl Retriever for HybridRetriever {
             }
             per_input.push((input.weight, lists?));
         }
-        // The query-time weights of each query, by retriever name, for the trace (adaptive fusion only).
+        // Each query's term count for the inputs whose level is per term (one encoding of the batch per encoder).
+        let mut terms: Vec<Option<Vec<usize>>> = Vec::with_capacity(active.len());
+        for input in &active {
+            terms.push(match &input.level {
+                Some(FusedLevel { level: ListLevel { per_term: true, .. }, terms: Some(encoder) }) => {
+                    let texts: Vec<&str> = queries.iter().map(|q| q.text.as_str()).collect();
+                    let encoded = encoder.encode(ctx, &texts, TextRole::Query).await?;
+                    Some(encoded.iter().map(|v| v.indices.len()).collect())
+                }
+                _ => None,
+            });
+        }
+        let levelled = active.iter().any(|f| f.level.is_some());
+        // The query-time weights of each query, by retriever name, for the trace (adaptive or level weights only).
         let mut adaptive: Vec<serde_json::Value> = Vec::new();
         let mut out: Vec<Vec<Candidate>> = queries
             .iter()
@@ -121,8 +224,16 @@ impl Retriever for HybridRetriever {
             .map(|(i, q)| {
                 let lists: Vec<(f32, &[Candidate])> =
                     per_input.iter().map(|(w, lists)| (*w, lists.get(i).map_or(&[][..], Vec::as_slice))).collect();
-                let w = fusion_weights(&lists, &self.config.fusion);
-                if self.config.fusion.adaptive > 0.0 {
+                let mut w = fusion_weights(&lists, &self.config.fusion);
+                let levels: Vec<Option<(ListLevel, usize)>> = active
+                    .iter()
+                    .zip(&terms)
+                    .map(|(f, t)| {
+                        f.level.as_ref().map(|l| (l.level, t.as_ref().and_then(|t| t.get(i).copied()).unwrap_or(1)))
+                    })
+                    .collect();
+                scale_by_levels(&mut w, &lists, &levels);
+                if self.config.fusion.adaptive > 0.0 || levelled {
                     let named: serde_json::Map<String, serde_json::Value> = active
                         .iter()
                         .zip(&w)
@@ -146,7 +257,10 @@ impl Retriever for HybridRetriever {
             .detail("depth", self.config.depth)
             .detail("weights", serde_json::Value::Object(weights));
         if fusion.adaptive > 0.0 {
-            event = event.detail("adaptive", f64::from(fusion.adaptive)).detail("query_weights", adaptive);
+            event = event.detail("adaptive", f64::from(fusion.adaptive));
+        }
+        if fusion.adaptive > 0.0 || levelled {
+            event = event.detail("query_weights", adaptive);
         }
         ctx.trace(event.elapsed(started.elapsed()));
         Ok(out)
@@ -168,12 +282,77 @@ mod tests {
     async fn hybrid_retriever_fuses_and_skips_zero_weights() {
         let bm25 = StaticRetriever::new("bm25").with_ranking("q", &[("a", 9.0), ("b", 8.0)]);
         let dense = StaticRetriever::new("dense").with_ranking("q", &[("c", 0.9), ("b", 0.8)]);
-        let inputs =
-            vec![Fused { retriever: Arc::new(bm25), weight: 1.0 }, Fused { retriever: Arc::new(dense), weight: 0.0 }];
+        let inputs = vec![Fused::new(Arc::new(bm25), 1.0), Fused::new(Arc::new(dense), 0.0)];
         let h = HybridRetriever::new("hybrid", inputs, HybridConfig::default()).unwrap();
         let out = h.retrieve(&Ctx::new(), &[Query::new("q")]).await.unwrap();
         assert_eq!(ids(&out[0]), vec!["a", "b"]);
         assert!(out[0].iter().all(|c| !c.sources.contains_key("dense")));
+    }
+
+    #[tokio::test]
+    async fn list_levels_scale_each_query_weight_by_how_high_its_best_score_is() {
+        // BM25's best score is low for this query (it is guessing), dense's best cosine is high: with levels the
+        // dense favourite wins; without, equal weights tie the two favourites and the chunk id decides.
+        let bm25 = StaticRetriever::new("bm25").with_ranking("q", &[("a", 3.0), ("b", 1.0)]);
+        let dense = StaticRetriever::new("dense").with_ranking("q", &[("c", 0.8), ("d", 0.1)]);
+        let config = HybridConfig {
+            fusion: FusionConfig { method: FusionMethod::Convex, ..FusionConfig::default() },
+            ..HybridConfig::default()
+        };
+        let level = |center, per_term| FusedLevel {
+            level: ListLevel { center, slope: 5.0, per_term },
+            terms: Some(Arc::new(ragtune_testkit::fakes::HashSparseEncoder::default()) as Arc<dyn SparseEncoder>),
+        };
+        let run = |levels: bool| {
+            let (bm25, dense) = (bm25.clone(), dense.clone());
+            async move {
+                let mut inputs = vec![Fused::new(Arc::new(bm25), 1.0), Fused::new(Arc::new(dense), 1.0)];
+                if levels {
+                    inputs[0].level = Some(level(2.0, true));
+                    inputs[1].level = Some(level(0.5, false));
+                }
+                let sink = TraceSink::new();
+                let ctx = Ctx::new().with_trace(sink.clone());
+                let out = HybridRetriever::new("hybrid", inputs, config)
+                    .unwrap()
+                    .retrieve(&ctx, &[Query::new("q")])
+                    .await
+                    .unwrap();
+                (out, sink.take())
+            }
+        };
+        let (plain, _) = run(false).await;
+        assert_eq!(ids(&plain[0])[..2], ["a", "c"]);
+        let (levelled, trace) = run(true).await;
+        assert_eq!(ids(&levelled[0])[..2], ["c", "a"]);
+        // The weights used are in the trace: BM25's 3.0 on a one-term query is above its centre 2.0, but dense's
+        // 0.8 is further above 0.5.
+        let event = trace.iter().find(|e| e.stage == "retrieve" && e.action == "hybrid").unwrap();
+        let w = &event.detail["query_weights"][0];
+        let (b, d) = (w["bm25"].as_f64().unwrap(), w["dense"].as_f64().unwrap());
+        assert!(d > b && b > 0.5, "{w}");
+        // Bad levels are refused when the retriever is built.
+        let mut inputs = vec![Fused::new(Arc::new(bm25.clone()), 1.0)];
+        inputs[0].level = Some(level(0.0, true));
+        let err = HybridRetriever::new("hybrid", inputs, config).unwrap_err();
+        assert!(err.to_string().contains("center must be a finite number > 0"), "{err}");
+    }
+
+    #[test]
+    fn a_list_level_confidence_is_a_logistic_curve_of_its_best_score() {
+        let l = ListLevel { center: 2.0, slope: 5.0, per_term: true };
+        assert_eq!(l.confidence(None, 3), 1.0);
+        assert_eq!(l.confidence(Some(f32::NAN), 3), 1.0);
+        assert!((l.confidence(Some(6.0), 3) - 0.5).abs() < 1e-6);
+        assert!(l.confidence(Some(6.0), 0) > 0.99, "no terms counts as one");
+        let mut last = 0.0;
+        for top in [0.0, 1.0, 2.0, 4.0, 8.0] {
+            let c = l.confidence(Some(top), 1);
+            assert!(c > last && (0.0..=1.0).contains(&c));
+            last = c;
+        }
+        assert!(ListLevel { slope: f32::INFINITY, ..l }.validate().is_err());
+        assert!(l.validate().is_ok());
     }
 
     /// A retriever that gives the executor back `yields` times before answering, and traces its answer.
@@ -204,8 +383,8 @@ mod tests {
         let dense = StaticRetriever::new("dense").with_ranking("q", &[("c", 0.9), ("b", 0.8)]);
         // The first list takes longer: the second finishes first.
         let inputs = vec![
-            Fused { retriever: Arc::new(Slow { inner: bm25, yields: 5 }), weight: 1.0 },
-            Fused { retriever: Arc::new(Slow { inner: dense, yields: 0 }), weight: 1.0 },
+            Fused::new(Arc::new(Slow { inner: bm25, yields: 5 }), 1.0),
+            Fused::new(Arc::new(Slow { inner: dense, yields: 0 }), 1.0),
         ];
         let h = HybridRetriever::new("hybrid", inputs, HybridConfig::default()).unwrap();
         let sink = TraceSink::new();
@@ -219,8 +398,7 @@ mod tests {
     async fn the_configured_method_fuses_and_is_traced() {
         let bm25 = StaticRetriever::new("bm25").with_ranking("q", &[("a", 9.0), ("b", 8.9), ("c", 1.0)]);
         let dense = StaticRetriever::new("dense").with_ranking("q", &[("c", 0.9), ("b", 0.5)]);
-        let inputs =
-            vec![Fused { retriever: Arc::new(bm25), weight: 1.0 }, Fused { retriever: Arc::new(dense), weight: 1.0 }];
+        let inputs = vec![Fused::new(Arc::new(bm25), 1.0), Fused::new(Arc::new(dense), 1.0)];
         let fusion = FusionConfig { method: FusionMethod::Convex, adaptive: 1.0, ..FusionConfig::default() };
         let h = HybridRetriever::new("hybrid", inputs, HybridConfig { fusion, depth: 10 }).unwrap();
         let sink = TraceSink::new();
@@ -313,10 +491,7 @@ mod tests {
         let hybrid = |store: Arc<dyn VectorStore>| {
             let bm25 = crate::SparseRetriever::new("bm25", encoder.clone(), store.clone());
             let dense = crate::DenseRetriever::new("dense", embedder.clone(), store);
-            let inputs = vec![
-                Fused { retriever: Arc::new(bm25), weight: 1.0 },
-                Fused { retriever: Arc::new(dense), weight: 1.0 },
-            ];
+            let inputs = vec![Fused::new(Arc::new(bm25), 1.0), Fused::new(Arc::new(dense), 1.0)];
             HybridRetriever::new("hybrid", inputs, HybridConfig { depth: 30, ..HybridConfig::default() }).unwrap()
         };
         // The third query repeats the first: its kept chunks are wanted by two lists and read once.
@@ -357,12 +532,12 @@ mod tests {
     #[test]
     fn bad_configurations_are_refused() {
         let r: Arc<dyn Retriever> = Arc::new(StaticRetriever::new("x"));
-        let dup = vec![Fused { retriever: r.clone(), weight: 1.0 }, Fused { retriever: r.clone(), weight: 1.0 }];
+        let dup = vec![Fused::new(r.clone(), 1.0), Fused::new(r.clone(), 1.0)];
         assert!(HybridRetriever::new("h", dup, HybridConfig::default()).is_err());
         assert!(HybridRetriever::new("h", vec![], HybridConfig::default()).is_err());
-        let neg = vec![Fused { retriever: r.clone(), weight: -1.0 }];
+        let neg = vec![Fused::new(r.clone(), -1.0)];
         assert!(HybridRetriever::new("h", neg, HybridConfig::default()).is_err());
-        let ok = || vec![Fused { retriever: r.clone(), weight: 1.0 }];
+        let ok = || vec![Fused::new(r.clone(), 1.0)];
         assert!(HybridRetriever::new("h", ok(), HybridConfig { depth: 0, ..HybridConfig::default() }).is_err());
         let fusion = FusionConfig { adaptive: -1.0, ..FusionConfig::default() };
         let err = HybridRetriever::new("h", ok(), HybridConfig { fusion, depth: 10 }).unwrap_err();

@@ -48,7 +48,7 @@ pub mod transform;
 pub use boost::{HeaderBoostRetriever, header_boost};
 pub use dense::DenseRetriever;
 pub use fusion::{FusionConfig, FusionMethod, fuse, fuse_weighted, fusion_weights, rrf_fuse};
-pub use hybrid::{Fused, HybridConfig, HybridRetriever};
+pub use hybrid::{Fused, FusedLevel, HybridConfig, HybridRetriever, ListLevel, scale_by_levels};
 pub use parent::ParentRetriever;
 pub use sparse::SparseRetriever;
 

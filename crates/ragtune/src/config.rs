@@ -624,6 +624,14 @@ pub struct HybridSettings {
     /// out from the rest of its list (a list that is guessing) counts less for that query (see
     /// [`ragtune_retrieve::fusion_weights`]).
     pub adaptive: f32,
+    /// With `level_slope > 0`: the BM25 list's weight is scaled per query by
+    /// `sigmoid(level_slope × (level − bm25_level) / bm25_level)`, its level being its best score per query term
+    /// ([`ragtune_retrieve::ListLevel`]); 0 leaves BM25's weight alone.
+    pub bm25_level: f32,
+    /// With `level_slope > 0`: the dense list's weight is scaled the same way by its best cosine; 0 leaves it alone.
+    pub dense_level: f32,
+    /// How steeply the level weights rise around their centres; 0 (the default) turns them off.
+    pub level_slope: f32,
 }
 
 impl Default for HybridSettings {
@@ -638,6 +646,9 @@ impl Default for HybridSettings {
             bm25_weight: 0.5,
             dense_weight: 0.5,
             adaptive: 0.5,
+            bm25_level: 0.0,
+            dense_level: 0.0,
+            level_slope: 0.0,
         }
     }
 }
@@ -672,7 +683,42 @@ impl HybridSettings {
         if self.depth == 0 {
             return Err(Error::invalid_input("depth must be at least 1"));
         }
+        for (name, v) in
+            [("bm25_level", self.bm25_level), ("dense_level", self.dense_level), ("level_slope", self.level_slope)]
+        {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(Error::invalid_input(format!("{name} must be a finite number >= 0, got {v}")));
+            }
+        }
         self.fusion_config().validate()
+    }
+
+    /// The level of one list (`center` > 0 and `level_slope` > 0), else `None`.
+    #[must_use]
+    pub fn list_level(&self, center: f32, per_term: bool) -> Option<ragtune_retrieve::ListLevel> {
+        (self.level_slope > 0.0 && center > 0.0).then_some(ragtune_retrieve::ListLevel {
+            center,
+            slope: self.level_slope,
+            per_term,
+        })
+    }
+
+    /// The hybrid retriever's two inputs, BM25 and dense (or HyDE), with their weights and, when set, their levels;
+    /// `encoder` counts a query's BM25 terms.
+    #[must_use]
+    pub fn fused(
+        &self,
+        bm25: std::sync::Arc<dyn ragtune_core::Retriever>,
+        dense: std::sync::Arc<dyn ragtune_core::Retriever>,
+        encoder: Option<std::sync::Arc<dyn ragtune_core::SparseEncoder>>,
+    ) -> Vec<ragtune_retrieve::Fused> {
+        let mut b = ragtune_retrieve::Fused::new(bm25, self.bm25_weight);
+        b.level =
+            self.list_level(self.bm25_level, true).map(|level| ragtune_retrieve::FusedLevel { level, terms: encoder });
+        let mut d = ragtune_retrieve::Fused::new(dense, self.dense_weight);
+        d.level =
+            self.list_level(self.dense_level, false).map(|level| ragtune_retrieve::FusedLevel { level, terms: None });
+        vec![b, d]
     }
 }
 
@@ -1104,6 +1150,22 @@ mod tests {
         assert_eq!(Config::from_toml_with_overrides("", &env).unwrap().hybrid.fusion, FusionMethod::Dbsf);
         let err = Config::from_toml("[hybrid]\nfusion = \"mean\"\n").unwrap_err();
         assert!(err.to_string().contains("rrf, convex") || err.to_string().contains("`rrf`"), "{err}");
+    }
+
+    #[test]
+    fn level_weights_are_off_by_default_and_read_from_the_file() {
+        let h = Config::default().hybrid;
+        assert_eq!((h.bm25_level, h.dense_level, h.level_slope), (0.0, 0.0, 0.0));
+        assert_eq!(h.list_level(1.5, true), None, "slope 0: off");
+        let cfg = Config::from_toml("[hybrid]\nbm25_level = 1.5\ndense_level = 0.5\nlevel_slope = 5.0\n").unwrap();
+        let h = cfg.hybrid;
+        assert_eq!(
+            h.list_level(h.bm25_level, true),
+            Some(ragtune_retrieve::ListLevel { center: 1.5, slope: 5.0, per_term: true })
+        );
+        assert_eq!(h.list_level(0.0, false), None, "a centre of 0 leaves that list alone");
+        let err = Config::from_toml("[hybrid]\nlevel_slope = -1.0\n").unwrap_err();
+        assert!(err.to_string().contains("level_slope must be a finite number >= 0"), "{err}");
     }
 
     #[test]

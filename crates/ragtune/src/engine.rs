@@ -12,7 +12,7 @@ use ragtune_core::{
 };
 use ragtune_embed::{Bm25Config, Bm25Encoder};
 use ragtune_ingest::{ChunkerConfig, LoadIssue, Loaded};
-use ragtune_retrieve::{DenseRetriever, Fused, HybridRetriever, SparseRetriever};
+use ragtune_retrieve::{DenseRetriever, HybridRetriever, SparseRetriever};
 use ragtune_store::EmbeddedStore;
 use serde::{Deserialize, Serialize};
 
@@ -570,10 +570,8 @@ impl Engine {
             Strategy::Dense => dense(self),
             Strategy::Hybrid => {
                 let h = self.config.hybrid;
-                let inputs = vec![
-                    Fused { retriever: bm25(self)?, weight: h.bm25_weight },
-                    Fused { retriever: dense(self)?, weight: h.dense_weight },
-                ];
+                let encoder = self.encoder.clone().map(|e| e as Arc<dyn SparseEncoder>);
+                let inputs = h.fused(bm25(self)?, dense(self)?, encoder);
                 Ok(Arc::new(HybridRetriever::new("hybrid", inputs, h.hybrid_config())?))
             }
         }
@@ -645,10 +643,8 @@ impl Engine {
                 }
                 let h = self.config.hybrid;
                 let bm25 = self.retriever(Strategy::Bm25).await?;
-                let inputs = vec![
-                    Fused { retriever: bm25, weight: h.bm25_weight },
-                    Fused { retriever: hyde, weight: h.dense_weight },
-                ];
+                let encoder = self.encoder.clone().map(|e| e as Arc<dyn SparseEncoder>);
+                let inputs = h.fused(bm25, hyde, encoder);
                 Ok(Arc::new(HybridRetriever::new("hybrid+hyde", inputs, h.hybrid_config())?))
             }
             Transform::MultiQuery => {
