@@ -471,7 +471,7 @@ pub fn calibration_toml(
                     .map(|v| v.to_string())
                     .unwrap_or_else(|_| "\"max\"".into()),
                 top_k = config.crag.model.top_k,
-            ) + &hybrid_section(config)
+            )
         }
         EvaluatorKind::Learned => {
             return Err(Error::invalid_input(
@@ -495,10 +495,10 @@ pub fn calibration_toml(
             doc.insert("crag".into(), crag.into());
             let body = toml::to_string(&doc)
                 .map_err(|e| Error::permanent("cannot serialise the calibrated configuration").with_source(e))?;
-            format!("{header}{body}{}", hybrid_section(config))
+            format!("{header}{body}")
         }
     };
-    Ok(text)
+    Ok(text + &hybrid_section(config))
 }
 
 /// Decision statistics of the heuristic, the model-based and (with `[crag.learned]`) the learned evaluator on

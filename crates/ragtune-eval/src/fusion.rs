@@ -240,33 +240,43 @@ pub fn fit_fusion(
             }
         }
     }
+    // Each grid level becomes the two lists' `ListLevel`s as the engine makes them (`HybridSettings::list_level`),
+    // checked once; a grid level must level both lists.
+    let mut level_pairs: Vec<(Levels, [ListLevel; 2])> = Vec::with_capacity(grid.levels.len());
     for &levels in &grid.levels {
-        let config = HybridSettings { fusion: FusionMethod::Convex, adaptive: 0.0, ..*base }.fusion_config();
-        for l in [
-            ListLevel { center: levels.bm25, slope: levels.slope, per_term: true },
-            ListLevel { center: levels.dense, slope: levels.slope, per_term: false },
-        ] {
-            l.validate()?;
+        let h =
+            HybridSettings { bm25_level: levels.bm25, dense_level: levels.dense, level_slope: levels.slope, ..*base };
+        h.validate()?;
+        match (h.list_level(h.bm25_level, true), h.list_level(h.dense_level, false)) {
+            (Some(b), Some(d)) => {
+                b.validate()?;
+                d.validate()?;
+                level_pairs.push((levels, [b, d]));
+            }
+            _ => {
+                return Err(Error::invalid_input(format!(
+                    "a grid level needs both centres and the slope above 0, got {levels:?}"
+                )));
+            }
         }
+    }
+    for &(levels, pair) in &level_pairs {
+        let config = HybridSettings { fusion: FusionMethod::Convex, adaptive: 0.0, ..*base }.fusion_config();
         for step in 0..=grid.steps {
             let dense_weight = step as f32 / grid.steps as f32;
             let bm25_weight = (grid.steps - step) as f32 / grid.steps as f32;
-            settings.push((FusionMethod::Convex, 0.0, bm25_weight, dense_weight, Some(levels), config));
+            settings.push((FusionMethod::Convex, 0.0, bm25_weight, dense_weight, Some((levels, pair)), config));
         }
     }
-    type Setting = (FusionMethod, f32, f32, f32, Option<Levels>, FusionConfig);
+    type Setting = (FusionMethod, f32, f32, f32, Option<(Levels, [ListLevel; 2])>, FusionConfig);
     let score = |&(_, _, bm25_weight, dense_weight, levels, config): &Setting| {
         let runs: Runs = queries
             .iter()
             .map(|q| {
                 let lists = [(bm25_weight, q.bm25.as_slice()), (dense_weight, q.dense.as_slice())];
                 let mut weights = fusion_weights(&lists, &config);
-                if let Some(l) = levels {
-                    let per_list = [
-                        Some((ListLevel { center: l.bm25, slope: l.slope, per_term: true }, q.bm25_terms)),
-                        Some((ListLevel { center: l.dense, slope: l.slope, per_term: false }, 1)),
-                    ];
-                    scale_by_levels(&mut weights, &lists, &per_list);
+                if let Some((_, [b, d])) = levels {
+                    scale_by_levels(&mut weights, &lists, &[Some((b, q.bm25_terms)), Some((d, 1))]);
                 }
                 (q.id.clone(), document_run(&fuse_weighted(&lists, &weights, &config, top_k)))
             })
@@ -295,6 +305,7 @@ pub fn fit_fusion(
     let mut points = Vec::with_capacity(settings.len());
     let mut per_method: Vec<FusionPoint> = Vec::new();
     for (&(method, adaptive, bm25_weight, dense_weight, levels, _), ndcg_at_10) in settings.iter().zip(scores) {
+        let levels = levels.map(|(l, _)| l);
         let point = FusionPoint { method, adaptive, bm25_weight, dense_weight, levels, ndcg_at_10 };
         match per_method.last_mut() {
             Some(best)
@@ -525,10 +536,11 @@ pub async fn run_fusion_calibration(
         let weakened = if s.list == Strategy::Bm25 { &bm25 } else { &dense };
         let mut stressed = Vec::with_capacity(lists.len());
         for (q, clean) in queries.iter().zip(&lists) {
-            let one = [ask(&q.id, with_typos(&q.text, s.typo_rate, &q.id))];
+            let noisy = with_typos(&q.text, s.typo_rate, &q.id);
+            let one = [ask(&q.id, noisy.clone())];
             let list = weakened.retrieve(&Ctx::new(), &one).await?.pop().unwrap_or_default();
             stressed.push(if s.list == Strategy::Bm25 {
-                let bm25_terms = count_terms(with_typos(&q.text, s.typo_rate, &q.id)).await?;
+                let bm25_terms = count_terms(noisy).await?;
                 FusionQuery { id: q.id.clone(), bm25: list, dense: clean.dense.clone(), bm25_terms }
             } else {
                 FusionQuery { id: q.id.clone(), bm25: clean.bm25.clone(), dense: list, bm25_terms: clean.bm25_terms }
