@@ -471,6 +471,60 @@ async fn a_retry_that_would_pass_the_token_budget_is_skipped_and_said() {
     assert!(r.answer.is_some(), "the first attempt answers");
 }
 
+#[tokio::test]
+async fn answer_first_rereads_a_no_info_answer_from_an_extraction_when_the_retrieval_was_judged_correct() {
+    let dir = tempfile::tempdir().unwrap();
+    let llm = || {
+        Arc::new(
+            ScriptedLlm::new("{}")
+                .with_reply("Which sentences", r#"{"sentences": [1]}"#)
+                // The whole scurvy passage (with James Lind) buries the answer; the extracted sentences do not.
+                .with_reply("James Lind", "The documents don't contain this information.")
+                .with_reply("Sources:", "Scurvy is caused by a lack of vitamin C [1]."),
+        )
+    };
+    // A learned evaluator that judges every retrieval CORRECT (p_success = sigmoid(5)).
+    let cfg = Config::from_toml(
+        "[pipeline]\ncontext = \"full\"\nretry_context = \"extract\"\njudge_with_llm = false\n\n\
+         [retry]\nrecheck_no_info = true\nmax_retries = 1\n\n\
+         [crag]\nevaluator = \"learned\"\n\n[crag.learned]\nfeatures = [\"bm25_top\"]\nmeans = [1.0]\n\
+         scales = [1.0]\nweights = [0.0]\nbias = 5.0\nlower = 0.1\nupper = 0.5\n",
+    )
+    .unwrap();
+    let cfg = Config { store: config(dir.path()).store, embedding: config(dir.path()).embedding, ..cfg };
+    let engine = indexed(dir.path(), cfg.clone()).await.with_llm(Some(llm()));
+    let r = engine.ask("What causes scurvy?").await.unwrap();
+    assert_eq!(r.crag.category, CragCategory::Correct, "{:?}", r.crag);
+    assert_eq!(r.attempts.len(), 2, "{}", notes(&r));
+    let Some(ragtune::evaluators::retry::RetryDecision::Retry { reason, strategy, .. }) = &r.attempts[0].decision
+    else {
+        panic!("the no-info answer is retried: {:?}", r.attempts[0].decision);
+    };
+    assert_eq!(*reason, ragtune::evaluators::retry::RetryReason::NoInfoDespiteCorrect);
+    assert_eq!(*strategy, ragtune::evaluators::retry::RetryStrategy::Reread);
+    // The reread searched the same query with the same k, and answered from the extraction.
+    assert_eq!((r.attempts[1].query.as_str(), r.attempts[1].k), ("What causes scurvy?", r.attempts[0].k));
+    assert_eq!(r.context_report.method, ContextMethod::Extract, "{}", notes(&r));
+    assert_eq!(r.answer.as_deref(), Some("Scurvy is caused by a lack of vitamin C [1]."));
+    assert_eq!(r.citations[0].doc_id, "scurvy");
+    assert_eq!(r.faithfulness.as_ref().map(|f| f.label()), Some("llm-free (lexical)"));
+    // The first attempt read the whole passages and made one call; the reread extracted and answered.
+    assert!(r.cost.stages.contains_key("extract"), "{:?}", r.cost.stages.keys());
+    assert_eq!(r.cost.llm_calls, 3, "{:?}", r.cost);
+    drop(engine);
+
+    // Without the recheck, the same honest no-info answer is accepted after one call.
+    let mut plain = cfg;
+    plain.retry.recheck_no_info = false;
+    let engine = Engine::open(plain).await.unwrap().with_llm(Some(llm()));
+    let r = engine.ask("What causes scurvy?").await.unwrap();
+    assert_eq!(r.attempts.len(), 1, "{}", notes(&r));
+    assert!(matches!(r.attempts[0].decision, Some(ragtune::evaluators::retry::RetryDecision::Accept { .. })));
+    assert_eq!(r.context_report.method, ContextMethod::Full);
+    assert_eq!(r.answer.as_deref(), Some("The documents don't contain this information."));
+    assert_eq!(r.cost.llm_calls, 1, "{:?}", r.cost);
+}
+
 /// The local LLM server, when one runs (`cargo xtask llm start`; CI requires it).
 fn local_llm_url() -> Option<String> {
     let url = std::env::var("RAGTUNE_LLM_URL").ok().filter(|u| !u.is_empty()).or_else(ragtune::local_llm_url);

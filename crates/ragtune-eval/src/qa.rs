@@ -27,7 +27,7 @@ use ragtune::{ContextMode, EmbeddingMode, Transform};
 
 /// The named experiments (docs/eval.md, "The experiments"): a ladder from plain RAG to batched extraction, plus
 /// the closed-book and full corrective pipelines.
-pub const EXPERIMENTS: [&str; 10] = [
+pub const EXPERIMENTS: [&str; 11] = [
     "no_retrieval",
     "baseline",
     "forced_search",
@@ -38,6 +38,7 @@ pub const EXPERIMENTS: [&str; 10] = [
     "multi_query",
     "batched_extraction",
     "corrective",
+    "answer_first",
 ];
 
 /// Applies a named experiment to a configuration.
@@ -52,6 +53,10 @@ pub const EXPERIMENTS: [&str; 10] = [
 /// - `multi_query`: smart retry searching with multi-query fusion.
 /// - `batched_extraction`: multi_query with one batched extraction call.
 /// - `corrective`: the full pipeline — Corrective RAG (evaluate, correct), batched extraction, judge, smart retry.
+/// - `answer_first`: the full pipeline answering first from the whole passages, as plain RAG does; only a retry
+///   (one at most) extracts, and an answer that says the documents lack the information is reread when the
+///   evaluator judged the retrieval CORRECT (`pipeline.retry_context = "extract"`, `retry.recheck_no_info`); the
+///   LLM-free judge decides the retry (`pipeline.judge_with_llm = false`).
 ///
 /// # Errors
 /// [`InvalidInput`](ragtune::core::ErrorKind::InvalidInput) for an unknown name.
@@ -59,6 +64,7 @@ pub fn apply_experiment(name: &str, cfg: &mut Config) -> Result<()> {
     let plain = |cfg: &mut Config| {
         cfg.pipeline.top_k = 5;
         cfg.pipeline.context = ContextMode::Full;
+        cfg.pipeline.retry_context = None;
         cfg.pipeline.judge = false;
         cfg.pipeline.retry = false;
         cfg.pipeline.retrieve = true;
@@ -97,6 +103,16 @@ pub fn apply_experiment(name: &str, cfg: &mut Config) -> Result<()> {
             cfg.pipeline.judge = true;
             cfg.pipeline.retry = true;
             cfg.pipeline.top_k = 0;
+        }
+        "answer_first" => {
+            apply_experiment("corrective", cfg)?;
+            cfg.pipeline.context = ContextMode::Full;
+            cfg.pipeline.retry_context = Some(ContextMode::Extract);
+            cfg.retry.recheck_no_info = true;
+            cfg.retry.max_retries = 1;
+            // The LLM judge reads the whole context: after an answer from the whole passages it would cost as much
+            // as the answer itself, so the LLM-free judge decides the retry.
+            cfg.pipeline.judge_with_llm = false;
         }
         other => {
             return Err(Error::invalid_input(format!(
@@ -1064,6 +1080,11 @@ mod tests {
         apply_experiment("baseline", &mut cfg).unwrap();
         assert!(!cfg.crag.enabled && !cfg.pipeline.judge && !cfg.pipeline.retry);
         assert_eq!(cfg.pipeline.context, ContextMode::Full);
+        apply_experiment("answer_first", &mut cfg).unwrap();
+        assert!(cfg.crag.enabled && cfg.pipeline.judge && cfg.pipeline.retry && cfg.retry.recheck_no_info);
+        assert_eq!(cfg.pipeline.context, ContextMode::Full);
+        assert_eq!(cfg.pipeline.retry_context(), ContextMode::Extract);
+        assert_eq!(cfg.retry.max_retries, 1);
         let err = apply_experiment("nope", &mut cfg).unwrap_err();
         assert!(err.to_string().contains("baseline"), "{err}");
     }

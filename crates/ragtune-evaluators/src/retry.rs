@@ -16,7 +16,7 @@
 //!
 //! let config = RetryConfig::default();
 //! let hallucinated =
-//!     AttemptOutcome { retrieved: 5, extracted_chars: Some(400), unsupported_share: Some(0.75), answer: None };
+//!     AttemptOutcome { retrieved: 5, extracted_chars: Some(400), unsupported_share: Some(0.75), ..Default::default() };
 //! let RetryDecision::Retry { reason, strategy, next_k, .. } = decide(&config, 0, &hallucinated) else {
 //!     panic!("three quarters unsupported is a retry");
 //! };
@@ -51,11 +51,22 @@ pub struct RetryConfig {
     pub k_schedule: Vec<usize>,
     /// Extraction shorter than this many characters counts as empty.
     pub min_extraction_chars: usize,
+    /// Retry an answer that says the documents lack the information when the retrieval evaluator judged the
+    /// retrieval CORRECT: the same query and `k`, answered again from `pipeline.retry_context` (a focused context
+    /// can surface a sentence the whole passages buried). Off by default: an honest "not in the documents" is
+    /// otherwise never retried.
+    pub recheck_no_info: bool,
 }
 
 impl Default for RetryConfig {
     fn default() -> Self {
-        Self { max_retries: 2, unsupported_share: 0.7, k_schedule: vec![5, 8, 10], min_extraction_chars: 50 }
+        Self {
+            max_retries: 2,
+            unsupported_share: 0.7,
+            k_schedule: vec![5, 8, 10],
+            min_extraction_chars: 50,
+            recheck_no_info: false,
+        }
     }
 }
 
@@ -103,6 +114,9 @@ pub enum RetryReason {
     Unfaithful,
     /// The answer reports that retrieval failed.
     RetrievalError,
+    /// The answer says the documents lack the information, though the evaluator judged the retrieval CORRECT
+    /// (`recheck_no_info`).
+    NoInfoDespiteCorrect,
 }
 
 /// How the next attempt differs.
@@ -113,6 +127,8 @@ pub enum RetryStrategy {
     ExpandK,
     /// Rewrite the query with other keywords.
     RewriteQuery,
+    /// The same query and `k`, answered again from the retry's context (`pipeline.retry_context`).
+    Reread,
 }
 
 /// What one attempt produced, as the policy sees it.
@@ -126,6 +142,8 @@ pub struct AttemptOutcome {
     pub unsupported_share: Option<f32>,
     /// The generated answer, if there is one.
     pub answer: Option<String>,
+    /// The retrieval evaluator judged the retrieval CORRECT (Corrective RAG ran and said so).
+    pub retrieval_correct: bool,
 }
 
 /// What to do after an attempt.
@@ -183,7 +201,9 @@ pub fn is_retrieval_error(answer: &str) -> bool {
 /// 2. the answer reports a retrieval error: [`RetryReason::RetrievalError`], expand `k` (checked before the no-info
 ///    rule, since "I couldn't find any documents" is a failure of retrieval, not an honest gap in the corpus);
 /// 3. documents were retrieved and the answer honestly says they lack the information ([`is_no_info`]): accept,
-///    unless the judge found it unfaithful (trigger 5), which an honest admission is not;
+///    unless the judge found it unfaithful (trigger 5), which an honest admission is not, or, with
+///    `recheck_no_info`, the evaluator judged the retrieval CORRECT: [`RetryReason::NoInfoDespiteCorrect`], reread
+///    the same passages;
 /// 4. extraction ran and kept fewer than `min_extraction_chars`: [`RetryReason::ExtractionEmpty`], expand `k`;
 /// 5. more than `unsupported_share` of the statements are unsupported: [`RetryReason::Unfaithful`], rewrite the
 ///    query.
@@ -209,7 +229,17 @@ pub fn decide(config: &RetryConfig, attempt: usize, outcome: &AttemptOutcome) ->
     } else if is_retrieval_error(answer) {
         Some((RetryReason::RetrievalError, RetryStrategy::ExpandK, "the answer reports a retrieval error".to_owned()))
     } else if is_no_info(answer) {
-        if unfaithful.is_none() {
+        if unfaithful.is_none() && config.recheck_no_info && outcome.retrieval_correct {
+            Some((
+                RetryReason::NoInfoDespiteCorrect,
+                RetryStrategy::Reread,
+                format!(
+                    "the answer says the documents lack the information, but the evaluator judged the {} \
+                     passage(s) CORRECT",
+                    outcome.retrieved
+                ),
+            ))
+        } else if unfaithful.is_none() {
             return RetryDecision::Accept {
                 reason: format!(
                     "the answer says the documents lack the information, and {} passage(s) were retrieved: a valid \
@@ -217,8 +247,9 @@ pub fn decide(config: &RetryConfig, attempt: usize, outcome: &AttemptOutcome) ->
                     outcome.retrieved
                 ),
             };
+        } else {
+            unfaithful
         }
-        unfaithful
     } else if let Some(chars) = outcome.extracted_chars.filter(|&c| c < config.min_extraction_chars) {
         Some((
             RetryReason::ExtractionEmpty,
@@ -277,6 +308,7 @@ mod tests {
             extracted_chars: Some(300),
             unsupported_share: Some(0.0),
             answer: Some("Scurvy is caused by a lack of vitamin C.".into()),
+            retrieval_correct: false,
         }
     }
 
@@ -320,7 +352,7 @@ mod tests {
         check(
             &c,
             0,
-            &AttemptOutcome { retrieved: 3, extracted_chars: None, unsupported_share: None, answer: None },
+            &AttemptOutcome { retrieved: 3, ..AttemptOutcome::default() },
             "accept: 3 passage(s) retrieved; no retry trigger fired",
         );
     }
@@ -333,6 +365,7 @@ mod tests {
             extracted_chars: Some(0),
             unsupported_share: Some(0.0),
             answer: Some("The documents don't contain information about Python.".into()),
+            retrieval_correct: true,
         };
         check(
             &c,
@@ -352,8 +385,50 @@ mod tests {
         check(
             &c,
             0,
-            &AttemptOutcome { unsupported_share: Some(0.8), ..no_info },
+            &AttemptOutcome { unsupported_share: Some(0.8), ..no_info.clone() },
             "retry Unfaithful RewriteQuery k=8: 80% of the statements are unsupported (more than 70%)",
+        );
+    }
+
+    #[test]
+    fn recheck_no_info_rereads_only_a_retrieval_judged_correct() {
+        let c = RetryConfig { recheck_no_info: true, ..RetryConfig::default() };
+        let no_info = AttemptOutcome {
+            retrieved: 5,
+            extracted_chars: None,
+            unsupported_share: Some(0.0),
+            answer: Some("The documents don't contain this information.".into()),
+            retrieval_correct: true,
+        };
+        check(
+            &c,
+            0,
+            &no_info,
+            "retry NoInfoDespiteCorrect Reread k=8: the answer says the documents lack the information, but the \
+             evaluator judged the 5 passage(s) CORRECT",
+        );
+        // Not judged CORRECT (AMBIGUOUS, INCORRECT, or no evaluation): an honest out-of-scope answer.
+        check(
+            &c,
+            0,
+            &AttemptOutcome { retrieval_correct: false, ..no_info.clone() },
+            "accept: the answer says the documents lack the information, and 5 passage(s) were retrieved: a valid \
+             out-of-scope answer, not a failure",
+        );
+        // The retries spent, it gives up and keeps the answer.
+        check(
+            &c,
+            2,
+            &no_info,
+            "give up: max retries (2) reached; last failure: the answer says the documents lack the information, \
+             but the evaluator judged the 5 passage(s) CORRECT",
+        );
+        // An answer with content is judged as before.
+        check(
+            &c,
+            0,
+            &AttemptOutcome { answer: Some("Scurvy is caused by a lack of vitamin C.".into()), ..no_info },
+            "accept: 5 passage(s) retrieved and 0% of the statements unsupported (at most 70%)",
         );
     }
 

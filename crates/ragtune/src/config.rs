@@ -222,6 +222,11 @@ pub struct PipelineSettings {
     /// What the generator sees: `extract` (query-focused extraction, refinement strips when it fails),
     /// `refine` (refinement strips), or `full` (whole passages).
     pub context: ContextMode,
+    /// What the generator sees on a retry (smart retry's second and third attempts); unset: `context`. With
+    /// `context = "full"` and `retry_context = "extract"` the first attempt costs what plain RAG does, and only an
+    /// answer the retry policy doubts pays for extraction ("answer first", docs/pipeline.md).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_context: Option<ContextMode>,
     /// Generate an answer (with the LLM when configured, else extractively); `false` returns context only.
     pub generate: bool,
     /// Retrieve at all; `false` answers closed-book (the "no retrieval" baseline of evaluations).
@@ -250,6 +255,7 @@ impl Default for PipelineSettings {
             max_context_tokens: 2048,
             reserve_tokens: 512,
             context: ContextMode::Extract,
+            retry_context: None,
             generate: true,
             retrieve: true,
             extraction_per_document: false,
@@ -259,6 +265,14 @@ impl Default for PipelineSettings {
             timeout_ms: 0,
             max_llm_tokens: 0,
         }
+    }
+}
+
+impl PipelineSettings {
+    /// The context mode of a retry: `retry_context`, else `context`.
+    #[must_use]
+    pub fn retry_context(&self) -> ContextMode {
+        self.retry_context.unwrap_or(self.context)
     }
 }
 

@@ -70,6 +70,8 @@ impl Run<'_> {
             match strategy {
                 RetryStrategy::ExpandK => plan.k = next_k,
                 RetryStrategy::RewriteQuery => plan.query = self.ledger.step(Stage::Rewrite, self.env.rewrite()).await,
+                // The same query and k: only the context mode of a retry changes what the generator sees.
+                RetryStrategy::Reread => {}
             }
             plan.attempt += 1;
         }
@@ -129,7 +131,8 @@ impl Run<'_> {
         result.crag = crag;
 
         let tokens_before: usize = candidates.iter().map(|c| estimate_tokens(&c.chunk.text)).sum();
-        let (passages, method, extraction) = self.reduce(&candidates).await;
+        let mode = if plan.attempt == 0 { cfg.pipeline.context } else { cfg.pipeline.retry_context() };
+        let (passages, method, extraction) = self.reduce(&candidates, mode).await;
         let ledger = &mut self.ledger;
         let budget = cfg.pipeline.max_context_tokens - cfg.pipeline.reserve_tokens;
         let assembled = async { assemble_stage(passages, method, tokens_before, budget) };
@@ -155,13 +158,12 @@ impl Run<'_> {
     ///
     /// Extraction needs no refinement: when it fails it falls back to the whole passages (never less than plain
     /// retrieval gives). Without an LLM, extraction mode uses refinement's strips.
-    async fn reduce(&mut self, candidates: &[Candidate]) -> Reduced {
+    async fn reduce(&mut self, candidates: &[Candidate], mode: ContextMode) -> Reduced {
         let (env, ledger) = (&self.env, &mut self.ledger);
-        let cfg = env.engine.config();
-        if cfg.pipeline.context == ContextMode::Full || candidates.is_empty() {
+        if mode == ContextMode::Full || candidates.is_empty() {
             return (whole_passages(candidates), ContextMethod::Full, None);
         }
-        if cfg.pipeline.context == ContextMode::Extract {
+        if mode == ContextMode::Extract {
             if let Some(llm) = env.engine.llm().cloned() {
                 let extracted = ledger.stage(Stage::Extract, env.extract(llm, candidates)).await;
                 return extracted
@@ -678,6 +680,7 @@ fn decide_retry(
         extracted_chars: result.extraction.as_ref().map(Extraction::text_len),
         unsupported_share: result.faithfulness.as_ref().map(|f| f.unsupported_share),
         answer: result.answer.clone(),
+        retrieval_correct: result.crag.decision == Some(Verdict::Correct),
     };
     let decision = decide(cfg, attempt, &outcome);
     let report = Report::new(decision_name(&decision))
