@@ -508,6 +508,8 @@ async fn answer_first_rereads_a_no_info_answer_from_an_extraction_when_the_retri
     assert_eq!(r.answer.as_deref(), Some("Scurvy is caused by a lack of vitamin C [1]."));
     assert_eq!(r.citations[0].doc_id, "scurvy");
     assert_eq!(r.faithfulness.as_ref().map(|f| f.label()), Some("llm-free (lexical)"));
+    // The LLM-free judge was chosen (`judge_with_llm = false`), not fallen back to: no note says otherwise.
+    assert!(!has(&r, NoteKind::JudgeFallback), "{}", notes(&r));
     // The first attempt read the whole passages and made one call; the reread extracted and answered.
     assert!(r.cost.stages.contains_key("extract"), "{:?}", r.cost.stages.keys());
     assert_eq!(r.cost.llm_calls, 3, "{:?}", r.cost);

@@ -240,6 +240,26 @@ fn push_statement(out: &mut Vec<String>, piece: &str) {
     }
 }
 
+/// Whether `statement` is a bare yes or no ("Yes.", "no", "Yes!"), which says nothing checkable by itself.
+fn is_polarity(statement: &str) -> bool {
+    let word = polarity_word(statement);
+    word.eq_ignore_ascii_case("yes") || word.eq_ignore_ascii_case("no")
+}
+
+/// The statement without surrounding spaces and trailing punctuation.
+fn polarity_word(statement: &str) -> &str {
+    statement.trim().trim_end_matches(|c: char| c.is_ascii_punctuation()).trim()
+}
+
+/// The claim a bare yes or no makes: the statement with the question it answers ("Yes (the answer to: Is Ottawa
+/// the capital of Canada?)"), so that both judges check what the question asks about instead of scoring a lone
+/// "Yes" as sharing nothing with the context. `None` for any other statement, or without a question.
+fn polarity_claim(statement: &str, question: &str) -> Option<String> {
+    let question = question.trim();
+    (is_polarity(statement) && !question.is_empty())
+        .then(|| format!("{} (the answer to: {question})", polarity_word(statement)))
+}
+
 /// Removes `[1]`, `[1, 2]`, `[1-3]`, `[Doc 2]`, `[Source 1]` and `[Passage 4]` markers.
 fn remove_citations(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
@@ -424,7 +444,16 @@ impl FaithfulnessJudge {
             }
             Verdicts { supports: Vec::new(), method: configured, prompt: None, cost: Cost::ZERO }
         } else {
-            let statements: Vec<&str> = to_judge.iter().map(|&i| texts[i].as_str()).collect();
+            // A bare "Yes." or "No." claims what the question asks: it is judged as that claim.
+            let claims: Vec<String> = to_judge
+                .iter()
+                .map(|&i| polarity_claim(&texts[i], question).unwrap_or_else(|| texts[i].clone()))
+                .collect();
+            let polar = to_judge.iter().filter(|&&i| is_polarity(&texts[i])).count();
+            if polar > 0 && !question.trim().is_empty() {
+                notes.push(format!("{polar} bare yes/no statement(s) judged as the question's claim"));
+            }
+            let statements: Vec<&str> = claims.iter().map(String::as_str).collect();
             // The cheap judge first when the LLM is asked only where it is unsure.
             let mut cheap = None;
             if self.llm.is_some() && self.config.llm_only_when_unsure {
@@ -1179,6 +1208,35 @@ mod tests {
         .await;
         let user = last_user(&llm.requests()[0]).to_owned();
         assert!(user.contains("Statements:\n1. Python was released in 1991.\n\n"), "{user}");
+    }
+
+    #[tokio::test]
+    async fn a_bare_yes_or_no_is_judged_as_the_claim_of_the_question() {
+        let judge = FaithfulnessJudge::new(JudgeConfig::default()).unwrap();
+        let question = "Was the Eiffel Tower completed in 1889?";
+        let f = judge.judge(&Ctx::new(), question, "Yes. [1]", &passages()).await.unwrap();
+        // The statement keeps the answer's words; its score is the question's claim against the passages.
+        assert_eq!(f.statements.len(), 1);
+        assert_eq!(f.statements[0].text, "Yes.");
+        assert_eq!(f.statements[0].support, Support::Supported, "{f:?}");
+        assert_eq!(f.statements[0].evidence, Some(1));
+        assert!(f.notes.iter().any(|n| n == "1 bare yes/no statement(s) judged as the question's claim"), "{f:?}");
+        // A question the passages do not touch leaves the "No" unsupported.
+        let f = judge.judge(&Ctx::new(), "Is Lima in Peru?", "No.", &passages()).await.unwrap();
+        assert_eq!(f.statements[0].support, Support::Unsupported, "{f:?}");
+        // Without a question, a lone "Yes" has no content words, as before.
+        let f = judge.judge(&Ctx::new(), " ", "Yes.", &passages()).await.unwrap();
+        assert_eq!(f.statements[0].score, Some(0.0));
+        // The LLM judge sees the claim too.
+        let llm = Arc::new(ScriptedLlm::new(r#"{"verdicts": [{"statement": 1, "verdict": "SUPPORTED"}]}"#));
+        llm_judge(&llm).judge(&Ctx::new(), question, "No!", &passages()).await.unwrap();
+        let user = last_user(&llm.requests()[0]).to_owned();
+        assert!(user.contains("1. No (the answer to: Was the Eiffel Tower completed in 1889?)"), "{user}");
+        for (text, polar) in
+            [("Yes.", true), ("no", true), (" YES! ", true), ("Yes, in 1889.", false), ("Noon.", false)]
+        {
+            assert_eq!(is_polarity(text), polar, "{text}");
+        }
     }
 
     #[tokio::test]

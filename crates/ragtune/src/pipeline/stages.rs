@@ -601,7 +601,9 @@ impl Env<'_> {
                     .detail("overall", serde_json::to_value(f.overall).unwrap_or_default())
                     .detail("unsupported_share", f64::from(f.unsupported_share))
                     .cost(f.cost);
-                if let Some(why) = &f.fallback_reason {
+                // `pipeline.judge_with_llm = false` chose the LLM-free judge: no degradation to note.
+                let chosen = !self.engine.config().pipeline.judge_with_llm && self.engine.llm().is_some();
+                if let Some(why) = f.fallback_reason.as_ref().filter(|_| !chosen) {
                     let text = format!("faithfulness judged without the LLM ({}): {why}", f.label());
                     report = report.note(NoteKind::JudgeFallback, text);
                 }
