@@ -53,7 +53,8 @@ pub const EXPERIMENTS: [&str; 11] = [
 /// - `multi_query`: smart retry searching with multi-query fusion.
 /// - `batched_extraction`: multi_query with one batched extraction call.
 /// - `corrective`: the full pipeline — Corrective RAG (evaluate, correct), batched extraction, judge, smart retry.
-/// - `answer_first`: the full pipeline answering first from the whole passages, as plain RAG does; only a retry
+/// - `answer_first`: the full pipeline answering first from plain RAG's five whole passages (no synonym expansion
+///   on AMBIGUOUS, so the first attempt is plain RAG's call); only a retry
 ///   (one at most) extracts, and an answer that says the documents lack the information is reread when the
 ///   evaluator judged the retrieval CORRECT (`pipeline.retry_context = "extract"`, `retry.recheck_no_info`); the
 ///   LLM-free judge decides the retry (`pipeline.judge_with_llm = false`).
@@ -108,6 +109,10 @@ pub fn apply_experiment(name: &str, cfg: &mut Config) -> Result<()> {
             apply_experiment("corrective", cfg)?;
             cfg.pipeline.context = ContextMode::Full;
             cfg.pipeline.retry_context = Some(ContextMode::Extract);
+            // The first attempt is plain RAG's: the same five passages. Synonym expansion on AMBIGUOUS would fuse
+            // a second list into up to twice as many passages (more tokens on every question), and it does not
+            // repair what it flags (docs/eval.md, "The learned evaluator"); a retry changes the query instead.
+            cfg.crag.expand_on_ambiguous = false;
             cfg.retry.recheck_no_info = true;
             cfg.retry.max_retries = 1;
             // The LLM judge reads the whole context: after an answer from the whole passages it would cost as much
@@ -1082,6 +1087,7 @@ mod tests {
         assert_eq!(cfg.pipeline.context, ContextMode::Full);
         apply_experiment("answer_first", &mut cfg).unwrap();
         assert!(cfg.crag.enabled && cfg.pipeline.judge && cfg.pipeline.retry && cfg.retry.recheck_no_info);
+        assert!(!cfg.crag.expand_on_ambiguous);
         assert_eq!(cfg.pipeline.context, ContextMode::Full);
         assert_eq!(cfg.pipeline.retry_context(), ContextMode::Extract);
         assert_eq!(cfg.retry.max_retries, 1);
