@@ -527,6 +527,37 @@ async fn answer_first_rereads_a_no_info_answer_from_an_extraction_when_the_retri
     assert_eq!(r.cost.llm_calls, 1, "{:?}", r.cost);
 }
 
+#[tokio::test]
+async fn answer_first_asks_plain_rags_call_first_even_when_the_retrieval_is_ambiguous() {
+    let dir = tempfile::tempdir().unwrap();
+    let llm = || Arc::new(ScriptedLlm::new("Scurvy is caused by a lack of vitamin C [1]."));
+    // Plain RAG: the question over the top five whole passages, one call.
+    let mut plain = config(dir.path());
+    ragtune_eval::qa::apply_experiment("baseline", &mut plain).unwrap();
+    let plain_llm = llm();
+    let engine = indexed(dir.path(), plain.clone()).await.with_llm(Some(plain_llm.clone()));
+    let r = engine.ask("What causes scurvy?").await.unwrap();
+    assert_eq!(r.cost.llm_calls, 1, "{:?}", r.cost);
+    drop(engine);
+
+    // answer_first with every retrieval judged AMBIGUOUS (PARTIAL): no synonym expansion, so the first attempt
+    // reads the same passages and sends plain RAG's request byte for byte (an LLM cache answers it).
+    let mut first = plain;
+    ragtune_eval::qa::apply_experiment("answer_first", &mut first).unwrap();
+    first.crag.heuristic.relevant_threshold = 0.999;
+    first.crag.heuristic.partial_threshold = 0.0;
+    let first_llm = llm();
+    let engine = Engine::open(first).await.unwrap().with_llm(Some(first_llm.clone()));
+    let r = engine.ask("What causes scurvy?").await.unwrap();
+    assert_eq!(r.crag.category, CragCategory::Partial, "{:?}", r.crag);
+    assert!(!r.crag.correction_applied, "{:?}", r.crag);
+    assert_eq!(r.context_report.method, ContextMethod::Full);
+    assert_eq!(first_llm.requests().first(), plain_llm.requests().first());
+    // The LLM-free judge supports the answer, so nothing is retried: one call, as plain RAG.
+    assert_eq!(r.attempts.len(), 1, "{}", notes(&r));
+    assert_eq!(r.cost.llm_calls, 1, "{:?}", r.cost);
+}
+
 /// The local LLM server, when one runs (`cargo xtask llm start`; CI requires it).
 fn local_llm_url() -> Option<String> {
     let url = std::env::var("RAGTUNE_LLM_URL").ok().filter(|u| !u.is_empty()).or_else(ragtune::local_llm_url);
