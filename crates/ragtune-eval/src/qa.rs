@@ -54,10 +54,10 @@ pub const EXPERIMENTS: [&str; 11] = [
 /// - `batched_extraction`: multi_query with one batched extraction call.
 /// - `corrective`: the full pipeline — Corrective RAG (evaluate, correct), batched extraction, judge, smart retry.
 /// - `answer_first`: the full pipeline answering first from plain RAG's five whole passages (no synonym expansion
-///   on AMBIGUOUS, so the first attempt is plain RAG's call); only a retry
-///   (one at most) extracts, and an answer that says the documents lack the information is reread when the
-///   evaluator judged the retrieval CORRECT (`pipeline.retry_context = "extract"`, `retry.recheck_no_info`); the
-///   LLM-free judge decides the retry (`pipeline.judge_with_llm = false`).
+///   on AMBIGUOUS, so the first attempt is plain RAG's call); only a retry (one at most) extracts, and an answer
+///   that says the documents lack the information is reread when the evaluator judged the retrieval CORRECT
+///   (`pipeline.retry_context = "extract"`, `retry.recheck_no_info`); the LLM-free judge decides the retry
+///   (`pipeline.judge_with_llm = false`).
 ///
 /// # Errors
 /// [`InvalidInput`](ragtune::core::ErrorKind::InvalidInput) for an unknown name.
