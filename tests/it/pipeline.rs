@@ -471,22 +471,25 @@ async fn a_retry_that_would_pass_the_token_budget_is_skipped_and_said() {
     assert!(r.answer.is_some(), "the first attempt answers");
 }
 
+/// An LLM that says the documents lack the information when it reads the whole scurvy passage (with James Lind,
+/// which buries the answer), picks sentence 1 when asked to extract, and answers from the extracted sentences.
+fn no_info_until_extracted() -> Arc<ScriptedLlm> {
+    Arc::new(
+        ScriptedLlm::new("{}")
+            .with_reply("Which sentences", r#"{"sentences": [1]}"#)
+            .with_reply("James Lind", "The documents don't contain this information.")
+            .with_reply("Sources:", "Scurvy is caused by a lack of vitamin C [1]."),
+    )
+}
+
 #[tokio::test]
 async fn answer_first_rereads_a_no_info_answer_from_an_extraction_when_the_retrieval_was_judged_correct() {
     let dir = tempfile::tempdir().unwrap();
-    let llm = || {
-        Arc::new(
-            ScriptedLlm::new("{}")
-                .with_reply("Which sentences", r#"{"sentences": [1]}"#)
-                // The whole scurvy passage (with James Lind) buries the answer; the extracted sentences do not.
-                .with_reply("James Lind", "The documents don't contain this information.")
-                .with_reply("Sources:", "Scurvy is caused by a lack of vitamin C [1]."),
-        )
-    };
+    let llm = no_info_until_extracted;
     // A learned evaluator that judges every retrieval CORRECT (p_success = sigmoid(5)).
     let cfg = Config::from_toml(
         "[pipeline]\ncontext = \"full\"\nretry_context = \"extract\"\njudge_with_llm = false\n\n\
-         [retry]\nrecheck_no_info = true\nmax_retries = 1\n\n\
+         [retry]\nrecheck_no_info = \"correct\"\nmax_retries = 1\n\n\
          [crag]\nevaluator = \"learned\"\n\n[crag.learned]\nfeatures = [\"bm25_top\"]\nmeans = [1.0]\n\
          scales = [1.0]\nweights = [0.0]\nbias = 5.0\nlower = 0.1\nupper = 0.5\n",
     )
@@ -517,7 +520,7 @@ async fn answer_first_rereads_a_no_info_answer_from_an_extraction_when_the_retri
 
     // Without the recheck, the same honest no-info answer is accepted after one call.
     let mut plain = cfg;
-    plain.retry.recheck_no_info = false;
+    plain.retry.recheck_no_info = ragtune::evaluators::retry::NoInfoRecheck::Off;
     let engine = Engine::open(plain).await.unwrap().with_llm(Some(llm()));
     let r = engine.ask("What causes scurvy?").await.unwrap();
     assert_eq!(r.attempts.len(), 1, "{}", notes(&r));
@@ -556,6 +559,58 @@ async fn answer_first_asks_plain_rags_call_first_even_when_the_retrieval_is_ambi
     // The LLM-free judge supports the answer, so nothing is retried: one call, as plain RAG.
     assert_eq!(r.attempts.len(), 1, "{}", notes(&r));
     assert_eq!(r.cost.llm_calls, 1, "{:?}", r.cost);
+}
+
+#[tokio::test]
+async fn answer_first_rereads_a_no_info_answer_judged_ambiguous_and_accepts_one_judged_incorrect() {
+    let dir = tempfile::tempdir().unwrap();
+    let llm = no_info_until_extracted;
+    let mut cfg = config(dir.path());
+    ragtune_eval::qa::apply_experiment("answer_first", &mut cfg).unwrap();
+    assert_eq!(cfg.retry.recheck_no_info, ragtune::evaluators::retry::NoInfoRecheck::UnlessIncorrect);
+    // Every retrieval judged AMBIGUOUS (PARTIAL), as the heuristic evaluator judged most CMU QA retrievals.
+    cfg.crag.heuristic.relevant_threshold = 0.999;
+    cfg.crag.heuristic.partial_threshold = 0.0;
+    let engine = indexed(dir.path(), cfg.clone()).await.with_llm(Some(llm()));
+    let r = engine.ask("What causes scurvy?").await.unwrap();
+    assert_eq!(r.crag.category, CragCategory::Partial, "{:?}", r.crag);
+    assert_eq!(r.attempts.len(), 2, "{}", notes(&r));
+    let Some(ragtune::evaluators::retry::RetryDecision::Retry { reason, strategy, detail, .. }) =
+        &r.attempts[0].decision
+    else {
+        panic!("the no-info answer is reread: {:?}", r.attempts[0].decision);
+    };
+    assert_eq!(*reason, ragtune::evaluators::retry::RetryReason::NoInfoNotIncorrect);
+    assert_eq!(*strategy, ragtune::evaluators::retry::RetryStrategy::Reread);
+    assert!(detail.contains("AMBIGUOUS"), "{detail}");
+    assert_eq!((r.attempts[1].query.as_str(), r.attempts[1].k), ("What causes scurvy?", r.attempts[0].k));
+    assert_eq!(r.context_report.method, ContextMethod::Extract, "{}", notes(&r));
+    assert_eq!(r.answer.as_deref(), Some("Scurvy is caused by a lack of vitamin C [1]."));
+    drop(engine);
+
+    // Judged INCORRECT: the admission is believed and kept, with no reread.
+    cfg.crag.heuristic.relevant_threshold = 0.999;
+    cfg.crag.heuristic.partial_threshold = 0.998;
+    let engine = Engine::open(cfg).await.unwrap().with_llm(Some(llm()));
+    let r = engine.ask("What causes scurvy?").await.unwrap();
+    assert_eq!(r.crag.category, CragCategory::Irrelevant, "{:?}", r.crag);
+    assert!(
+        matches!(
+            r.attempts.last().and_then(|a| a.decision.as_ref()),
+            Some(ragtune::evaluators::retry::RetryDecision::Accept { .. })
+        ),
+        "{}",
+        notes(&r)
+    );
+    assert!(r.attempts.iter().all(|a| !matches!(
+        a.decision,
+        Some(ragtune::evaluators::retry::RetryDecision::Retry {
+            reason: ragtune::evaluators::retry::RetryReason::NoInfoNotIncorrect
+                | ragtune::evaluators::retry::RetryReason::NoInfoDespiteCorrect,
+            ..
+        })
+    )));
+    assert_eq!(r.answer.as_deref(), Some("The documents don't contain this information."));
 }
 
 /// The local LLM server, when one runs (`cargo xtask llm start`; CI requires it).

@@ -125,6 +125,7 @@ pub async fn run(config: Option<&Path>, args: CalibrateArgs) -> anyhow::Result<(
             experiments: Vec::new(),
             config: cfg.clone(),
             limit: args.limit,
+            skip: 0,
             cache_dir,
             reindex: false,
             refinement_check: false,

@@ -183,6 +183,10 @@ struct QaArgs {
     /// Evaluate only the first N questions.
     #[arg(long, value_name = "N")]
     limit: Option<usize>,
+    /// Start N questions into the (hash) order of the questions: `--skip 1000 --limit 100` asks 100 questions of
+    /// the calibration pool instead of the usual ones, to check a policy on questions it was not designed on.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    skip: usize,
     /// Where cached indexes live (default: $RAGTUNE_HOME/eval-cache).
     #[arg(long, value_name = "DIR")]
     cache_dir: Option<PathBuf>,
@@ -234,8 +238,18 @@ impl LegacyArgs {
         let dataset = dataset.ok_or_else(|| anyhow::anyhow!("`ragtune eval` needs a subcommand or --dataset DIR"))?;
         Ok(if ragtune_eval::is_qa_dataset(&dataset) || !experiment.is_empty() {
             let BeirFlags { limit, cache_dir, reindex, llm, out, .. } = flags;
-            let qa =
-                QaArgs { dataset, experiment, refinement, limit, cache_dir, reindex, local_semester: None, llm, out };
+            let qa = QaArgs {
+                dataset,
+                experiment,
+                refinement,
+                limit,
+                skip: 0,
+                cache_dir,
+                reindex,
+                local_semester: None,
+                llm,
+                out,
+            };
             (EvalKind::Qa(qa), "ragtune eval qa --dataset DIR [--experiment LIST] [--refinement]")
         } else if crag {
             let beir = RetrievalArgs { dataset, flags };
@@ -359,7 +373,7 @@ fn beir_options(
 
 /// `eval qa`: every experiment on the QA set, one row each.
 async fn answers(config: Option<&Path>, qa: QaArgs) -> anyhow::Result<()> {
-    let QaArgs { dataset, experiment, refinement, limit, cache_dir, reindex, local_semester, llm, out } = qa;
+    let QaArgs { dataset, experiment, refinement, limit, skip, cache_dir, reindex, local_semester, llm, out } = qa;
     let opts = QaEvalOptions {
         dataset,
         // `--experiment none` with `--refinement` measures refinement alone.
@@ -370,6 +384,7 @@ async fn answers(config: Option<&Path>, qa: QaArgs) -> anyhow::Result<()> {
         },
         config: load_config(config, Overrides::llm(llm, true))?,
         limit,
+        skip,
         cache_dir: cache_dir.unwrap_or_else(|| ragtune::ragtune_home().join("eval-cache")),
         reindex,
         refinement_check: refinement,

@@ -19,6 +19,7 @@ use ragtune::evaluators::faithfulness::{FaithfulnessJudge, JudgeConfig};
 use ragtune::evaluators::metrics::answer::{contains_answer, score_answer, sentence_has_answer};
 use ragtune::evaluators::metrics::percentile;
 use ragtune::evaluators::refine::Refiner;
+use ragtune::evaluators::retry::NoInfoRecheck;
 use serde::{Deserialize, Serialize};
 
 use crate::retrieval::Latency;
@@ -55,9 +56,9 @@ pub const EXPERIMENTS: [&str; 11] = [
 /// - `corrective`: the full pipeline — Corrective RAG (evaluate, correct), batched extraction, judge, smart retry.
 /// - `answer_first`: the full pipeline answering first from plain RAG's five whole passages (no synonym expansion
 ///   on AMBIGUOUS, so the first attempt is plain RAG's call); only a retry (one at most) extracts, and an answer
-///   that says the documents lack the information is reread when the evaluator judged the retrieval CORRECT
-///   (`pipeline.retry_context = "extract"`, `retry.recheck_no_info`); the LLM-free judge decides the retry
-///   (`pipeline.judge_with_llm = false`).
+///   that says the documents lack the information is reread unless the evaluator judged the retrieval INCORRECT
+///   (`pipeline.retry_context = "extract"`, `retry.recheck_no_info = "unless_incorrect"`); the LLM-free judge
+///   decides the retry (`pipeline.judge_with_llm = false`).
 ///
 /// # Errors
 /// [`InvalidInput`](ragtune::core::ErrorKind::InvalidInput) for an unknown name.
@@ -113,7 +114,7 @@ pub fn apply_experiment(name: &str, cfg: &mut Config) -> Result<()> {
             // a second list into up to twice as many passages (more tokens on every question), and it does not
             // repair what it flags (docs/eval.md, "The learned evaluator"); a retry changes the query instead.
             cfg.crag.expand_on_ambiguous = false;
-            cfg.retry.recheck_no_info = true;
+            cfg.retry.recheck_no_info = NoInfoRecheck::UnlessIncorrect;
             cfg.retry.max_retries = 1;
             // The LLM judge reads the whole context: after an answer from the whole passages it would cost as much
             // as the answer itself, so the LLM-free judge decides the retry.
@@ -140,6 +141,9 @@ pub struct QaEvalOptions {
     pub config: Config,
     /// Ask only this many questions (a deterministic spread over the dataset); all when `None`.
     pub limit: Option<usize>,
+    /// Start this many questions into the hash order (0: the usual questions), so that a policy designed on the
+    /// first questions can be checked on others.
+    pub skip: usize,
     /// Where the article index is cached.
     pub cache_dir: PathBuf,
     /// Rebuild the index.
@@ -459,9 +463,10 @@ pub fn is_qa_dataset(dir: &Path) -> bool {
 
 /// A deterministic spread of `limit` questions: ordered by a hash of their id, so every article and question
 /// type is represented and the same limit always picks the same questions.
-fn sample(questions: &[QaQuestion], limit: Option<usize>) -> Vec<&QaQuestion> {
+fn sample(questions: &[QaQuestion], skip: usize, limit: Option<usize>) -> Vec<&QaQuestion> {
     let mut all: Vec<&QaQuestion> = questions.iter().collect();
     all.sort_by_key(|q| (xxhash_rust::xxh3::xxh3_64(q.id.as_bytes()), q.id.clone()));
+    all.drain(..skip.min(all.len()));
     if let Some(n) = limit {
         all.truncate(n);
     }
@@ -580,7 +585,7 @@ pub async fn run_qa_calibration(
     let strategy = cfg.search.strategy;
     let engine = Engine::open_with_embedder(cfg, embedder).await?;
     let retriever = engine.retriever(strategy).await?;
-    let mut pool: Vec<&QaQuestion> = sample(&data.questions, None).into_iter().skip(QA_CALIBRATION_FROM).collect();
+    let mut pool: Vec<&QaQuestion> = sample(&data.questions, 0, None).into_iter().skip(QA_CALIBRATION_FROM).collect();
     if let Some(n) = opts.limit {
         pool.truncate(n);
     }
@@ -608,7 +613,7 @@ pub async fn run_qa_eval(opts: &QaEvalOptions, log: &mut dyn FnMut(&str)) -> Res
     }
     let Prepared { data, local_titles, name, embedder, store, index_seconds, cached } = prepare(opts, log).await?;
     let llm = ragtune::load_llm(&opts.config.llm)?;
-    let questions = sample(&data.questions, opts.limit);
+    let questions = sample(&data.questions, opts.skip, opts.limit);
     let lexical_judge = match &embedder {
         Some(e) => FaithfulnessJudge::new(JudgeConfig::default())?.with_embedder(e.clone()),
         None => FaithfulnessJudge::new(JudgeConfig::default())?,
@@ -779,6 +784,7 @@ pub async fn run_qa_eval(opts: &QaEvalOptions, log: &mut dyn FnMut(&str)) -> Res
         "retriever": format!("qa-{}", opts.experiments.join("+")),
         "experiments": opts.experiments,
         "limit": opts.limit,
+        "skip": opts.skip,
         "local_semester": opts.local_semester,
         "web": opts.config.web.enabled.then(|| opts.config.web.settings.providers.keys().cloned().collect::<Vec<_>>()),
         "llm_model": llm.as_ref().map(|_| opts.config.llm.model.clone()),
@@ -1086,7 +1092,12 @@ mod tests {
         assert!(!cfg.crag.enabled && !cfg.pipeline.judge && !cfg.pipeline.retry);
         assert_eq!(cfg.pipeline.context, ContextMode::Full);
         apply_experiment("answer_first", &mut cfg).unwrap();
-        assert!(cfg.crag.enabled && cfg.pipeline.judge && cfg.pipeline.retry && cfg.retry.recheck_no_info);
+        assert!(
+            cfg.crag.enabled
+                && cfg.pipeline.judge
+                && cfg.pipeline.retry
+                && cfg.retry.recheck_no_info == NoInfoRecheck::UnlessIncorrect
+        );
         assert!(!cfg.crag.expand_on_ambiguous);
         assert_eq!(cfg.pipeline.context, ContextMode::Full);
         assert_eq!(cfg.pipeline.retry_context(), ContextMode::Extract);

@@ -31,7 +31,7 @@
 //! assert!(matches!(decide(&config, 2, &AttemptOutcome::default()), RetryDecision::GiveUp { .. }));
 //! ```
 
-use ragtune_core::{Error, Result};
+use ragtune_core::{Error, Result, Verdict};
 use serde::{Deserialize, Serialize};
 
 use crate::faithfulness::is_no_info;
@@ -51,11 +51,25 @@ pub struct RetryConfig {
     pub k_schedule: Vec<usize>,
     /// Extraction shorter than this many characters counts as empty.
     pub min_extraction_chars: usize,
-    /// Retry an answer that says the documents lack the information when the retrieval evaluator judged the
-    /// retrieval CORRECT: the same query and `k`, answered again from `pipeline.retry_context` (a focused context
-    /// can surface a sentence the whole passages buried). Off by default: an honest "not in the documents" is
-    /// otherwise never retried.
-    pub recheck_no_info: bool,
+    /// When an answer that says the documents lack the information is read again: the same query and `k`,
+    /// answered from `pipeline.retry_context` (a focused context can surface a sentence the whole passages
+    /// buried). Off by default: an honest "not in the documents" is otherwise never retried.
+    pub recheck_no_info: NoInfoRecheck,
+}
+
+/// When a "not in the documents" answer is reread ([`RetryConfig::recheck_no_info`]), by the retrieval evaluator's
+/// verdict on the passages it was answered from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NoInfoRecheck {
+    /// Never: the answer is accepted as a valid out-of-scope answer.
+    #[default]
+    Off,
+    /// Only when the evaluator judged the retrieval CORRECT.
+    Correct,
+    /// Unless the evaluator judged the retrieval INCORRECT (CORRECT, AMBIGUOUS, or not evaluated): only a
+    /// retrieval the evaluator itself called a failure makes the admission believable.
+    UnlessIncorrect,
 }
 
 impl Default for RetryConfig {
@@ -65,7 +79,7 @@ impl Default for RetryConfig {
             unsupported_share: 0.7,
             k_schedule: vec![5, 8, 10],
             min_extraction_chars: 50,
-            recheck_no_info: false,
+            recheck_no_info: NoInfoRecheck::Off,
         }
     }
 }
@@ -117,6 +131,9 @@ pub enum RetryReason {
     /// The answer says the documents lack the information, though the evaluator judged the retrieval CORRECT
     /// (`recheck_no_info`).
     NoInfoDespiteCorrect,
+    /// The answer says the documents lack the information, and the evaluator did not judge the retrieval CORRECT
+    /// but not INCORRECT either (`recheck_no_info = "unless_incorrect"`).
+    NoInfoNotIncorrect,
 }
 
 /// How the next attempt differs.
@@ -142,8 +159,8 @@ pub struct AttemptOutcome {
     pub unsupported_share: Option<f32>,
     /// The generated answer, if there is one.
     pub answer: Option<String>,
-    /// The retrieval evaluator judged the retrieval CORRECT (Corrective RAG ran and said so).
-    pub retrieval_correct: bool,
+    /// The retrieval evaluator's verdict on the passages; `None` when Corrective RAG did not run.
+    pub retrieval_verdict: Option<Verdict>,
 }
 
 /// What to do after an attempt.
@@ -201,9 +218,10 @@ pub fn is_retrieval_error(answer: &str) -> bool {
 /// 2. the answer reports a retrieval error: [`RetryReason::RetrievalError`], expand `k` (checked before the no-info
 ///    rule, since "I couldn't find any documents" is a failure of retrieval, not an honest gap in the corpus);
 /// 3. documents were retrieved and the answer honestly says they lack the information ([`is_no_info`]): accept,
-///    unless the judge found it unfaithful (trigger 5), which an honest admission is not, or, with
-///    `recheck_no_info`, the evaluator judged the retrieval CORRECT: [`RetryReason::NoInfoDespiteCorrect`], reread
-///    the same passages;
+///    unless the judge found it unfaithful (trigger 5), which an honest admission is not, or `recheck_no_info`
+///    asks for a reread at the evaluator's verdict ([`NoInfoRecheck`]): [`RetryReason::NoInfoDespiteCorrect`] after
+///    a CORRECT verdict, [`RetryReason::NoInfoNotIncorrect`] after any other but INCORRECT; reread the same
+///    passages;
 /// 4. extraction ran and kept fewer than `min_extraction_chars`: [`RetryReason::ExtractionEmpty`], expand `k`;
 /// 5. more than `unsupported_share` of the statements are unsupported: [`RetryReason::Unfaithful`], rewrite the
 ///    query.
@@ -229,26 +247,35 @@ pub fn decide(config: &RetryConfig, attempt: usize, outcome: &AttemptOutcome) ->
     } else if is_retrieval_error(answer) {
         Some((RetryReason::RetrievalError, RetryStrategy::ExpandK, "the answer reports a retrieval error".to_owned()))
     } else if is_no_info(answer) {
-        if unfaithful.is_none() && config.recheck_no_info && outcome.retrieval_correct {
-            Some((
-                RetryReason::NoInfoDespiteCorrect,
+        let recheck = match (config.recheck_no_info, outcome.retrieval_verdict) {
+            (NoInfoRecheck::Correct | NoInfoRecheck::UnlessIncorrect, Some(Verdict::Correct)) => {
+                Some((RetryReason::NoInfoDespiteCorrect, "CORRECT"))
+            }
+            (NoInfoRecheck::UnlessIncorrect, Some(Verdict::Ambiguous)) => {
+                Some((RetryReason::NoInfoNotIncorrect, "AMBIGUOUS"))
+            }
+            (NoInfoRecheck::UnlessIncorrect, None) => Some((RetryReason::NoInfoNotIncorrect, "unevaluated")),
+            _ => None,
+        };
+        match (recheck, unfaithful) {
+            (_, Some(unfaithful)) => Some(unfaithful),
+            (Some((reason, verdict)), None) => Some((
+                reason,
                 RetryStrategy::Reread,
                 format!(
-                    "the answer says the documents lack the information, but the evaluator judged the {} \
-                     passage(s) CORRECT",
+                    "the answer says the documents lack the information, but the {} passage(s) were judged {verdict}",
                     outcome.retrieved
                 ),
-            ))
-        } else if unfaithful.is_none() {
-            return RetryDecision::Accept {
-                reason: format!(
-                    "the answer says the documents lack the information, and {} passage(s) were retrieved: a valid \
-                     out-of-scope answer, not a failure",
-                    outcome.retrieved
-                ),
-            };
-        } else {
-            unfaithful
+            )),
+            (None, None) => {
+                return RetryDecision::Accept {
+                    reason: format!(
+                        "the answer says the documents lack the information, and {} passage(s) were retrieved: a \
+                         valid out-of-scope answer, not a failure",
+                        outcome.retrieved
+                    ),
+                };
+            }
         }
     } else if let Some(chars) = outcome.extracted_chars.filter(|&c| c < config.min_extraction_chars) {
         Some((
@@ -308,7 +335,7 @@ mod tests {
             extracted_chars: Some(300),
             unsupported_share: Some(0.0),
             answer: Some("Scurvy is caused by a lack of vitamin C.".into()),
-            retrieval_correct: false,
+            retrieval_verdict: None,
         }
     }
 
@@ -365,7 +392,7 @@ mod tests {
             extracted_chars: Some(0),
             unsupported_share: Some(0.0),
             answer: Some("The documents don't contain information about Python.".into()),
-            retrieval_correct: true,
+            retrieval_verdict: Some(Verdict::Correct),
         };
         check(
             &c,
@@ -391,45 +418,87 @@ mod tests {
     }
 
     #[test]
-    fn recheck_no_info_rereads_only_a_retrieval_judged_correct() {
-        let c = RetryConfig { recheck_no_info: true, ..RetryConfig::default() };
+    fn recheck_no_info_rereads_by_the_evaluators_verdict() {
         let no_info = AttemptOutcome {
             retrieved: 5,
             extracted_chars: None,
             unsupported_share: Some(0.0),
             answer: Some("The documents don't contain this information.".into()),
-            retrieval_correct: true,
+            retrieval_verdict: Some(Verdict::Correct),
         };
+        let accept = "accept: the answer says the documents lack the information, and 5 passage(s) were retrieved: \
+                      a valid out-of-scope answer, not a failure";
+        let at = |verdict| AttemptOutcome { retrieval_verdict: verdict, ..no_info.clone() };
+        let correct = RetryConfig { recheck_no_info: NoInfoRecheck::Correct, ..RetryConfig::default() };
         check(
-            &c,
+            &correct,
             0,
             &no_info,
-            "retry NoInfoDespiteCorrect Reread k=8: the answer says the documents lack the information, but the \
-             evaluator judged the 5 passage(s) CORRECT",
+            "retry NoInfoDespiteCorrect Reread k=8: the answer says the documents lack the information, but the 5 \
+             passage(s) were judged CORRECT",
         );
         // Not judged CORRECT (AMBIGUOUS, INCORRECT, or no evaluation): an honest out-of-scope answer.
+        for verdict in [Some(Verdict::Ambiguous), Some(Verdict::Incorrect), None] {
+            check(&correct, 0, &at(verdict), accept);
+        }
+        // Off: never reread, whatever the verdict.
+        check(&RetryConfig::default(), 0, &no_info, accept);
+
+        // Unless INCORRECT: every verdict but INCORRECT is reread.
+        let unless = RetryConfig { recheck_no_info: NoInfoRecheck::UnlessIncorrect, ..RetryConfig::default() };
         check(
-            &c,
+            &unless,
             0,
-            &AttemptOutcome { retrieval_correct: false, ..no_info.clone() },
-            "accept: the answer says the documents lack the information, and 5 passage(s) were retrieved: a valid \
-             out-of-scope answer, not a failure",
+            &no_info,
+            "retry NoInfoDespiteCorrect Reread k=8: the answer says the documents lack the information, but the 5 \
+             passage(s) were judged CORRECT",
         );
+        check(
+            &unless,
+            0,
+            &at(Some(Verdict::Ambiguous)),
+            "retry NoInfoNotIncorrect Reread k=8: the answer says the documents lack the information, but the 5 \
+             passage(s) were judged AMBIGUOUS",
+        );
+        check(
+            &unless,
+            0,
+            &at(None),
+            "retry NoInfoNotIncorrect Reread k=8: the answer says the documents lack the information, but the 5 \
+             passage(s) were judged unevaluated",
+        );
+        check(&unless, 0, &at(Some(Verdict::Incorrect)), accept);
+
         // The retries spent, it gives up and keeps the answer.
         check(
-            &c,
+            &correct,
             2,
             &no_info,
             "give up: max retries (2) reached; last failure: the answer says the documents lack the information, \
-             but the evaluator judged the 5 passage(s) CORRECT",
+             but the 5 passage(s) were judged CORRECT",
+        );
+        // An unfaithful hedge is retried as unfaithful, whatever the recheck says.
+        check(
+            &unless,
+            0,
+            &AttemptOutcome { unsupported_share: Some(0.8), ..no_info.clone() },
+            "retry Unfaithful RewriteQuery k=8: 80% of the statements are unsupported (more than 70%)",
         );
         // An answer with content is judged as before.
         check(
-            &c,
+            &unless,
             0,
             &AttemptOutcome { answer: Some("Scurvy is caused by a lack of vitamin C.".into()), ..no_info },
             "accept: 5 passage(s) retrieved and 0% of the statements unsupported (at most 70%)",
         );
+    }
+
+    #[test]
+    fn recheck_no_info_reads_by_name() {
+        let c: RetryConfig = serde_json::from_str(r#"{"recheck_no_info": "unless_incorrect"}"#).unwrap();
+        assert_eq!(c.recheck_no_info, NoInfoRecheck::UnlessIncorrect);
+        let err = serde_json::from_str::<RetryConfig>(r#"{"recheck_no_info": "always"}"#).unwrap_err().to_string();
+        assert!(err.contains("unless_incorrect"), "{err}");
     }
 
     #[test]

@@ -682,7 +682,7 @@ fn decide_retry(
         extracted_chars: result.extraction.as_ref().map(Extraction::text_len),
         unsupported_share: result.faithfulness.as_ref().map(|f| f.unsupported_share),
         answer: result.answer.clone(),
-        retrieval_correct: result.crag.decision == Some(Verdict::Correct),
+        retrieval_verdict: result.crag.decision,
     };
     let decision = decide(cfg, attempt, &outcome);
     let report = Report::new(decision_name(&decision))
