@@ -166,9 +166,12 @@ fn from_status(status: &tonic::Status, site: Site<'_>, what: &str) -> (ErrorKind
 }
 
 /// Whether the server says that a peer holding a replica failed the operation (`1 of 2 read operations failed`,
-/// or a peer's transport error relayed as a service error), rather than failing itself.
+/// a peer's transport error relayed as a service error, or a shard left with no active replica for a moment while
+/// the cluster marks a killed node's replicas dead), rather than failing itself.
 fn is_replica_failure(msg: &str) -> bool {
-    msg.contains("operations failed") || (msg.contains("Service internal error") && msg.contains("Tonic status error"))
+    msg.contains("operations failed")
+        || (msg.contains("Service internal error")
+            && (msg.contains("Tonic status error") || msg.contains("does not have enough active replicas")))
 }
 
 /// Whether a status says the connection itself failed (refused, DNS, TLS handshake, connect timeout).
@@ -233,6 +236,16 @@ mod tests {
             "no connection within 5s",
         );
         check(status(Code::Unavailable, "connection reset"), ErrorKind::Transient, "failed temporarily");
+        // Seen under load right after a node of a 3-node cluster was killed: a moment without an active replica.
+        check(
+            status(
+                Code::Internal,
+                "Service internal error: The replica set for shard 2 on peer 6006167266204875 does not have enough \
+                 active replicas",
+            ),
+            ErrorKind::Transient,
+            "could not reach a replica while",
+        );
         check(status(Code::Cancelled, "Timeout expired"), ErrorKind::Transient, "timed out after 30s");
         check(status(Code::DeadlineExceeded, "deadline"), ErrorKind::Transient, "timed out after 30s");
         check(status(Code::Aborted, "conflict"), ErrorKind::Transient, "failed temporarily");
