@@ -588,10 +588,7 @@ pub async fn run_qa_calibration(
     let strategy = cfg.search.strategy;
     let engine = Engine::open_with_embedder(cfg, embedder).await?;
     let retriever = engine.retriever(strategy).await?;
-    let mut pool: Vec<&QaQuestion> = sample(&data.questions, 0, None).into_iter().skip(QA_CALIBRATION_FROM).collect();
-    if let Some(n) = opts.limit {
-        pool.truncate(n);
-    }
+    let pool = sample(&data.questions, QA_CALIBRATION_FROM, opts.limit);
     log(&format!("calibrating on {} questions (hash order from {QA_CALIBRATION_FROM})", pool.len()));
     let mut judged = Vec::with_capacity(pool.len());
     for q in pool {
