@@ -561,18 +561,37 @@ async fn answer_first_asks_plain_rags_call_first_even_when_the_retrieval_is_ambi
     assert_eq!(r.cost.llm_calls, 1, "{:?}", r.cost);
 }
 
+/// An LLM that says "not in the documents" from the whole passages (the only context holding the rickets
+/// passage's second sentence, which has nothing to do with scurvy) and answers `reread` from anything narrower.
+fn no_info_until_reread(reread: &str) -> Arc<ScriptedLlm> {
+    Arc::new(
+        ScriptedLlm::new("{}")
+            .with_reply("It softens the bones", "The documents don't contain this information.")
+            .with_reply("Sources:", reread),
+    )
+}
+
+/// The system prompt of every generation request (the requests that carry numbered sources).
+fn generation_prompts(llm: &ScriptedLlm) -> Vec<String> {
+    llm.requests()
+        .iter()
+        .filter(|r| r.messages.last().is_some_and(|m| m.content.starts_with("Sources:")))
+        .map(|r| r.messages.first().map(|m| m.content.clone()).unwrap_or_default())
+        .collect()
+}
+
 #[tokio::test]
-async fn unless_incorrect_rereads_a_no_info_answer_judged_ambiguous_and_accepts_one_judged_incorrect() {
+async fn answer_first_rereads_a_no_info_answer_judged_ambiguous_from_strips_without_the_way_out() {
     let dir = tempfile::tempdir().unwrap();
-    let llm = no_info_until_extracted;
     let mut cfg = config(dir.path());
-    // answer_first (whole passages first, a retry extracts), rereading every no-info answer but one judged INCORRECT.
+    // answer_first: whole passages first; a no-info answer not judged INCORRECT is reread from refinement's strips.
     ragtune_eval::qa::apply_experiment("answer_first", &mut cfg).unwrap();
-    cfg.retry.recheck_no_info = ragtune::evaluators::retry::NoInfoRecheck::UnlessIncorrect;
+    assert_eq!(cfg.retry.recheck_no_info, ragtune::evaluators::retry::NoInfoRecheck::UnlessIncorrect);
     // Every retrieval judged AMBIGUOUS (PARTIAL), as the heuristic evaluator judged most CMU QA retrievals.
     cfg.crag.heuristic.relevant_threshold = 0.999;
     cfg.crag.heuristic.partial_threshold = 0.0;
-    let engine = indexed(dir.path(), cfg.clone()).await.with_llm(Some(llm()));
+    let llm = no_info_until_reread("Scurvy is a disease caused by a lack of vitamin C [1].");
+    let engine = indexed(dir.path(), cfg.clone()).await.with_llm(Some(llm.clone()));
     let r = engine.ask("What causes scurvy?").await.unwrap();
     assert_eq!(r.crag.category, CragCategory::Partial, "{:?}", r.crag);
     assert_eq!(r.attempts.len(), 2, "{}", notes(&r));
@@ -585,14 +604,36 @@ async fn unless_incorrect_rereads_a_no_info_answer_judged_ambiguous_and_accepts_
     assert_eq!(*strategy, ragtune::evaluators::retry::RetryStrategy::Reread);
     assert!(detail.contains("AMBIGUOUS"), "{detail}");
     assert_eq!((r.attempts[1].query.as_str(), r.attempts[1].k), ("What causes scurvy?", r.attempts[0].k));
-    assert_eq!(r.context_report.method, ContextMethod::Extract, "{}", notes(&r));
-    assert_eq!(r.answer.as_deref(), Some("Scurvy is caused by a lack of vitamin C [1]."));
+    // The reread read refinement's strips (no extraction call) and was asked without the way out.
+    assert_eq!(r.context_report.method, ContextMethod::Refine, "{}", notes(&r));
+    let prompts = generation_prompts(&llm);
+    assert_eq!(prompts.len(), 2, "{prompts:?}");
+    assert!(prompts[0].contains("don't contain this information"), "{}", prompts[0]);
+    assert!(!prompts[1].contains("don't contain this information"), "{}", prompts[1]);
+    assert_eq!(llm.calls(), 2, "no extraction call: {:?}", llm.requests());
+    // The judge supports the reread, so it replaces the no-info answer, and the trace says why.
+    assert_eq!(r.answer.as_deref(), Some("Scurvy is a disease caused by a lack of vitamin C [1]."));
+    let kept = r.trace.iter().find(|e| e.stage == "retry" && e.action.starts_with("reread_"));
+    assert_eq!(kept.map(|e| e.action.as_str()), Some("reread_kept"), "{:?}", r.trace);
+    drop(engine);
+
+    // A reread the judge does not support is discarded: the honest "not in the documents" stands.
+    let llm = no_info_until_reread("The Eiffel Tower was painted green by Napoleon in 1889 [1].");
+    let engine = Engine::open(cfg.clone()).await.unwrap().with_llm(Some(llm.clone()));
+    let r = engine.ask("What causes scurvy?").await.unwrap();
+    assert_eq!(r.attempts.len(), 2, "{}", notes(&r));
+    assert_eq!(r.answer.as_deref(), Some("The documents don't contain this information."));
+    let discarded = r.trace.iter().find(|e| e.stage == "retry" && e.action.starts_with("reread_"));
+    assert_eq!(discarded.map(|e| e.action.as_str()), Some("reread_discarded"), "{:?}", r.trace);
+    let why = discarded.and_then(|e| e.detail.get("reason")).map(ToString::to_string).unwrap_or_default();
+    assert!(why.contains("unsupported"), "{why}");
     drop(engine);
 
     // Judged INCORRECT: the admission is believed and kept, with no reread.
     cfg.crag.heuristic.relevant_threshold = 0.999;
     cfg.crag.heuristic.partial_threshold = 0.998;
-    let engine = Engine::open(cfg).await.unwrap().with_llm(Some(llm()));
+    let llm = no_info_until_reread("Scurvy is a disease caused by a lack of vitamin C [1].");
+    let engine = Engine::open(cfg).await.unwrap().with_llm(Some(llm));
     let r = engine.ask("What causes scurvy?").await.unwrap();
     assert_eq!(r.crag.category, CragCategory::Irrelevant, "{:?}", r.crag);
     assert!(
@@ -603,14 +644,7 @@ async fn unless_incorrect_rereads_a_no_info_answer_judged_ambiguous_and_accepts_
         "{}",
         notes(&r)
     );
-    assert!(r.attempts.iter().all(|a| !matches!(
-        a.decision,
-        Some(ragtune::evaluators::retry::RetryDecision::Retry {
-            reason: ragtune::evaluators::retry::RetryReason::NoInfoNotIncorrect
-                | ragtune::evaluators::retry::RetryReason::NoInfoDespiteCorrect,
-            ..
-        })
-    )));
+    assert_eq!(r.attempts.len(), 1, "{}", notes(&r));
     assert_eq!(r.answer.as_deref(), Some("The documents don't contain this information."));
 }
 

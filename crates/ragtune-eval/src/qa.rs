@@ -55,10 +55,11 @@ pub const EXPERIMENTS: [&str; 11] = [
 /// - `batched_extraction`: multi_query with one batched extraction call.
 /// - `corrective`: the full pipeline — Corrective RAG (evaluate, correct), batched extraction, judge, smart retry.
 /// - `answer_first`: the full pipeline answering first from plain RAG's five whole passages (no synonym expansion
-///   on AMBIGUOUS, so the first attempt is plain RAG's call); only a retry (one at most) extracts, and an answer
-///   that says the documents lack the information is reread when the evaluator judged the retrieval CORRECT
-///   (`pipeline.retry_context = "extract"`, `retry.recheck_no_info = "correct"`); the LLM-free judge decides the
-///   retry (`pipeline.judge_with_llm = false`).
+///   on AMBIGUOUS, so the first attempt is plain RAG's call); only a retry (one at most) extracts
+///   (`pipeline.retry_context = "extract"`), and an answer that says the documents lack the information is reread
+///   unless the evaluator judged the retrieval INCORRECT, from refinement's strips and without the prompt's way
+///   out, and kept when the judge supports it (`retry.recheck_no_info = "unless_incorrect"`,
+///   `pipeline.reread_context = "refine"`); the LLM-free judge decides (`pipeline.judge_with_llm = false`).
 ///
 /// # Errors
 /// [`InvalidInput`](ragtune::core::ErrorKind::InvalidInput) for an unknown name.
@@ -67,6 +68,7 @@ pub fn apply_experiment(name: &str, cfg: &mut Config) -> Result<()> {
         cfg.pipeline.top_k = 5;
         cfg.pipeline.context = ContextMode::Full;
         cfg.pipeline.retry_context = None;
+        cfg.pipeline.reread_context = None;
         cfg.pipeline.judge = false;
         cfg.pipeline.retry = false;
         cfg.pipeline.retrieve = true;
@@ -114,10 +116,12 @@ pub fn apply_experiment(name: &str, cfg: &mut Config) -> Result<()> {
             // a second list into up to twice as many passages (more tokens on every question), and it does not
             // repair what it flags (docs/eval.md, "The learned evaluator"); a retry changes the query instead.
             cfg.crag.expand_on_ambiguous = false;
-            // A no-info answer is reread only after a CORRECT verdict: rereading every one the evaluator did not call
-            // INCORRECT (`unless_incorrect`) was checked with qwen-1.5b on 100 other questions and lost one answer
-            // at 1.18 times plain RAG's tokens (docs/eval.md, "No-info rereads, checked on other questions").
-            cfg.retry.recheck_no_info = NoInfoRecheck::Correct;
+            // A no-info answer is reread unless the evaluator judged the retrieval INCORRECT, from refinement's strips
+            // (the sentences closest to the question, no LLM call) and without the prompt's "not in the documents"
+            // way out; the judge decides whether the reread replaces it (docs/eval.md, "No-info rereads without the
+            // way out").
+            cfg.retry.recheck_no_info = NoInfoRecheck::UnlessIncorrect;
+            cfg.pipeline.reread_context = Some(ContextMode::Refine);
             cfg.retry.max_retries = 1;
             // The LLM judge reads the whole context: after an answer from the whole passages it would cost as much
             // as the answer itself, so the LLM-free judge decides the retry.
@@ -1096,8 +1100,9 @@ mod tests {
             cfg.crag.enabled
                 && cfg.pipeline.judge
                 && cfg.pipeline.retry
-                && cfg.retry.recheck_no_info == NoInfoRecheck::Correct
+                && cfg.retry.recheck_no_info == NoInfoRecheck::UnlessIncorrect
         );
+        assert_eq!(cfg.pipeline.reread_context(), ContextMode::Refine);
         assert!(!cfg.crag.expand_on_ambiguous);
         assert_eq!(cfg.pipeline.context, ContextMode::Full);
         assert_eq!(cfg.pipeline.retry_context(), ContextMode::Extract);

@@ -211,6 +211,42 @@ pub fn is_retrieval_error(answer: &str) -> bool {
     RETRIEVAL_ERRORS.iter().any(|p| lower.contains(p))
 }
 
+/// Whether a no-info reread's answer ([`RetryStrategy::Reread`]) replaces the "not in the documents" it rereads,
+/// and why. A reread is asked without the prompt's way out, so it is kept only when it has content and the judge
+/// did not find it unfaithful (more than `unsupported_share` of its statements unsupported); otherwise the honest
+/// no-info answer stands. Without a judgement (no judge, or the judge failed) the reread is kept, as any retry's
+/// answer is.
+#[must_use]
+pub fn keep_reread(config: &RetryConfig, reread: &AttemptOutcome) -> (bool, String) {
+    let answer = reread.answer.as_deref().unwrap_or_default();
+    if answer.trim().is_empty() || is_no_info(answer) {
+        return (false, "the reread found no answer either".to_owned());
+    }
+    match reread.unsupported_share {
+        Some(s) if s > config.unsupported_share => (
+            false,
+            format!(
+                "{} of the reread's statements are unsupported (more than {})",
+                percent(s),
+                percent(config.unsupported_share)
+            ),
+        ),
+        Some(s) => (true, format!("{} of the reread's statements are unsupported", percent(s))),
+        None => (true, "the reread was not judged".to_owned()),
+    }
+}
+
+/// Whether `answer` opens with the word "yes" or "no" (any case, after leading punctuation).
+fn opens_with_yes_or_no(answer: &str) -> bool {
+    let first: String = answer
+        .trim_start_matches(|c: char| !c.is_alphanumeric())
+        .chars()
+        .take_while(|c| c.is_alphabetic())
+        .flat_map(char::to_lowercase)
+        .collect();
+    matches!(first.as_str(), "yes" | "no")
+}
+
 /// Decides what follows attempt `attempt` (0-based: 0 is the first try) given what it produced.
 ///
 /// The triggers, checked in this order:
@@ -221,7 +257,8 @@ pub fn is_retrieval_error(answer: &str) -> bool {
 ///    unless the judge found it unfaithful (trigger 5), which an honest admission is not, or `recheck_no_info`
 ///    asks for a reread at the evaluator's verdict ([`NoInfoRecheck`]): [`RetryReason::NoInfoDespiteCorrect`] after
 ///    a CORRECT verdict, [`RetryReason::NoInfoNotIncorrect`] after any other but INCORRECT; reread the same
-///    passages;
+///    passages. An answer that opens with Yes or No ("No. The documents don't contain this information.") has
+///    answered a yes/no question and is never reread;
 /// 4. extraction ran and kept fewer than `min_extraction_chars`: [`RetryReason::ExtractionEmpty`], expand `k`;
 /// 5. more than `unsupported_share` of the statements are unsupported: [`RetryReason::Unfaithful`], rewrite the
 ///    query.
@@ -248,6 +285,9 @@ pub fn decide(config: &RetryConfig, attempt: usize, outcome: &AttemptOutcome) ->
         Some((RetryReason::RetrievalError, RetryStrategy::ExpandK, "the answer reports a retrieval error".to_owned()))
     } else if is_no_info(answer) {
         let recheck = match (config.recheck_no_info, outcome.retrieval_verdict) {
+            // "No. The documents don't contain this information." has answered the yes/no question: the missing
+            // fact is its reason. A reread without the way out would have to turn it into a Yes or No anyway.
+            _ if opens_with_yes_or_no(answer) => None,
             (NoInfoRecheck::Correct | NoInfoRecheck::UnlessIncorrect, Some(Verdict::Correct)) => {
                 Some((RetryReason::NoInfoDespiteCorrect, "CORRECT"))
             }
@@ -468,6 +508,25 @@ mod tests {
              passage(s) were judged unevaluated",
         );
         check(&unless, 0, &at(Some(Verdict::Incorrect)), accept);
+        // A yes/no answer that gives the missing fact as its reason has answered: never reread, in any mode.
+        for answer in
+            ["No. The documents don't contain this information.", "Yes. The documents don't contain this information."]
+        {
+            let answered = AttemptOutcome { answer: Some(answer.into()), ..no_info.clone() };
+            check(&unless, 0, &answered, accept);
+            check(&correct, 0, &answered, accept);
+        }
+        // "Not" is not a "no".
+        check(
+            &unless,
+            0,
+            &AttemptOutcome {
+                answer: Some("Not known: the documents don't contain this information.".into()),
+                ..no_info.clone()
+            },
+            "retry NoInfoDespiteCorrect Reread k=8: the answer says the documents lack the information, but the 5 \
+             passage(s) were judged CORRECT",
+        );
 
         // The retries spent, it gives up and keeps the answer.
         check(
@@ -490,6 +549,35 @@ mod tests {
             0,
             &AttemptOutcome { answer: Some("Scurvy is caused by a lack of vitamin C.".into()), ..no_info },
             "accept: 5 passage(s) retrieved and 0% of the statements unsupported (at most 70%)",
+        );
+    }
+
+    #[test]
+    fn a_reread_replaces_the_no_info_answer_only_when_supported() {
+        let c = RetryConfig::default();
+        let reread = |answer: &str, unsupported| AttemptOutcome {
+            retrieved: 5,
+            answer: Some(answer.into()),
+            unsupported_share: unsupported,
+            ..AttemptOutcome::default()
+        };
+        let supported = reread("Leopards are solitary. [1]", Some(0.0));
+        assert_eq!(keep_reread(&c, &supported), (true, "0% of the reread's statements are unsupported".to_owned()));
+        assert_eq!(
+            keep_reread(&c, &reread("Leopards are solitary. [1]", Some(0.8))),
+            (false, "80% of the reread's statements are unsupported (more than 70%)".to_owned())
+        );
+        // Exactly the threshold is not unfaithful, as for the retry trigger.
+        assert!(keep_reread(&c, &reread("Leopards are solitary. [1]", Some(0.7))).0);
+        for nothing in ["The documents don't contain this information.", "  "] {
+            assert_eq!(
+                keep_reread(&c, &reread(nothing, Some(0.0))),
+                (false, "the reread found no answer either".into())
+            );
+        }
+        assert_eq!(
+            keep_reread(&c, &reread("Leopards are solitary. [1]", None)),
+            (true, "the reread was not judged".to_owned())
         );
     }
 

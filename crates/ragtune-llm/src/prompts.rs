@@ -223,14 +223,49 @@ pub const ANSWER_YES_NO: Prompt = Prompt {
     max_tokens: 160,
 };
 
+/// The reread of a question the first answer called out of the documents' scope (`retry.recheck_no_info`): the
+/// answer prompt without the way out. Small models say "the documents don't contain this information" next to a
+/// sentence that answers the question; asked again from the sentences closest to the question without that
+/// escape, they often answer from it. The judge then decides whether the reread is kept (docs/pipeline.md,
+/// "Retry"), so an answer the passages do not support falls back to the honest "not in the documents".
+pub const ANSWER_REREAD: Prompt = Prompt {
+    id: "answer_reread",
+    version: 1,
+    system: concat!(answer_text!(role), " ", answer_text!(cite)),
+    user: answer_text!(user),
+    schema: None,
+    temperature: 0.0,
+    max_tokens: 160,
+};
+
+/// [`ANSWER_REREAD`] for a yes/no question: it starts with Yes or No.
+pub const ANSWER_REREAD_YES_NO: Prompt = Prompt {
+    id: "answer_reread_yes_no",
+    version: 1,
+    system: concat!(
+        answer_text!(role),
+        " When the question can be answered yes or no, start the answer with Yes or No. ",
+        answer_text!(cite)
+    ),
+    user: answer_text!(user),
+    schema: None,
+    temperature: 0.0,
+    max_tokens: 160,
+};
+
 /// The wording [`ANSWER`] and [`ANSWER_YES_NO`] share (literals, so `concat!` can join them into constants).
 macro_rules! answer_text {
     (role) => {
         "You answer questions using only the numbered sources you are given."
     };
+    (cite) => {
+        "After each sentence, cite the sources it comes from as [1], [2]."
+    };
     (rules) => {
-        "After each sentence, cite the sources it comes from as [1], [2]. If the sources do not contain the answer, \
-         say exactly: The documents don't contain this information."
+        concat!(
+            answer_text!(cite),
+            " If the sources do not contain the answer, say exactly: The documents don't contain this information."
+        )
     };
     (user) => {
         "Sources:\n{{context}}\n\nQuestion: {{query}}\n\nAnswer in one to three short sentences, with citations."
@@ -303,6 +338,13 @@ pub fn answer_prompt(question: &str) -> &'static Prompt {
     if is_yes_no_question(question) { &ANSWER_YES_NO } else { &ANSWER }
 }
 
+/// The prompt of a no-info reread for `question`: [`ANSWER_REREAD_YES_NO`] for a yes/no question, else
+/// [`ANSWER_REREAD`].
+#[must_use]
+pub fn reread_prompt(question: &str) -> &'static Prompt {
+    if is_yes_no_question(question) { &ANSWER_REREAD_YES_NO } else { &ANSWER_REREAD }
+}
+
 /// The answer without retrieval: the "no retrieval" baseline of answer-level evaluation.
 pub const ANSWER_CLOSED_BOOK: Prompt = Prompt {
     id: "answer_closed_book",
@@ -352,7 +394,7 @@ fn judge_schema() -> Value {
 }
 
 /// Every prompt, for listings and tests.
-pub const ALL: [&Prompt; 13] = [
+pub const ALL: [&Prompt; 15] = [
     &HYDE,
     &MULTI_QUERY,
     &REWRITE,
@@ -364,6 +406,8 @@ pub const ALL: [&Prompt; 13] = [
     &EXTRACT,
     &ANSWER,
     &ANSWER_YES_NO,
+    &ANSWER_REREAD,
+    &ANSWER_REREAD_YES_NO,
     &ANSWER_CLOSED_BOOK,
     &JUDGE,
 ];
@@ -421,6 +465,21 @@ mod tests {
              [2]. If the sources do not contain the answer, say exactly: The documents don't contain this information."
         );
         assert_eq!(ANSWER.user, ANSWER_YES_NO.user);
+        // The reread is the answer prompt without the way out, and nothing else changed.
+        assert_eq!(
+            ANSWER_REREAD.system,
+            "You answer questions using only the numbered sources you are given. After each sentence, cite the \
+             sources it comes from as [1], [2]."
+        );
+        assert_eq!(
+            ANSWER_REREAD_YES_NO.system,
+            "You answer questions using only the numbered sources you are given. When the question can be answered \
+             yes or no, start the answer with Yes or No. After each sentence, cite the sources it comes from as [1], \
+             [2]."
+        );
+        assert_eq!(ANSWER_REREAD.user, ANSWER.user);
+        assert_eq!(reread_prompt("Did Faraday marry?").id, "answer_reread_yes_no");
+        assert_eq!(reread_prompt("Who discovered it?").id, "answer_reread");
     }
 
     #[test]

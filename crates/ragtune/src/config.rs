@@ -227,6 +227,11 @@ pub struct PipelineSettings {
     /// answer the retry policy doubts pays for extraction ("answer first", docs/pipeline.md).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub retry_context: Option<ContextMode>,
+    /// What the generator sees when it rereads an answer that said the documents lack the information
+    /// (`retry.recheck_no_info`); unset: `retry_context`. A reread is asked without the prompt's "not in the
+    /// documents" way out, and kept only when the judge finds it supported (docs/pipeline.md, "Retry").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reread_context: Option<ContextMode>,
     /// Generate an answer (with the LLM when configured, else extractively); `false` returns context only.
     pub generate: bool,
     /// Retrieve at all; `false` answers closed-book (the "no retrieval" baseline of evaluations).
@@ -256,6 +261,7 @@ impl Default for PipelineSettings {
             reserve_tokens: 512,
             context: ContextMode::Extract,
             retry_context: None,
+            reread_context: None,
             generate: true,
             retrieve: true,
             extraction_per_document: false,
@@ -273,6 +279,12 @@ impl PipelineSettings {
     #[must_use]
     pub fn retry_context(&self) -> ContextMode {
         self.retry_context.unwrap_or(self.context)
+    }
+
+    /// The context mode of a no-info reread: `reread_context`, else [`retry_context`](Self::retry_context).
+    #[must_use]
+    pub fn reread_context(&self) -> ContextMode {
+        self.reread_context.unwrap_or_else(|| self.retry_context())
     }
 }
 

@@ -7,7 +7,7 @@ use ragtune_core::{Candidate, Chunk, Cost, Error, Llm, RelevanceJudgement, Sourc
 use ragtune_evaluators::extract::{Extraction, ExtractionMethod, Extractor};
 use ragtune_evaluators::faithfulness::Faithfulness;
 use ragtune_evaluators::refine::{Refined, Refiner, estimate_tokens};
-use ragtune_evaluators::retry::{AttemptOutcome, RetryDecision, RetryStrategy, decide};
+use ragtune_evaluators::retry::{AttemptOutcome, RetryDecision, RetryStrategy, decide, keep_reread};
 use ragtune_llm::prompts;
 
 use super::components::Retrieved;
@@ -24,6 +24,9 @@ struct Plan {
     query: String,
     k: usize,
     generate: bool,
+    /// This attempt rereads an answer that said the documents lack the information (a [`RetryStrategy::Reread`]):
+    /// its context is `pipeline.reread_context` and its prompt has no "not in the documents" way out.
+    reread: bool,
 }
 
 /// How the context was reduced: the passages, the method's name and the extraction when one ran.
@@ -34,7 +37,7 @@ impl Run<'_> {
     pub(super) async fn answer(mut self, generate: bool) -> super::AskResponse {
         let cfg = self.env.engine.config();
         let k = if cfg.pipeline.top_k > 0 { cfg.pipeline.top_k } else { cfg.retry.k_for(0) };
-        let mut plan = Plan { attempt: 0, query: self.env.question.clone(), k, generate };
+        let mut plan = Plan { attempt: 0, query: self.env.question.clone(), k, generate, reread: false };
         let mut attempts: Vec<Attempt> = Vec::new();
         let mut first_crag: Option<CragMetadata> = None;
         let mut best: Option<AttemptResult> = None;
@@ -58,15 +61,22 @@ impl Run<'_> {
                 record.decision = Some(decision);
             }
             attempts.push(record);
-            // Keep the attempt that retrieved something over one that did not; otherwise the latest.
+            // Keep the attempt that retrieved something over one that did not, and an honest "not in the documents"
+            // over a reread the judge does not support; otherwise the latest.
             best = match best.take() {
                 Some(prev) if prev.retrieved > 0 && result.retrieved == 0 => Some(prev),
+                Some(prev) if plan.reread => {
+                    let (keep, report) = reread_choice(&cfg.retry, &result);
+                    self.ledger.step(Stage::Retry, async { ((), report) }).await;
+                    Some(if keep { result } else { prev })
+                }
                 _ => Some(result),
             };
             let Some((strategy, next_k)) = next else { break };
             if self.ledger.late(Stage::Retry) || self.ledger.over_budget(cfg.pipeline.max_llm_tokens, attempts.len()) {
                 break;
             }
+            plan.reread = strategy == RetryStrategy::Reread;
             match strategy {
                 RetryStrategy::ExpandK => plan.k = next_k,
                 RetryStrategy::RewriteQuery => plan.query = self.ledger.step(Stage::Rewrite, self.env.rewrite()).await,
@@ -131,7 +141,11 @@ impl Run<'_> {
         result.crag = crag;
 
         let tokens_before: usize = candidates.iter().map(|c| estimate_tokens(&c.chunk.text)).sum();
-        let mode = if plan.attempt == 0 { cfg.pipeline.context } else { cfg.pipeline.retry_context() };
+        let mode = match (plan.attempt, plan.reread) {
+            (0, _) => cfg.pipeline.context,
+            (_, true) => cfg.pipeline.reread_context(),
+            (_, false) => cfg.pipeline.retry_context(),
+        };
         let (passages, method, extraction) = self.reduce(&candidates, mode).await;
         let ledger = &mut self.ledger;
         let budget = cfg.pipeline.max_context_tokens - cfg.pipeline.reserve_tokens;
@@ -143,7 +157,7 @@ impl Run<'_> {
         if !plan.generate {
             return result;
         }
-        let (answer, kind) = self.generate(&result.context, result.retrieved > 0).await;
+        let (answer, kind) = self.generate(&result.context, result.retrieved > 0, plan.reread).await;
         let (env, ledger) = (&self.env, &mut self.ledger);
         result.answer = Some(answer);
         result.answer_kind = kind;
@@ -180,11 +194,11 @@ impl Run<'_> {
 
     /// The answer: the LLM's from the numbered context when there is an LLM, a context and time; extractive
     /// otherwise.
-    async fn generate(&mut self, context: &[ContextPassage], retrieved: bool) -> (String, AnswerKind) {
+    async fn generate(&mut self, context: &[ContextPassage], retrieved: bool, reread: bool) -> (String, AnswerKind) {
         let (env, ledger) = (&self.env, &mut self.ledger);
         if let Some(llm) = env.engine.llm().cloned()
             && !context.is_empty()
-            && let Some(answer) = ledger.stage(Stage::Generate, env.generate_llm(llm.as_ref(), context)).await
+            && let Some(answer) = ledger.stage(Stage::Generate, env.generate_llm(llm.as_ref(), context, reread)).await
         {
             return answer;
         }
@@ -548,9 +562,17 @@ impl Env<'_> {
     }
 
     /// The LLM's answer from the numbered context; the extractive answer when the call fails or says nothing.
-    async fn generate_llm(&self, llm: &dyn Llm, context: &[ContextPassage]) -> ((String, AnswerKind), Report) {
+    /// The LLM's answer from the numbered context; a reread asks without the "not in the documents" way out
+    /// ([`prompts::reread_prompt`]).
+    async fn generate_llm(
+        &self,
+        llm: &dyn Llm,
+        context: &[ContextPassage],
+        reread: bool,
+    ) -> ((String, AnswerKind), Report) {
         let numbered = render_context(context);
-        let prompt = prompts::answer_prompt(&self.question);
+        let prompt =
+            if reread { prompts::reread_prompt(&self.question) } else { prompts::answer_prompt(&self.question) };
         let request = prompt.render(&[("context", numbered.as_str()), ("query", self.question.as_str())]);
         let extractive = || (extractive_answer(&self.question, context), AnswerKind::Extractive);
         match generate_text(llm, &self.ctx, request).await {
@@ -671,20 +693,32 @@ impl Env<'_> {
     }
 }
 
+/// Whether a no-info reread's answer replaces the "not in the documents" it rereads ([`keep_reread`]), as a trace
+/// step.
+fn reread_choice(cfg: &ragtune_evaluators::retry::RetryConfig, reread: &AttemptResult) -> (bool, Report) {
+    let (keep, why) = keep_reread(cfg, &outcome(reread));
+    let action = if keep { "reread_kept" } else { "reread_discarded" };
+    (keep, Report::new(action).detail("reason", why))
+}
+
+/// What the retry policy reads of an attempt.
+fn outcome(result: &AttemptResult) -> AttemptOutcome {
+    AttemptOutcome {
+        retrieved: result.retrieved,
+        extracted_chars: result.extraction.as_ref().map(Extraction::text_len),
+        unsupported_share: result.faithfulness.as_ref().map(|f| f.unsupported_share),
+        answer: result.answer.clone(),
+        retrieval_verdict: result.crag.decision,
+    }
+}
+
 /// The smart-retry policy's decision on one attempt's outcome.
 fn decide_retry(
     cfg: &ragtune_evaluators::retry::RetryConfig,
     attempt: usize,
     result: &AttemptResult,
 ) -> (RetryDecision, Report) {
-    let outcome = AttemptOutcome {
-        retrieved: result.retrieved,
-        extracted_chars: result.extraction.as_ref().map(Extraction::text_len),
-        unsupported_share: result.faithfulness.as_ref().map(|f| f.unsupported_share),
-        answer: result.answer.clone(),
-        retrieval_verdict: result.crag.decision,
-    };
-    let decision = decide(cfg, attempt, &outcome);
+    let decision = decide(cfg, attempt, &outcome(result));
     let report = Report::new(decision_name(&decision))
         .detail("attempt", attempt)
         .detail("decision", serde_json::to_value(&decision).unwrap_or_default());
