@@ -629,6 +629,22 @@ async fn answer_first_rereads_a_no_info_answer_judged_ambiguous_from_strips_with
     assert!(why.contains("unsupported"), "{why}");
     drop(engine);
 
+    // A reread that finds nothing either is not reread again, even with retries left: it would be the same request.
+    let mut two_retries = cfg.clone();
+    two_retries.retry.max_retries = 2;
+    let llm = no_info_until_reread("The documents don't contain this information.");
+    let engine = Engine::open(two_retries).await.unwrap().with_llm(Some(llm.clone()));
+    let r = engine.ask("What causes scurvy?").await.unwrap();
+    assert_eq!(r.attempts.len(), 2, "{}", notes(&r));
+    assert!(
+        matches!(r.attempts[1].decision, Some(ragtune::evaluators::retry::RetryDecision::Accept { .. })),
+        "{:?}",
+        r.attempts[1].decision
+    );
+    assert_eq!(llm.calls(), 2, "{:?}", llm.requests());
+    assert_eq!(r.answer.as_deref(), Some("The documents don't contain this information."));
+    drop(engine);
+
     // Judged INCORRECT: the admission is believed and kept, with no reread.
     cfg.crag.heuristic.relevant_threshold = 0.999;
     cfg.crag.heuristic.partial_threshold = 0.998;

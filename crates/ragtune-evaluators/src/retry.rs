@@ -161,6 +161,9 @@ pub struct AttemptOutcome {
     pub answer: Option<String>,
     /// The retrieval evaluator's verdict on the passages; `None` when Corrective RAG did not run.
     pub retrieval_verdict: Option<Verdict>,
+    /// This attempt was itself a no-info reread ([`RetryStrategy::Reread`]): a second reread of the same passages
+    /// would ask the same request again, so its no-info answer is accepted.
+    pub reread: bool,
 }
 
 /// What to do after an attempt.
@@ -258,7 +261,7 @@ fn opens_with_yes_or_no(answer: &str) -> bool {
 ///    asks for a reread at the evaluator's verdict ([`NoInfoRecheck`]): [`RetryReason::NoInfoDespiteCorrect`] after
 ///    a CORRECT verdict, [`RetryReason::NoInfoNotIncorrect`] after any other but INCORRECT; reread the same
 ///    passages. An answer that opens with Yes or No ("No. The documents don't contain this information.") has
-///    answered a yes/no question and is never reread;
+///    answered a yes/no question and is never reread, nor is the answer of a reread;
 /// 4. extraction ran and kept fewer than `min_extraction_chars`: [`RetryReason::ExtractionEmpty`], expand `k`;
 /// 5. more than `unsupported_share` of the statements are unsupported: [`RetryReason::Unfaithful`], rewrite the
 ///    query.
@@ -287,7 +290,7 @@ pub fn decide(config: &RetryConfig, attempt: usize, outcome: &AttemptOutcome) ->
         let recheck = match (config.recheck_no_info, outcome.retrieval_verdict) {
             // "No. The documents don't contain this information." has answered the yes/no question: the missing
             // fact is its reason. A reread without the way out would have to turn it into a Yes or No anyway.
-            _ if opens_with_yes_or_no(answer) => None,
+            _ if opens_with_yes_or_no(answer) || outcome.reread => None,
             (NoInfoRecheck::Correct | NoInfoRecheck::UnlessIncorrect, Some(Verdict::Correct)) => {
                 Some((RetryReason::NoInfoDespiteCorrect, "CORRECT"))
             }
@@ -376,6 +379,7 @@ mod tests {
             unsupported_share: Some(0.0),
             answer: Some("Scurvy is caused by a lack of vitamin C.".into()),
             retrieval_verdict: None,
+            reread: false,
         }
     }
 
@@ -433,6 +437,7 @@ mod tests {
             unsupported_share: Some(0.0),
             answer: Some("The documents don't contain information about Python.".into()),
             retrieval_verdict: Some(Verdict::Correct),
+            reread: false,
         };
         check(
             &c,
@@ -465,6 +470,7 @@ mod tests {
             unsupported_share: Some(0.0),
             answer: Some("The documents don't contain this information.".into()),
             retrieval_verdict: Some(Verdict::Correct),
+            reread: false,
         };
         let accept = "accept: the answer says the documents lack the information, and 5 passage(s) were retrieved: \
                       a valid out-of-scope answer, not a failure";
@@ -508,6 +514,8 @@ mod tests {
              passage(s) were judged unevaluated",
         );
         check(&unless, 0, &at(Some(Verdict::Incorrect)), accept);
+        // A reread that found nothing either is not reread again: the same request would be asked.
+        check(&unless, 1, &AttemptOutcome { reread: true, ..no_info.clone() }, accept);
         // A yes/no answer that gives the missing fact as its reason has answered: never reread, in any mode.
         for answer in
             ["No. The documents don't contain this information.", "Yes. The documents don't contain this information."]

@@ -53,8 +53,10 @@ impl Run<'_> {
             };
             let mut next: Option<(RetryStrategy, usize)> = None;
             if cfg.pipeline.retry && generate {
-                let decision =
-                    self.ledger.step(Stage::Retry, async { decide_retry(&cfg.retry, plan.attempt, &result) }).await;
+                let decision = self
+                    .ledger
+                    .step(Stage::Retry, async { decide_retry(&cfg.retry, plan.attempt, &result, plan.reread) })
+                    .await;
                 if let RetryDecision::Retry { strategy, next_k, .. } = &decision {
                     next = Some((*strategy, *next_k));
                 }
@@ -561,9 +563,8 @@ impl Env<'_> {
         merged.ok_or_else(|| Error::unavailable("no extraction ran"))
     }
 
-    /// The LLM's answer from the numbered context; the extractive answer when the call fails or says nothing.
-    /// The LLM's answer from the numbered context; a reread asks without the "not in the documents" way out
-    /// ([`prompts::reread_prompt`]).
+    /// The LLM's answer from the numbered context; the extractive answer when the call fails or says nothing. A
+    /// reread asks without the "not in the documents" way out ([`prompts::reread_prompt`]).
     async fn generate_llm(
         &self,
         llm: &dyn Llm,
@@ -696,19 +697,20 @@ impl Env<'_> {
 /// Whether a no-info reread's answer replaces the "not in the documents" it rereads ([`keep_reread`]), as a trace
 /// step.
 fn reread_choice(cfg: &ragtune_evaluators::retry::RetryConfig, reread: &AttemptResult) -> (bool, Report) {
-    let (keep, why) = keep_reread(cfg, &outcome(reread));
+    let (keep, why) = keep_reread(cfg, &outcome(reread, true));
     let action = if keep { "reread_kept" } else { "reread_discarded" };
     (keep, Report::new(action).detail("reason", why))
 }
 
 /// What the retry policy reads of an attempt.
-fn outcome(result: &AttemptResult) -> AttemptOutcome {
+fn outcome(result: &AttemptResult, reread: bool) -> AttemptOutcome {
     AttemptOutcome {
         retrieved: result.retrieved,
         extracted_chars: result.extraction.as_ref().map(Extraction::text_len),
         unsupported_share: result.faithfulness.as_ref().map(|f| f.unsupported_share),
         answer: result.answer.clone(),
         retrieval_verdict: result.crag.decision,
+        reread,
     }
 }
 
@@ -717,8 +719,9 @@ fn decide_retry(
     cfg: &ragtune_evaluators::retry::RetryConfig,
     attempt: usize,
     result: &AttemptResult,
+    reread: bool,
 ) -> (RetryDecision, Report) {
-    let decision = decide(cfg, attempt, &outcome(result));
+    let decision = decide(cfg, attempt, &outcome(result, reread));
     let report = Report::new(decision_name(&decision))
         .detail("attempt", attempt)
         .detail("decision", serde_json::to_value(&decision).unwrap_or_default());
