@@ -20,7 +20,8 @@
 //! let RetryDecision::Retry { reason, strategy, next_k, .. } = decide(&config, 0, &hallucinated) else {
 //!     panic!("three quarters unsupported is a retry");
 //! };
-//! assert_eq!((reason, strategy, next_k), (RetryReason::Unfaithful, RetryStrategy::RewriteQuery, 8));
+//! // A rewrite searches again at the same depth.
+//! assert_eq!((reason, strategy, next_k), (RetryReason::Unfaithful, RetryStrategy::RewriteQuery, 5));
 //!
 //! let out_of_scope = AttemptOutcome {
 //!     answer: Some("The documents don't contain information about Python.".into()),
@@ -161,6 +162,9 @@ pub struct AttemptOutcome {
     pub answer: Option<String>,
     /// The retrieval evaluator's verdict on the passages; `None` when Corrective RAG did not run.
     pub retrieval_verdict: Option<Verdict>,
+    /// The `k` this attempt retrieved with; `0` when unknown, read as the schedule's `k` for the attempt
+    /// ([`RetryConfig::k_for`]). A rewrite or a reread keeps it.
+    pub k: usize,
     /// This attempt was itself a no-info reread ([`RetryStrategy::Reread`]): a second reread of the same passages
     /// would ask the same request again, so its no-info answer is accepted.
     pub reread: bool,
@@ -267,7 +271,8 @@ fn opens_with_yes_or_no(answer: &str) -> bool {
 ///    query.
 ///
 /// When a trigger fires and `attempt >= max_retries`, the decision is [`RetryDecision::GiveUp`]; otherwise
-/// `next_k` is [`RetryConfig::k_for`]`(attempt + 1)`.
+/// `next_k` is [`RetryConfig::k_for`]`(attempt + 1)` for [`RetryStrategy::ExpandK`], and the attempt's own `k`
+/// for a rewrite or a reread, which search at the same depth.
 #[must_use]
 pub fn decide(config: &RetryConfig, attempt: usize, outcome: &AttemptOutcome) -> RetryDecision {
     let answer = outcome.answer.as_deref().unwrap_or_default();
@@ -346,7 +351,12 @@ pub fn decide(config: &RetryConfig, attempt: usize, outcome: &AttemptOutcome) ->
             reason: format!("max retries ({}) reached; last failure: {detail}", config.max_retries),
         };
     }
-    RetryDecision::Retry { reason, strategy, next_k: config.k_for(attempt + 1), detail }
+    let next_k = match strategy {
+        RetryStrategy::ExpandK => config.k_for(attempt + 1),
+        RetryStrategy::RewriteQuery | RetryStrategy::Reread if outcome.k > 0 => outcome.k,
+        RetryStrategy::RewriteQuery | RetryStrategy::Reread => config.k_for(attempt),
+    };
+    RetryDecision::Retry { reason, strategy, next_k, detail }
 }
 
 /// A share as a whole percentage (`0.75` → `75%`), for messages.
@@ -379,6 +389,7 @@ mod tests {
             unsupported_share: Some(0.0),
             answer: Some("Scurvy is caused by a lack of vitamin C.".into()),
             retrieval_verdict: None,
+            k: 0,
             reread: false,
         }
     }
@@ -409,7 +420,7 @@ mod tests {
             &c,
             0,
             &AttemptOutcome { unsupported_share: Some(0.75), ..good() },
-            "retry Unfaithful RewriteQuery k=8: 75% of the statements are unsupported (more than 70%)",
+            "retry Unfaithful RewriteQuery k=5: 75% of the statements are unsupported (more than 70%)",
         );
         for answer in ["Sorry, I couldn't find any documents.", "The SEARCH FAILED.", "There was an error retrieving."]
         {
@@ -437,6 +448,7 @@ mod tests {
             unsupported_share: Some(0.0),
             answer: Some("The documents don't contain information about Python.".into()),
             retrieval_verdict: Some(Verdict::Correct),
+            k: 0,
             reread: false,
         };
         check(
@@ -458,7 +470,7 @@ mod tests {
             &c,
             0,
             &AttemptOutcome { unsupported_share: Some(0.8), ..no_info.clone() },
-            "retry Unfaithful RewriteQuery k=8: 80% of the statements are unsupported (more than 70%)",
+            "retry Unfaithful RewriteQuery k=5: 80% of the statements are unsupported (more than 70%)",
         );
     }
 
@@ -470,6 +482,7 @@ mod tests {
             unsupported_share: Some(0.0),
             answer: Some("The documents don't contain this information.".into()),
             retrieval_verdict: Some(Verdict::Correct),
+            k: 0,
             reread: false,
         };
         let accept = "accept: the answer says the documents lack the information, and 5 passage(s) were retrieved: \
@@ -480,7 +493,7 @@ mod tests {
             &correct,
             0,
             &no_info,
-            "retry NoInfoDespiteCorrect Reread k=8: the answer says the documents lack the information, but the 5 \
+            "retry NoInfoDespiteCorrect Reread k=5: the answer says the documents lack the information, but the 5 \
              passage(s) were judged CORRECT",
         );
         // Not judged CORRECT (AMBIGUOUS, INCORRECT, or no evaluation): an honest out-of-scope answer.
@@ -496,21 +509,21 @@ mod tests {
             &unless,
             0,
             &no_info,
-            "retry NoInfoDespiteCorrect Reread k=8: the answer says the documents lack the information, but the 5 \
+            "retry NoInfoDespiteCorrect Reread k=5: the answer says the documents lack the information, but the 5 \
              passage(s) were judged CORRECT",
         );
         check(
             &unless,
             0,
             &at(Some(Verdict::Ambiguous)),
-            "retry NoInfoNotIncorrect Reread k=8: the answer says the documents lack the information, but the 5 \
+            "retry NoInfoNotIncorrect Reread k=5: the answer says the documents lack the information, but the 5 \
              passage(s) were judged AMBIGUOUS",
         );
         check(
             &unless,
             0,
             &at(None),
-            "retry NoInfoNotIncorrect Reread k=8: the answer says the documents lack the information, but the 5 \
+            "retry NoInfoNotIncorrect Reread k=5: the answer says the documents lack the information, but the 5 \
              passage(s) were judged unevaluated",
         );
         check(&unless, 0, &at(Some(Verdict::Incorrect)), accept);
@@ -532,7 +545,7 @@ mod tests {
                 answer: Some("Not known: the documents don't contain this information.".into()),
                 ..no_info.clone()
             },
-            "retry NoInfoDespiteCorrect Reread k=8: the answer says the documents lack the information, but the 5 \
+            "retry NoInfoDespiteCorrect Reread k=5: the answer says the documents lack the information, but the 5 \
              passage(s) were judged CORRECT",
         );
 
@@ -549,7 +562,7 @@ mod tests {
             &unless,
             0,
             &AttemptOutcome { unsupported_share: Some(0.8), ..no_info.clone() },
-            "retry Unfaithful RewriteQuery k=8: 80% of the statements are unsupported (more than 70%)",
+            "retry Unfaithful RewriteQuery k=5: 80% of the statements are unsupported (more than 70%)",
         );
         // An answer with content is judged as before.
         check(
@@ -558,6 +571,33 @@ mod tests {
             &AttemptOutcome { answer: Some("Scurvy is caused by a lack of vitamin C.".into()), ..no_info },
             "accept: 5 passage(s) retrieved and 0% of the statements unsupported (at most 70%)",
         );
+    }
+
+    #[test]
+    fn next_k_is_the_schedules_only_when_k_expands() {
+        let c = RetryConfig { recheck_no_info: NoInfoRecheck::Correct, ..RetryConfig::default() };
+        let at_k = |k, answer: &str, unsupported| AttemptOutcome {
+            retrieved: 5,
+            answer: Some(answer.into()),
+            unsupported_share: Some(unsupported),
+            retrieval_verdict: Some(Verdict::Correct),
+            k,
+            ..AttemptOutcome::default()
+        };
+        let next = |d: RetryDecision| match d {
+            RetryDecision::Retry { strategy, next_k, .. } => (strategy, next_k),
+            other => panic!("{other:?}"),
+        };
+        // A rewrite and a reread search again at the attempt's own depth (here a configured top k of 12)…
+        let unfaithful = at_k(12, "Scurvy is caused by moonlight.", 0.9);
+        assert_eq!(next(decide(&c, 0, &unfaithful)), (RetryStrategy::RewriteQuery, 12));
+        let no_info = at_k(12, "The documents don't contain this information.", 0.0);
+        assert_eq!(next(decide(&c, 0, &no_info)), (RetryStrategy::Reread, 12));
+        // …or, with `k` unknown, at the schedule's depth for this attempt.
+        assert_eq!(next(decide(&c, 1, &at_k(0, "The documents don't contain this information.", 0.0))).1, 8);
+        // Only an expansion takes the schedule's next k.
+        let nothing = AttemptOutcome { retrieved: 0, k: 12, ..AttemptOutcome::default() };
+        assert_eq!(next(decide(&c, 0, &nothing)), (RetryStrategy::ExpandK, 8));
     }
 
     #[test]
@@ -610,7 +650,7 @@ mod tests {
             &c,
             0,
             &AttemptOutcome { unsupported_share: Some(0.71), ..good() },
-            "retry Unfaithful RewriteQuery k=8: 71% of the statements are unsupported (more than 70%)",
+            "retry Unfaithful RewriteQuery k=5: 71% of the statements are unsupported (more than 70%)",
         );
     }
 

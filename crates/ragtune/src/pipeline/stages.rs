@@ -53,10 +53,7 @@ impl Run<'_> {
             };
             let mut next: Option<(RetryStrategy, usize)> = None;
             if cfg.pipeline.retry && generate {
-                let decision = self
-                    .ledger
-                    .step(Stage::Retry, async { decide_retry(&cfg.retry, plan.attempt, &result, plan.reread) })
-                    .await;
+                let decision = self.ledger.step(Stage::Retry, async { decide_retry(&cfg.retry, &plan, &result) }).await;
                 if let RetryDecision::Retry { strategy, next_k, .. } = &decision {
                     next = Some((*strategy, *next_k));
                 }
@@ -697,19 +694,20 @@ impl Env<'_> {
 /// Whether a no-info reread's answer replaces the "not in the documents" it rereads ([`keep_reread`]), as a trace
 /// step.
 fn reread_choice(cfg: &ragtune_evaluators::retry::RetryConfig, reread: &AttemptResult) -> (bool, Report) {
-    let (keep, why) = keep_reread(cfg, &outcome(reread, true));
+    let (keep, why) = keep_reread(cfg, &outcome(reread, 0, true));
     let action = if keep { "reread_kept" } else { "reread_discarded" };
     (keep, Report::new(action).detail("reason", why))
 }
 
 /// What the retry policy reads of an attempt.
-fn outcome(result: &AttemptResult, reread: bool) -> AttemptOutcome {
+fn outcome(result: &AttemptResult, k: usize, reread: bool) -> AttemptOutcome {
     AttemptOutcome {
         retrieved: result.retrieved,
         extracted_chars: result.extraction.as_ref().map(Extraction::text_len),
         unsupported_share: result.faithfulness.as_ref().map(|f| f.unsupported_share),
         answer: result.answer.clone(),
         retrieval_verdict: result.crag.decision,
+        k,
         reread,
     }
 }
@@ -717,11 +715,11 @@ fn outcome(result: &AttemptResult, reread: bool) -> AttemptOutcome {
 /// The smart-retry policy's decision on one attempt's outcome.
 fn decide_retry(
     cfg: &ragtune_evaluators::retry::RetryConfig,
-    attempt: usize,
+    plan: &Plan,
     result: &AttemptResult,
-    reread: bool,
 ) -> (RetryDecision, Report) {
-    let decision = decide(cfg, attempt, &outcome(result, reread));
+    let attempt = plan.attempt;
+    let decision = decide(cfg, attempt, &outcome(result, plan.k, plan.reread));
     let report = Report::new(decision_name(&decision))
         .detail("attempt", attempt)
         .detail("decision", serde_json::to_value(&decision).unwrap_or_default());
