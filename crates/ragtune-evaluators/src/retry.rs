@@ -36,6 +36,7 @@ use ragtune_core::{Error, Result, Verdict};
 use serde::{Deserialize, Serialize};
 
 use crate::faithfulness::is_no_info;
+use crate::metrics::answer::yes_no;
 
 /// The `k` used when a schedule is empty (which [`RetryConfig::validate`] refuses).
 const FALLBACK_K: usize = 5;
@@ -243,17 +244,6 @@ pub fn keep_reread(config: &RetryConfig, reread: &AttemptOutcome) -> (bool, Stri
     }
 }
 
-/// Whether `answer` opens with the word "yes" or "no" (any case, after leading punctuation).
-fn opens_with_yes_or_no(answer: &str) -> bool {
-    let first: String = answer
-        .trim_start_matches(|c: char| !c.is_alphanumeric())
-        .chars()
-        .take_while(|c| c.is_alphabetic())
-        .flat_map(char::to_lowercase)
-        .collect();
-    matches!(first.as_str(), "yes" | "no")
-}
-
 /// Decides what follows attempt `attempt` (0-based: 0 is the first try) given what it produced.
 ///
 /// The triggers, checked in this order:
@@ -295,7 +285,7 @@ pub fn decide(config: &RetryConfig, attempt: usize, outcome: &AttemptOutcome) ->
         let recheck = match (config.recheck_no_info, outcome.retrieval_verdict) {
             // "No. The documents don't contain this information." has answered the yes/no question: the missing
             // fact is its reason. A reread without the way out would have to turn it into a Yes or No anyway.
-            _ if opens_with_yes_or_no(answer) || outcome.reread => None,
+            _ if yes_no(answer).is_some() || outcome.reread => None,
             (NoInfoRecheck::Correct | NoInfoRecheck::UnlessIncorrect, Some(Verdict::Correct)) => {
                 Some((RetryReason::NoInfoDespiteCorrect, "CORRECT"))
             }

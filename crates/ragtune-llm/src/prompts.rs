@@ -198,65 +198,43 @@ fn extract_schema() -> Value {
 /// Version 3 is version 1's wording again: version 2 added "When the question can be answered yes or no, start
 /// the answer with Yes or No" for every question, and a small model then began "who" and "what" answers with
 /// "Yes" too; that instruction now goes only to yes/no questions.
-pub const ANSWER: Prompt = Prompt {
-    id: "answer",
-    version: 3,
-    system: concat!(answer_text!(role), " ", answer_text!(rules)),
-    user: answer_text!(user),
-    schema: None,
-    temperature: 0.0,
-    max_tokens: 160,
-};
+pub const ANSWER: Prompt = grounded_answer("answer", 3, concat!(answer_text!(role), " ", answer_text!(rules)));
 
 /// The grounded answer for a yes/no question: it starts with Yes or No, then cites as [`ANSWER`] does.
-pub const ANSWER_YES_NO: Prompt = Prompt {
-    id: "answer_yes_no",
-    version: 1,
-    system: concat!(
-        answer_text!(role),
-        " When the question can be answered yes or no, start the answer with Yes or No. ",
-        answer_text!(rules)
-    ),
-    user: answer_text!(user),
-    schema: None,
-    temperature: 0.0,
-    max_tokens: 160,
-};
+pub const ANSWER_YES_NO: Prompt = grounded_answer(
+    "answer_yes_no",
+    1,
+    concat!(answer_text!(role), " ", answer_text!(yes_no), " ", answer_text!(rules)),
+);
 
 /// The reread of a question the first answer called out of the documents' scope (`retry.recheck_no_info`): the
 /// answer prompt without the way out. Small models say "the documents don't contain this information" next to a
 /// sentence that answers the question; asked again from the sentences closest to the question without that
 /// escape, they often answer from it. The judge then decides whether the reread is kept (docs/pipeline.md,
 /// "Retry"), so an answer the passages do not support falls back to the honest "not in the documents".
-pub const ANSWER_REREAD: Prompt = Prompt {
-    id: "answer_reread",
-    version: 1,
-    system: concat!(answer_text!(role), " ", answer_text!(cite)),
-    user: answer_text!(user),
-    schema: None,
-    temperature: 0.0,
-    max_tokens: 160,
-};
+pub const ANSWER_REREAD: Prompt =
+    grounded_answer("answer_reread", 1, concat!(answer_text!(role), " ", answer_text!(cite)));
 
 /// [`ANSWER_REREAD`] for a yes/no question: it starts with Yes or No.
-pub const ANSWER_REREAD_YES_NO: Prompt = Prompt {
-    id: "answer_reread_yes_no",
-    version: 1,
-    system: concat!(
-        answer_text!(role),
-        " When the question can be answered yes or no, start the answer with Yes or No. ",
-        answer_text!(cite)
-    ),
-    user: answer_text!(user),
-    schema: None,
-    temperature: 0.0,
-    max_tokens: 160,
-};
+pub const ANSWER_REREAD_YES_NO: Prompt = grounded_answer(
+    "answer_reread_yes_no",
+    1,
+    concat!(answer_text!(role), " ", answer_text!(yes_no), " ", answer_text!(cite)),
+);
 
-/// The wording [`ANSWER`] and [`ANSWER_YES_NO`] share (literals, so `concat!` can join them into constants).
+/// A grounded answer prompt: `system` over the numbered sources and the question, up to 160 tokens at
+/// temperature 0 (what [`ANSWER`], [`ANSWER_YES_NO`] and the rereads share).
+const fn grounded_answer(id: &'static str, version: u32, system: &'static str) -> Prompt {
+    Prompt { id, version, system, user: answer_text!(user), schema: None, temperature: 0.0, max_tokens: 160 }
+}
+
+/// The wording the grounded answer prompts share (literals, so `concat!` can join them into constants).
 macro_rules! answer_text {
     (role) => {
         "You answer questions using only the numbered sources you are given."
+    };
+    (yes_no) => {
+        "When the question can be answered yes or no, start the answer with Yes or No."
     };
     (cite) => {
         "After each sentence, cite the sources it comes from as [1], [2]."
