@@ -6,7 +6,8 @@
 //!   [`RerankPolicy`](ragtune::rerank::RerankPolicy) and budget;
 //! - [`crag`]: Corrective-RAG decision statistics and the calibration of the evaluators' thresholds;
 //! - [`fusion`]: the hybrid fusion (method, weights, query-time strength) fitted on a training split;
-//! - [`qa`]: answer-level evaluation on the CMU Wikipedia QA set, read by [`cmu_qa`];
+//! - [`qa`]: answer-level evaluation on the CMU Wikipedia QA set, read by [`cmu_qa`], with [`paired`] saying how
+//!   sure a difference in accuracy between two experiments is;
 //! - [`cmu_set`]: a BEIR retrieval set of long documents built from the CMU QA set, with passage-level
 //!   judgements that [`passages`] scores.
 //!
@@ -47,6 +48,7 @@ pub mod cmu_qa;
 pub mod cmu_set;
 pub mod crag;
 pub mod fusion;
+pub mod paired;
 pub mod passages;
 pub mod qa;
 pub mod rerank;

@@ -899,9 +899,11 @@ pub async fn refinement_check(
     Ok(r)
 }
 
-/// Question by question, `e` against plain RAG (`base`): who got which right, and for the questions only plain
-/// RAG got right, where `e` lost them — its context lacked the article (retrieval), had the article but not the
-/// answer's text (extraction, refinement or the budget cut it), or had the answer and the generator missed it.
+/// Question by question, `e` against plain RAG (`base`): who got which right, how sure the difference in accuracy
+/// is ([`paired::compare`](crate::paired::compare): its 95 % interval and McNemar p-value), and for the questions
+/// only plain RAG got right, where `e` lost them — its context lacked the article (retrieval), had the article but
+/// not the answer's text (extraction, refinement or the budget cut it), or had the answer and the generator
+/// missed it.
 #[must_use]
 pub fn versus(base: &ExperimentReport, e: &ExperimentReport) -> String {
     let by_id: BTreeMap<&str, &AnswerRecord> = base.answers.iter().map(|a| (a.id.as_str(), a)).collect();
@@ -929,9 +931,12 @@ pub fn versus(base: &ExperimentReport, e: &ExperimentReport) -> String {
             }
         }
     }
+    let paired = crate::paired::compare(both + neither + only_base + only_e, only_base, only_e);
     format!(
-        "{:<20} vs baseline: both right {both}, neither {neither}, only baseline {only_base}, only {} {only_e}; of the {only_base} lost: article not in the context {no_article}, article but not the answer's text {lost_span}, answer in the context but missed {generator}, yes/no with the article {yes_no} (context by fallback {fallback}, retried {retried})\n",
-        e.experiment, e.experiment
+        "{:<20} vs baseline: both right {both}, neither {neither}, only baseline {only_base}, only {} {only_e} (difference {}); of the {only_base} lost: article not in the context {no_article}, article but not the answer's text {lost_span}, answer in the context but missed {generator}, yes/no with the article {yes_no} (context by fallback {fallback}, retried {retried})\n",
+        e.experiment,
+        e.experiment,
+        paired.summary()
     )
 }
 
@@ -1080,6 +1085,41 @@ mod tests {
             table.contains("corrective           tokens per question by stage: extract 1000, generate 250, judge 200"),
             "{table}"
         );
+    }
+
+    #[test]
+    fn versus_counts_the_pairs_and_says_how_sure_the_difference_is() {
+        let report = |name: &str, right: &[bool]| ExperimentReport {
+            experiment: name.into(),
+            questions: right.len(),
+            answers: right
+                .iter()
+                .enumerate()
+                .map(|(i, &correct)| AnswerRecord {
+                    id: format!("q{i}"),
+                    correct,
+                    article_in_context: true,
+                    answer_in_context: Some(true),
+                    ..AnswerRecord::default()
+                })
+                .collect(),
+            ..ExperimentReport::default()
+        };
+        // 10 questions: both right on 5, neither on 1, only the new one on 4.
+        let base = report("baseline", &[true, true, true, true, true, false, false, false, false, false]);
+        let new = report("answer_first", &[true, true, true, true, true, false, true, true, true, true]);
+        let line = versus(&base, &new);
+        let paired = crate::paired::compare(10, 0, 4);
+        assert!(
+            line.contains("both right 5, neither 1, only baseline 0, only answer_first 4 (difference +0.400, 95 % CI")
+                && line.contains(&paired.summary())
+                && line.contains("McNemar p 0.125"),
+            "{line}"
+        );
+        // A question the other experiment did not answer is not paired.
+        let mut short = new.clone();
+        short.answers.truncate(6);
+        assert!(versus(&base, &short).contains("only answer_first 0 (difference +0.000"), "{}", versus(&base, &short));
     }
 
     #[test]
