@@ -444,11 +444,21 @@ impl FaithfulnessJudge {
             }
             Verdicts { supports: Vec::new(), method: configured, prompt: None, cost: Cost::ZERO }
         } else {
-            // A bare "Yes." or "No." claims what the question asks: it is judged as that claim.
+            // A bare "Yes." or "No." claims what the question asks: it is judged as that claim. The LLM reads it as
+            // "Yes (the answer to: …)"; the LLM-free judge matches the question's own words, since the wrapper's
+            // "answer" is in no passage and would count against every bare yes or no.
             let claims: Vec<String> = to_judge
                 .iter()
                 .map(|&i| polarity_claim(&texts[i], question).unwrap_or_else(|| texts[i].clone()))
                 .collect();
+            let lexical_claims: Vec<String> = to_judge
+                .iter()
+                .map(|&i| {
+                    if polarity_claim(&texts[i], question).is_some() { question.trim() } else { texts[i].as_str() }
+                        .to_owned()
+                })
+                .collect();
+            let lexical_statements: Vec<&str> = lexical_claims.iter().map(String::as_str).collect();
             let polar = to_judge.iter().filter(|&&i| is_polarity(&texts[i])).count();
             if polar > 0 && !question.trim().is_empty() {
                 notes.push(format!("{polar} bare yes/no statement(s) judged as the question's claim"));
@@ -458,7 +468,7 @@ impl FaithfulnessJudge {
             let mut cheap = None;
             if self.llm.is_some() && self.config.llm_only_when_unsure {
                 let mut cheap_notes = Vec::new();
-                let v = self.judge_without_llm(ctx, &statements, passages, &mut cheap_notes).await?;
+                let v = self.judge_without_llm(ctx, &lexical_statements, passages, &mut cheap_notes).await?;
                 let all_supported = v.supports.iter().all(|s| matches!(s, Some((Support::Supported, _, _))));
                 if all_supported {
                     notes.append(&mut cheap_notes);
@@ -497,7 +507,7 @@ impl FaithfulnessJudge {
             match settled {
                 Some(v) => v,
                 None => {
-                    let mut v = self.judge_without_llm(ctx, &statements, passages, &mut notes).await?;
+                    let mut v = self.judge_without_llm(ctx, &lexical_statements, passages, &mut notes).await?;
                     v.cost += spent;
                     v
                 }
@@ -1221,6 +1231,18 @@ mod tests {
         assert_eq!(f.statements[0].support, Support::Supported, "{f:?}");
         assert_eq!(f.statements[0].evidence, Some(1));
         assert!(f.notes.iter().any(|n| n == "1 bare yes/no statement(s) judged as the question's claim"), "{f:?}");
+        // The lexical judge matches the question's words, not the wrapper the LLM reads: a passage holding every
+        // content word of the question supports a bare "Yes" fully.
+        let f = judge
+            .judge(
+                &Ctx::new(),
+                "Does the production of chemical weapons raise an ethical issue?",
+                "Yes. [1]",
+                &["Faraday refused to raise production of chemical weapons, citing an ethical issue.".to_owned()],
+            )
+            .await
+            .unwrap();
+        assert_eq!(f.statements[0].score, Some(1.0), "{f:?}");
         // A question the passages do not touch leaves the "No" unsupported.
         let f = judge.judge(&Ctx::new(), "Is Lima in Peru?", "No.", &passages()).await.unwrap();
         assert_eq!(f.statements[0].support, Support::Unsupported, "{f:?}");
