@@ -16,10 +16,8 @@
 //! assert!(c.ci95[0] < 0.0 && c.ci95[1] > 0.04);
 //! ```
 
-use serde::{Deserialize, Serialize};
-
 /// The paired comparison of an experiment with a base on the same questions.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct PairedComparison {
     /// Questions both were scored on.
     pub questions: usize,

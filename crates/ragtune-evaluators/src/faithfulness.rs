@@ -447,17 +447,13 @@ impl FaithfulnessJudge {
             // A bare "Yes." or "No." claims what the question asks: it is judged as that claim. The LLM reads it as
             // "Yes (the answer to: …)"; the LLM-free judge matches the question's own words, since the wrapper's
             // "answer" is in no passage and would count against every bare yes or no.
-            let claims: Vec<String> = to_judge
+            let (claims, lexical_claims): (Vec<String>, Vec<String>) = to_judge
                 .iter()
-                .map(|&i| polarity_claim(&texts[i], question).unwrap_or_else(|| texts[i].clone()))
-                .collect();
-            let lexical_claims: Vec<String> = to_judge
-                .iter()
-                .map(|&i| {
-                    if polarity_claim(&texts[i], question).is_some() { question.trim() } else { texts[i].as_str() }
-                        .to_owned()
+                .map(|&i| match polarity_claim(&texts[i], question) {
+                    Some(claim) => (claim, question.trim().to_owned()),
+                    None => (texts[i].clone(), texts[i].clone()),
                 })
-                .collect();
+                .unzip();
             let lexical_statements: Vec<&str> = lexical_claims.iter().map(String::as_str).collect();
             let polar = to_judge.iter().filter(|&&i| is_polarity(&texts[i])).count();
             if polar > 0 && !question.trim().is_empty() {
