@@ -47,7 +47,7 @@ pub struct RetrievalTuning {
     /// How hybrid fuses BM25 and dense: rrf, convex, dbsf (default: the config's, convex).
     #[arg(long, value_name = "METHOD")]
     pub fusion: Option<ragtune::FusionMethod>,
-    /// Strength of hybrid's query-time weights, 0..=8, 0 for fixed weights (default: the config's, 0.5).
+    /// Strength of hybrid's query-time weights, 0..=8, 0 for fixed weights (default: the config's).
     #[arg(long, value_name = "X")]
     pub adaptive: Option<f32>,
     /// RRF constant k for hybrid with --fusion rrf (default: the config's, 60).
@@ -56,12 +56,21 @@ pub struct RetrievalTuning {
     /// Candidates per strategy before fusion (default: the config's, 100).
     #[arg(long)]
     pub depth: Option<usize>,
-    /// Weight of BM25 in hybrid fusion (default: the config's, 0.6).
+    /// Weight of BM25 in hybrid fusion (default: the config's).
     #[arg(long = "bm25-weight")]
     pub bm25_weight: Option<f32>,
-    /// Weight of dense retrieval in hybrid fusion (default: the config's, 0.4).
+    /// Weight of dense retrieval in hybrid fusion (default: the config's).
     #[arg(long = "dense-weight")]
     pub dense_weight: Option<f32>,
+    /// Hybrid level weights: BM25's best score per query term at which its weight halves (default: the config's).
+    #[arg(long = "bm25-level", value_name = "X")]
+    pub bm25_level: Option<f32>,
+    /// Hybrid level weights: dense's best cosine at which its weight halves (default: the config's).
+    #[arg(long = "dense-level", value_name = "X")]
+    pub dense_level: Option<f32>,
+    /// How steeply hybrid's level weights rise; 0 turns them off (default: the config's).
+    #[arg(long = "level-slope", value_name = "X")]
+    pub level_slope: Option<f32>,
     /// ONNX Runtime threads for the embedding model (default 1).
     #[arg(long)]
     pub threads: Option<usize>,
@@ -161,6 +170,9 @@ pub fn apply_overrides(cfg: &mut Config, o: Overrides) {
     h.depth = tuning.depth.unwrap_or(h.depth);
     h.bm25_weight = tuning.bm25_weight.unwrap_or(h.bm25_weight);
     h.dense_weight = tuning.dense_weight.unwrap_or(h.dense_weight);
+    h.bm25_level = tuning.bm25_level.unwrap_or(h.bm25_level);
+    h.dense_level = tuning.dense_level.unwrap_or(h.dense_level);
+    h.level_slope = tuning.level_slope.unwrap_or(h.level_slope);
     t.multi_query_n = tuning.multi_query_n.unwrap_or(t.multi_query_n);
     t.max_hops = tuning.max_hops.unwrap_or(t.max_hops);
     t.synonyms = tuning.synonyms.or_else(|| t.synonyms.take());

@@ -159,6 +159,7 @@ async fn fusion(cfg: ragtune::Config, args: CalibrateArgs) -> anyhow::Result<()>
         if args.levels {
             grid.levels = ragtune_eval::FusionGrid::level_settings();
         }
+        grid.include_levels_of(&cfg.hybrid);
         fits.extend(ragtune_eval::run_fusion_calibration(&opts, &grid, &args.stress, &mut |l| eprintln!("{l}")).await?);
     }
     let joint = ragtune_eval::joint_fit(fits)?;

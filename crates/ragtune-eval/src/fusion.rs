@@ -89,6 +89,20 @@ impl FusionGrid {
         }
         out
     }
+
+    /// Adds the level weights of `configured` to the grid when it has them (both centres and the slope above 0) and
+    /// the grid does not, so that the configured `[hybrid]` is a point of the fit and its row is printed and marked
+    /// (without `--levels`, the configured levels are the only ones tried). A setting with one list levelled is no
+    /// point of the grid and is left out.
+    pub fn include_levels_of(&mut self, configured: &HybridSettings) {
+        let h = configured;
+        if h.level_slope > 0.0 && h.bm25_level > 0.0 && h.dense_level > 0.0 {
+            let levels = Levels { bm25: h.bm25_level, dense: h.dense_level, slope: h.level_slope };
+            if !self.levels.contains(&levels) {
+                self.levels.push(levels);
+            }
+        }
+    }
 }
 
 /// Level weights of the two lists (`[hybrid] bm25_level`, `dense_level`, `level_slope`; see
@@ -760,12 +774,12 @@ pub fn hybrid_toml(settings: &HybridSettings) -> String {
         "[hybrid]\nfusion = \"{}\"\nk = {:?}\ndepth = {}\nbm25_weight = {:?}\ndense_weight = {:?}\nadaptive = {:?}\n",
         h.fusion, h.k, h.depth, h.bm25_weight, h.dense_weight, h.adaptive
     );
-    if h.level_slope > 0.0 {
-        out.push_str(&format!(
-            "bm25_level = {:?}\ndense_level = {:?}\nlevel_slope = {:?}\n",
-            h.bm25_level, h.dense_level, h.level_slope
-        ));
-    }
+    // The level fields are written even when off (`level_slope = 0.0`), so the file means the same whatever the
+    // engine's default levels are.
+    out.push_str(&format!(
+        "bm25_level = {:?}\ndense_level = {:?}\nlevel_slope = {:?}\n",
+        h.bm25_level, h.dense_level, h.level_slope
+    ));
     out
 }
 
@@ -1100,19 +1114,31 @@ mod tests {
     #[test]
     fn the_configured_setting_is_reported_beside_the_fit() {
         let (queries, qrels) = synthetic();
-        let fit = |base: HybridSettings| fit_fusion(&queries, &qrels, &base, &FusionGrid::default(), 100).unwrap();
-        // The default is a point of the grid.
-        let default = fit(HybridSettings::default());
-        let p = default.points[default.configured.unwrap()];
         let d = HybridSettings::default();
-        assert_eq!((p.method, p.adaptive, p.bm25_weight, p.dense_weight), (d.fusion, d.adaptive, 0.5, 0.5));
-        // Weights count by their ratio: RRF at 1 / 1 is the grid's 0.5 / 0.5.
-        let rrf = HybridSettings { fusion: FusionMethod::Rrf, bm25_weight: 1.0, dense_weight: 1.0, adaptive: 0.0, ..d };
+        // The grid as `calibrate` makes it: the configured level weights (the default's) join it.
+        let mut grid = FusionGrid::default();
+        grid.include_levels_of(&d);
+        let fit = |base: HybridSettings| fit_fusion(&queries, &qrels, &base, &grid, 100).unwrap();
+        // The default is a point of the grid.
+        let default = fit(d);
+        let p = default.points[default.configured.unwrap()];
+        let levels = Levels { bm25: d.bm25_level, dense: d.dense_level, slope: d.level_slope };
+        assert_eq!((p.method, p.adaptive, p.bm25_weight, p.dense_weight), (d.fusion, d.adaptive, 0.35, 0.65));
+        assert_eq!(p.levels, Some(levels));
+        // Weights count by their ratio: RRF at 1 / 1 (levels off) is the grid's 0.5 / 0.5.
+        let rrf = HybridSettings {
+            fusion: FusionMethod::Rrf,
+            bm25_weight: 1.0,
+            dense_weight: 1.0,
+            adaptive: 0.0,
+            level_slope: 0.0,
+            ..d
+        };
         let rrf_fit = fit(rrf);
         let p = rrf_fit.points[rrf_fit.configured.unwrap()];
         assert_eq!((p.method, p.adaptive, p.dense_weight), (FusionMethod::Rrf, 0.0, 0.5));
         // A strength the grid does not try is not reported.
-        assert_eq!(fit(HybridSettings { adaptive: 0.7, ..d }).configured, None);
+        assert_eq!(fit(HybridSettings { adaptive: 0.7, level_slope: 0.0, ..d }).configured, None);
         // The joint fit scores it like its own choices and the table marks it.
         let joint = joint_fit(vec![
             DatasetFit { name: "a".into(), fit: default.clone() },
@@ -1123,9 +1149,12 @@ mod tests {
         assert_eq!(c.ndcg_at_10, vec![p_ndcg(&default); 2]);
         assert!(fusion_table(&joint).contains("<- the configured [hybrid]"), "{}", fusion_table(&joint));
         assert_eq!(
-            joint_fit(vec![DatasetFit { name: "c".into(), fit: fit(HybridSettings { adaptive: 0.7, ..d }) }])
-                .unwrap()
-                .configured,
+            joint_fit(vec![DatasetFit {
+                name: "c".into(),
+                fit: fit(HybridSettings { adaptive: 0.7, level_slope: 0.0, ..d }),
+            }])
+            .unwrap()
+            .configured,
             None
         );
     }
@@ -1170,5 +1199,24 @@ mod tests {
         let bad = FusionGrid { levels: vec![Levels { bm25: 0.0, ..levels }], ..grid };
         assert!(fit_fusion(&queries, &qrels, &HybridSettings::default(), &bad, 100).is_err());
         assert_eq!(FusionGrid::level_settings().len(), 30);
+    }
+
+    #[test]
+    fn the_configured_levels_join_the_grid_once() {
+        let levelled =
+            HybridSettings { bm25_level: 1.5, dense_level: 0.55, level_slope: 5.0, ..HybridSettings::default() };
+        let mut grid = FusionGrid::default();
+        grid.include_levels_of(&levelled);
+        grid.include_levels_of(&levelled);
+        assert_eq!(grid.levels, vec![Levels { bm25: 1.5, dense: 0.55, slope: 5.0 }]);
+        // Already among `--levels`'s settings: not added twice.
+        let mut wide = FusionGrid { levels: FusionGrid::level_settings(), ..FusionGrid::default() };
+        wide.include_levels_of(&levelled);
+        assert_eq!(wide.levels.len(), 30);
+        // Off, or one list only: nothing to add.
+        let mut grid = FusionGrid::default();
+        grid.include_levels_of(&HybridSettings { level_slope: 0.0, ..levelled });
+        grid.include_levels_of(&HybridSettings { dense_level: 0.0, ..levelled });
+        assert!(grid.levels.is_empty());
     }
 }

@@ -60,7 +60,7 @@ pub use crag::{
     run_learned_calibration,
 };
 pub use fusion::{
-    DatasetFit, FusionFit, FusionGrid, JointFusionFit, Stress, fusion_table, fusion_toml, joint_fit,
+    DatasetFit, FusionFit, FusionGrid, JointFusionFit, Levels, Stress, fusion_table, fusion_toml, joint_fit,
     run_fusion_calibration, with_typos,
 };
 pub use qa::{QaEvalOptions, QaEvalReport, is_qa_dataset, qa_table, run_qa_calibration, run_qa_eval};

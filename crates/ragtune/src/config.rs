@@ -627,11 +627,13 @@ impl Default for EmbeddingSettings {
 
 /// Fusion settings of the hybrid strategy (BM25 and dense lists; docs/config.md, `[hybrid]`).
 ///
-/// The default is convex fusion of min-max normalised scores, equal weights (BM25 0.5, dense 0.5), with query-time
-/// weights of strength 0.5: the setting `ragtune calibrate --fusion` chose jointly on the SciFact and CMU QA train
-/// splits and on their stressed variants (each retriever in turn made weaker by typos in its queries), as the one
-/// whose smallest gain over the better of BM25 alone and dense alone is largest (ADR 0014, ADR 0019). `rrf` stays
-/// selectable; only the fields a file sets change, so `fusion = "rrf"` alone keeps these weights and `adaptive`.
+/// The default is convex fusion of min-max normalised scores, BM25 0.35 / dense 0.65, with level weights (BM25's
+/// best score per query term centred on 1.5, dense's best cosine on 0.55, slope 10) and no `adaptive`: the setting
+/// `ragtune calibrate --fusion --levels` chose jointly on the SciFact and CMU QA train splits and on their stressed
+/// variants (each retriever in turn made weaker by typos in its queries), as the one whose smallest gain over the
+/// better of BM25 alone and dense alone is largest (ADR 0014, ADR 0019, ADR 0021). `rrf` stays selectable; only the
+/// fields a file sets change, so `fusion = "rrf"` alone keeps these weights and the level weights
+/// (`level_slope = 0` turns them off).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct HybridSettings {
@@ -663,18 +665,18 @@ pub struct HybridSettings {
 impl Default for HybridSettings {
     fn default() -> Self {
         // The RRF constant and the depth are the retrieval layer's; the method, weights and strength are the
-        // engine's own choice for its two lists (ADR 0019), not the retrieval layer's generic RRF default.
+        // engine's own choice for its two lists (ADR 0021), not the retrieval layer's generic RRF default.
         let hybrid = ragtune_retrieve::HybridConfig::default();
         Self {
             fusion: FusionMethod::Convex,
             k: hybrid.fusion.k,
             depth: hybrid.depth,
-            bm25_weight: 0.5,
-            dense_weight: 0.5,
-            adaptive: 0.5,
-            bm25_level: 0.0,
-            dense_level: 0.0,
-            level_slope: 0.0,
+            bm25_weight: 0.35,
+            dense_weight: 0.65,
+            adaptive: 0.0,
+            bm25_level: 1.5,
+            dense_level: 0.55,
+            level_slope: 10.0,
         }
     }
 }
@@ -1154,14 +1156,15 @@ mod tests {
 
     #[test]
     fn the_default_fusion_is_the_one_fitted_on_train() {
-        // ADR 0019: convex, BM25 0.5 / dense 0.5, adaptive 0.5, fitted on the SciFact and CMU QA train splits and
-        // their stressed variants (configs/fusion-default.toml; the integration tests check that the file and the
-        // default agree).
+        // ADR 0021: convex, BM25 0.35 / dense 0.65, level weights 1.5 / 0.55 / 10, no adaptive, fitted on the SciFact and
+        // CMU QA train splits and their stressed variants (configs/fusion-default.toml; the integration tests check
+        // that the file and the default agree).
         let h = Config::default().hybrid;
-        assert_eq!((h.fusion, h.bm25_weight, h.dense_weight, h.adaptive), (FusionMethod::Convex, 0.5, 0.5, 0.5));
+        assert_eq!((h.fusion, h.bm25_weight, h.dense_weight, h.adaptive), (FusionMethod::Convex, 0.35, 0.65, 0.0));
+        assert_eq!((h.bm25_level, h.dense_level, h.level_slope), (1.5, 0.55, 10.0));
         // RRF stays selectable, and a file that names it alone keeps the other fields' defaults.
         let rrf = Config::from_toml("[hybrid]\nfusion = \"rrf\"\n").unwrap().hybrid;
-        assert_eq!((rrf.fusion, rrf.k, rrf.bm25_weight, rrf.adaptive), (FusionMethod::Rrf, 60.0, 0.5, 0.5));
+        assert_eq!((rrf.fusion, rrf.k, rrf.bm25_weight, rrf.level_slope), (FusionMethod::Rrf, 60.0, 0.35, 10.0));
     }
 
     #[test]
@@ -1179,10 +1182,18 @@ mod tests {
     }
 
     #[test]
-    fn level_weights_are_off_by_default_and_read_from_the_file() {
+    fn level_weights_are_on_by_default_and_read_from_the_file() {
         let h = Config::default().hybrid;
-        assert_eq!((h.bm25_level, h.dense_level, h.level_slope), (0.0, 0.0, 0.0));
-        assert_eq!(h.list_level(1.5, true), None, "slope 0: off");
+        assert_eq!(
+            h.list_level(h.bm25_level, true),
+            Some(ragtune_retrieve::ListLevel { center: 1.5, slope: 10.0, per_term: true })
+        );
+        assert_eq!(
+            h.list_level(h.dense_level, false),
+            Some(ragtune_retrieve::ListLevel { center: 0.55, slope: 10.0, per_term: false })
+        );
+        let off = Config::from_toml("[hybrid]\nlevel_slope = 0.0\n").unwrap().hybrid;
+        assert_eq!(off.list_level(off.bm25_level, true), None, "slope 0: off");
         let cfg = Config::from_toml("[hybrid]\nbm25_level = 1.5\ndense_level = 0.5\nlevel_slope = 5.0\n").unwrap();
         let h = cfg.hybrid;
         assert_eq!(
