@@ -38,20 +38,33 @@ async fn the_fusion_fitted_on_train_is_what_eval_measures_with_the_written_file(
     assert_eq!((fit.queries, fit.depth, fit.points.len()), (12, 100, 3 * 6 * 21), "{fit:?}");
     assert!(fit.best.ndcg_at_10 >= fit.bm25_alone.max(fit.dense_alone), "{fit:?}");
 
-    // The grid fuses with the engine's function: the default hybrid retrieval (convex, BM25 0.5 / dense 0.5,
-    // adaptive 0.5) and RRF at equal weights are points of the grid, and its ends are the retrievers alone, each
-    // scored as `eval retrieval` scores it.
+    // The grid fuses with the engine's function: convex fusion at BM25 0.5 / dense 0.5, adaptive 0.5 (ADR 0019's
+    // default) and RRF at equal weights are points of the grid, and its ends are the retrievers alone, each scored
+    // as `eval retrieval` scores it.
     let ndcg = |r: &ragtune_eval::EvalReport| r.metrics["ndcg@10"];
     let point = |m: FusionMethod, adaptive: f32, w: f32| {
-        *fit.points.iter().find(|p| p.method == m && p.adaptive == adaptive && p.dense_weight == w).unwrap()
+        *fit.points
+            .iter()
+            .find(|p| p.method == m && p.adaptive == adaptive && p.levels.is_none() && p.dense_weight == w)
+            .unwrap()
     };
-    let hybrid = run_eval(&opts, log).await.unwrap();
+    let adr19 = ragtune::HybridSettings {
+        fusion: FusionMethod::Convex,
+        bm25_weight: 0.5,
+        dense_weight: 0.5,
+        adaptive: 0.5,
+        level_slope: 0.0,
+        ..ragtune::HybridSettings::default()
+    };
+    let hybrid = run_eval(&EvalOptions { hybrid: adr19, ..opts.clone() }, log).await.unwrap();
     assert_eq!(ndcg(&hybrid), point(FusionMethod::Convex, 0.5, 0.5).ndcg_at_10);
+    assert!(hybrid.config["fusion"].get("levels").is_none(), "{}", hybrid.config);
     let rrf = ragtune::HybridSettings {
         fusion: FusionMethod::Rrf,
         bm25_weight: 1.0,
         dense_weight: 1.0,
         adaptive: 0.0,
+        level_slope: 0.0,
         ..ragtune::HybridSettings::default()
     };
     let report = run_eval(&EvalOptions { hybrid: rrf, ..opts.clone() }, log).await.unwrap();
@@ -79,6 +92,19 @@ async fn the_fusion_fitted_on_train_is_what_eval_measures_with_the_written_file(
     };
     let report = run_eval(&EvalOptions { hybrid: levelled, ..opts.clone() }, log).await.unwrap();
     assert_eq!(ndcg(&report), p.ndcg_at_10);
+    assert_eq!(
+        report.config["fusion"]["levels"],
+        serde_json::json!({"bm25": 1.5, "dense": f64::from(0.55f32), "slope": 5.0})
+    );
+    // The engine's default (ADR 0021) is the point of its own levels, as `calibrate` adds them to the grid.
+    let d = ragtune::HybridSettings::default();
+    let mut grid = FusionGrid::default();
+    grid.include_levels_of(&d);
+    let fits = run_fusion_calibration(&opts, &grid, &[], log).await.unwrap();
+    let configured = fits[0].fit.points[fits[0].fit.configured.expect("the default is a point of the grid")];
+    let report = run_eval(&opts, log).await.unwrap();
+    assert_eq!(ndcg(&report), configured.ndcg_at_10);
+    assert_eq!((configured.levels.map(|l| l.slope), configured.dense_weight), (Some(d.level_slope), d.dense_weight));
 
     // The written file, read as `--config` reads it, makes the evaluation measure the fitted fusion.
     let joint = joint_fit(vec![DatasetFit { name: "tiny".into(), fit: fit.clone() }]).unwrap();

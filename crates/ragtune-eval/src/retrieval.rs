@@ -405,6 +405,11 @@ pub async fn run_eval(opts: &EvalOptions, log: &mut dyn FnMut(&str)) -> Result<E
         if h.adaptive > 0.0 {
             config["fusion"]["adaptive"] = h.adaptive.into();
         }
+        // Level weights likewise: a report made with them never compares with a baseline made without.
+        if h.level_slope > 0.0 {
+            config["fusion"]["levels"] =
+                serde_json::json!({ "bm25": h.bm25_level, "dense": h.dense_level, "slope": h.level_slope });
+        }
     }
 
     let IndexOpened { engine, cached, location, seconds: index_seconds, truncated, passages } =
