@@ -59,13 +59,13 @@ async fn the_fusion_fitted_on_train_is_what_eval_measures_with_the_written_file(
     let hybrid = run_eval(&EvalOptions { hybrid: adr19, ..opts.clone() }, log).await.unwrap();
     assert_eq!(ndcg(&hybrid), point(FusionMethod::Convex, 0.5, 0.5).ndcg_at_10);
     assert!(hybrid.config["fusion"].get("levels").is_none(), "{}", hybrid.config);
+    // RRF at equal weights, fixed, levels off (as `adr19`).
     let rrf = ragtune::HybridSettings {
         fusion: FusionMethod::Rrf,
         bm25_weight: 1.0,
         dense_weight: 1.0,
         adaptive: 0.0,
-        level_slope: 0.0,
-        ..ragtune::HybridSettings::default()
+        ..adr19
     };
     let report = run_eval(&EvalOptions { hybrid: rrf, ..opts.clone() }, log).await.unwrap();
     assert_eq!(ndcg(&report), point(FusionMethod::Rrf, 0.0, 0.5).ndcg_at_10);

@@ -79,50 +79,31 @@ const SETTINGS: &[Setting] = &[
 /// fall more than [`TOLERANCE`] below its better part on any dataset.
 const DEFAULT_HYBRID: &str = "hybrid (default)";
 
+/// One method's row arguments: equal fixed weights, no query-time or level weights.
+macro_rules! fixed_method {
+    ($method:literal) => {
+        [
+            "--retriever",
+            "hybrid",
+            "--fusion",
+            $method,
+            "--bm25-weight",
+            "1",
+            "--dense-weight",
+            "1",
+            "--adaptive",
+            "0",
+            "--level-slope",
+            "0",
+        ]
+    };
+}
+
 /// Each method at equal weights and fixed (RRF so is the default before ADR 0014): the method rows compare
 /// methods, not the default's fitted weights.
-const RRF: [&str; 12] = [
-    "--retriever",
-    "hybrid",
-    "--fusion",
-    "rrf",
-    "--bm25-weight",
-    "1",
-    "--dense-weight",
-    "1",
-    "--adaptive",
-    "0",
-    "--level-slope",
-    "0",
-];
-const CONVEX: [&str; 12] = [
-    "--retriever",
-    "hybrid",
-    "--fusion",
-    "convex",
-    "--bm25-weight",
-    "1",
-    "--dense-weight",
-    "1",
-    "--adaptive",
-    "0",
-    "--level-slope",
-    "0",
-];
-const DBSF: [&str; 12] = [
-    "--retriever",
-    "hybrid",
-    "--fusion",
-    "dbsf",
-    "--bm25-weight",
-    "1",
-    "--dense-weight",
-    "1",
-    "--adaptive",
-    "0",
-    "--level-slope",
-    "0",
-];
+const RRF: [&str; 12] = fixed_method!("rrf");
+const CONVEX: [&str; 12] = fixed_method!("convex");
+const DBSF: [&str; 12] = fixed_method!("dbsf");
 
 /// Rows that need an LLM (`--llm-url`): the query transformations over default hybrid retrieval. They give the
 /// tokens chart its points; they are slow on a CPU LLM, so `--limit` is worth giving with them.

@@ -96,7 +96,8 @@ impl FusionGrid {
     /// point of the grid and is left out.
     pub fn include_levels_of(&mut self, configured: &HybridSettings) {
         let h = configured;
-        if h.level_slope > 0.0 && h.bm25_level > 0.0 && h.dense_level > 0.0 {
+        // Both lists levelled, as the engine reads the settings (`list_level`).
+        if h.list_level(h.bm25_level, true).is_some() && h.list_level(h.dense_level, false).is_some() {
             let levels = Levels { bm25: h.bm25_level, dense: h.dense_level, slope: h.level_slope };
             if !self.levels.contains(&levels) {
                 self.levels.push(levels);
