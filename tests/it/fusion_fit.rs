@@ -34,7 +34,7 @@ async fn the_fusion_fitted_on_train_is_what_eval_measures_with_the_written_file(
     assert_eq!(stressed.dense_alone, fit.dense_alone);
     assert!(stressed.bm25_alone < fit.bm25_alone, "{} >= {}", stressed.bm25_alone, fit.bm25_alone);
     assert_eq!(stressed.points.len(), fit.points.len());
-    joint_fit(fits.clone()).unwrap();
+    joint_fit(fits.clone(), None).unwrap();
     assert_eq!((fit.queries, fit.depth, fit.points.len()), (12, 100, 3 * 6 * 21), "{fit:?}");
     assert!(fit.best.ndcg_at_10 >= fit.bm25_alone.max(fit.dense_alone), "{fit:?}");
 
@@ -107,7 +107,7 @@ async fn the_fusion_fitted_on_train_is_what_eval_measures_with_the_written_file(
     assert_eq!((configured.levels.map(|l| l.slope), configured.dense_weight), (Some(d.level_slope), d.dense_weight));
 
     // The written file, read as `--config` reads it, makes the evaluation measure the fitted fusion.
-    let joint = joint_fit(vec![DatasetFit { name: "tiny".into(), fit: fit.clone() }]).unwrap();
+    let joint = joint_fit(vec![DatasetFit { name: "tiny".into(), fit: fit.clone() }], None).unwrap();
     let text = fusion_toml(&joint, "train");
     let cfg = Config::from_toml(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
     let fitted = run_eval(&EvalOptions { hybrid: cfg.hybrid, ..opts.clone() }, log).await.unwrap();

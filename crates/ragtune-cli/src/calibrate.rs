@@ -19,7 +19,8 @@ pub struct CalibrateArgs {
     )]
     fusion: bool,
     /// The BEIR dataset directory. With --fusion it may be given more than once: each dataset is fitted on its own
-    /// split and one setting is chosen for all (the largest smallest gain over the better of BM25 and dense alone).
+    /// split and one setting is chosen for all (the largest smallest gain over the better of BM25 and dense alone;
+    /// see `--min-gain`).
     #[arg(long, value_name = "DIR", required = true)]
     dataset: Vec<PathBuf>,
     /// With --fusion: fit every dataset again with one retriever made weaker on purpose, `bm25:RATE` or
@@ -32,6 +33,16 @@ pub struct CalibrateArgs {
     /// weight scaled per query by how high its best score is), 30 settings with convex fusion.
     #[arg(long, requires = "fusion")]
     levels: bool,
+    /// With --fusion and several datasets or `--stress`: a floor on the worst gain (a setting's smallest gain over
+    /// the better of BM25 alone and dense alone, across the datasets). Among the settings that reach it, the one
+    /// with the best mean nDCG@10 is chosen; when none does, the one with the largest worst gain, which is the
+    /// choice without this flag.
+    #[arg(long, value_name = "GAIN", allow_negative_numbers = true, requires = "fusion")]
+    min_gain: Option<f64>,
+    /// With --fusion: also write the whole fit (every setting of the grid scored on every dataset) as JSON to FILE,
+    /// so a choice can be re-examined without fusing again.
+    #[arg(long, value_name = "FILE", requires = "fusion")]
+    fit_json: Option<PathBuf>,
     /// The split to fit on (never the test split you report on).
     #[arg(long, default_value = "train")]
     split: String,
@@ -162,7 +173,11 @@ async fn fusion(cfg: ragtune::Config, args: CalibrateArgs) -> anyhow::Result<()>
         grid.include_levels_of(&cfg.hybrid);
         fits.extend(ragtune_eval::run_fusion_calibration(&opts, &grid, &args.stress, &mut |l| eprintln!("{l}")).await?);
     }
-    let joint = ragtune_eval::joint_fit(fits)?;
+    let joint = ragtune_eval::joint_fit(fits, args.min_gain)?;
+    if let Some(path) = &args.fit_json {
+        write_file(path, &serde_json::to_string(&joint)?)?;
+        eprintln!("wrote the whole fit to {}", path.display());
+    }
     let out = args.out.unwrap_or_else(|| PathBuf::from("configs/fusion-calibrated.toml"));
     write_file(&out, &ragtune_eval::fusion_toml(&joint, &args.split))?;
     print!("{}", ragtune_eval::fusion_table(&joint));

@@ -295,6 +295,9 @@ fn eval_usage_errors_exit_with_2() {
         &["calibrate", "--fusion", "--dataset", "tiny", "--evaluator", "heuristic"],
         &["calibrate", "--fusion", "--dataset", "tiny", "--incorrect-recall", "0.5"],
         &["calibrate", "--dataset", "tiny", "--stress", "bm25:0.6"],
+        &["calibrate", "--dataset", "tiny", "--min-gain", "0"],
+        &["calibrate", "--dataset", "tiny", "--fit-json", "fit.json"],
+        &["calibrate", "--fusion", "--dataset", "tiny", "--min-gain", "none"],
     ] {
         assert_eq!(ragtune(args, dir.path()).status.code(), Some(2), "{args:?}");
     }

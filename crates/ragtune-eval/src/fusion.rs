@@ -606,21 +606,33 @@ impl JointPoint {
         label(self.method, self.adaptive, self.levels)
     }
 
-    /// Whether `self` is chosen over `other`: a larger worst gain, then a larger mean nDCG@10 (grid order decides
-    /// among equals, the earlier one staying).
-    fn beats(&self, other: &Self) -> bool {
-        self.worst_gain
-            .total_cmp(&other.worst_gain)
-            .then(self.mean_ndcg_at_10.total_cmp(&other.mean_ndcg_at_10))
-            .is_gt()
+    /// Whether `self` is chosen over `other` under the floor `min_gain`: a setting whose worst gain reaches the
+    /// floor beats one that does not; between two that reach it, the larger mean nDCG@10 wins (then the larger
+    /// worst gain); between two that do not, and always without a floor, the larger worst gain wins (then the
+    /// larger mean). Grid order decides among equals, the earlier one staying.
+    fn beats(&self, other: &Self, min_gain: Option<f64>) -> bool {
+        let reaches = |p: &Self| min_gain.is_some_and(|floor| p.worst_gain >= floor);
+        let (mine, theirs) = (reaches(self), reaches(other));
+        let by_gain = self.worst_gain.total_cmp(&other.worst_gain);
+        let by_mean = self.mean_ndcg_at_10.total_cmp(&other.mean_ndcg_at_10);
+        match (mine, theirs) {
+            (true, false) => true,
+            (false, true) => false,
+            (true, true) => by_mean.then(by_gain).is_gt(),
+            (false, false) => by_gain.then(by_mean).is_gt(),
+        }
     }
 }
 
-/// One fusion for several datasets, each fitted on its own split with the same grid: the setting whose smallest gain
-/// over the better of BM25 alone and dense alone, across the datasets, is largest ("never lose to the better part"
-/// as the objective); ties by mean nDCG@10, then grid order.
+/// One fusion for several datasets, each fitted on its own split with the same grid. A setting's *worst gain* is
+/// its smallest gain over the better of BM25 alone and dense alone, across the datasets. By default the setting
+/// whose worst gain is largest is chosen ("never lose to the better part" as the objective; ties: mean nDCG@10, then
+/// grid order). With a floor `min_gain`, "never lose" is a constraint instead: among the settings whose worst gain
+/// reaches the floor, the one with the best mean nDCG@10 over the datasets is chosen (ties: the larger worst gain,
+/// then grid order); when none reaches it, the one whose worst gain is largest, as without a floor (ADR 0022).
 ///
-/// On one dataset the better part is a constant, so the choice is that dataset's best nDCG@10 ([`FusionFit::best`]).
+/// On one dataset the better part is a constant, so the choice is that dataset's best nDCG@10 ([`FusionFit::best`])
+/// whatever the floor.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct JointFusionFit {
     /// The datasets and their fits, in the order given.
@@ -632,14 +644,23 @@ pub struct JointFusionFit {
     /// The setting the fits ran with (the configuration's `[hybrid]`), scored the same way, when the grid has it.
     #[serde(default)]
     pub configured: Option<JointPoint>,
+    /// The floor on the worst gain the choice was made with, if any (see [`JointFusionFit`]).
+    #[serde(default)]
+    pub min_gain: Option<f64>,
 }
 
-/// Chooses one fusion for `datasets` (see [`JointFusionFit`]).
+/// Chooses one fusion for `datasets`, with or without a floor `min_gain` on the worst gain (see
+/// [`JointFusionFit`]).
 ///
 /// # Errors
-/// [`InvalidInput`](ragtune::core::ErrorKind::InvalidInput) for no dataset, or fits of different grids, RRF
-/// constants or depths.
-pub fn joint_fit(datasets: Vec<DatasetFit>) -> Result<JointFusionFit> {
+/// [`InvalidInput`](ragtune::core::ErrorKind::InvalidInput) for no dataset, a floor that is not finite, or fits of
+/// different grids, RRF constants or depths.
+pub fn joint_fit(datasets: Vec<DatasetFit>, min_gain: Option<f64>) -> Result<JointFusionFit> {
+    if let Some(min_gain) = min_gain.filter(|g| !g.is_finite()) {
+        return Err(Error::invalid_input(format!(
+            "the floor on the worst gain must be a finite number, got {min_gain}"
+        )));
+    }
     let first = datasets.first().ok_or_else(|| Error::invalid_input("no dataset to fit the fusion on"))?;
     let setting = |p: &FusionPoint| {
         (
@@ -689,7 +710,7 @@ pub fn joint_fit(datasets: Vec<DatasetFit>) -> Result<JointFusionFit> {
                     && last.adaptive.to_bits() == point.adaptive.to_bits()
                     && last.levels == point.levels =>
             {
-                if point.beats(last) {
+                if point.beats(last, min_gain) {
                     *last = point;
                 }
             }
@@ -699,10 +720,10 @@ pub fn joint_fit(datasets: Vec<DatasetFit>) -> Result<JointFusionFit> {
     let best = per_method
         .iter()
         .cloned()
-        .reduce(|a, b| if b.beats(&a) { b } else { a })
+        .reduce(|a, b| if b.beats(&a, min_gain) { b } else { a })
         .ok_or_else(|| Error::invalid_input("the fusion grid is empty"))?;
     let configured = first.fit.configured.map(joint);
-    Ok(JointFusionFit { datasets, per_method, best, configured })
+    Ok(JointFusionFit { datasets, per_method, best, configured, min_gain })
 }
 
 /// The fitted fusion as a configuration file `--config` reads: a `[hybrid]` section, under a comment that says what
@@ -717,6 +738,12 @@ pub fn fusion_toml(joint: &JointFusionFit, split: &str) -> String {
     let one = joint.datasets.len() == 1;
     let rule = if one {
         "keeping the best mean nDCG@10 on that split.\n".to_owned()
+    } else if let Some(floor) = joint.min_gain {
+        format!(
+            "keeping, among the settings whose smallest gain over\n# the better of BM25 alone and dense alone, \
+             across the datasets, reaches {floor:+}, the one with the best mean nDCG@10\n# (when none reaches it: \
+             the largest smallest gain).\n"
+        )
     } else {
         "keeping the setting whose smallest gain over\n# the better of BM25 alone and dense alone, across the datasets, is largest (ties: mean nDCG@10).\n"
             .to_owned()
@@ -806,7 +833,7 @@ pub fn fusion_table(joint: &JointFusionFit) -> String {
         ));
     }
     let names: Vec<&str> = joint.datasets.iter().map(|d| d.name.as_str()).collect();
-    let gain = if one { String::new() } else { format!(" {:>10}", "worst gain") };
+    let gain = if one { String::new() } else { format!(" {:>10} {:>8}", "worst gain", "mean") };
     out.push_str(&format!(
         "{:<22} {:>8} {:>12} {:>13}{gain}\n",
         "fusion",
@@ -819,7 +846,7 @@ pub fn fusion_table(joint: &JointFusionFit) -> String {
         joint.per_method.iter().map(|p| (p, if *p == joint.best { "  <- best" } else { "" })).chain(configured)
     {
         let ndcg: Vec<String> = p.ndcg_at_10.iter().map(|v| format!("{v:.4}")).collect();
-        let gain = if one { String::new() } else { format!(" {:>+10.4}", p.worst_gain) };
+        let gain = if one { String::new() } else { format!(" {:>+10.4} {:>8.4}", p.worst_gain, p.mean_ndcg_at_10) };
         out.push_str(&format!(
             "{:<22} {:>8} {:>12} {:>13}{gain}{mark}\n",
             p.label(),
@@ -827,6 +854,15 @@ pub fn fusion_table(joint: &JointFusionFit) -> String {
             p.bm25_weight,
             p.dense_weight
         ));
+    }
+    if !one {
+        out.push_str(&match joint.min_gain {
+            None => "chosen: the largest worst gain\n".to_owned(),
+            Some(floor) if joint.best.worst_gain >= floor => {
+                format!("chosen: the best mean nDCG@10 among the settings whose worst gain reaches {floor:+}\n")
+            }
+            Some(floor) => format!("chosen: no setting's worst gain reaches {floor:+}, so the largest worst gain\n"),
+        });
     }
     out
 }
@@ -971,7 +1007,7 @@ mod tests {
 
     #[test]
     fn the_written_file_is_a_configuration_the_engine_reads() {
-        let joint = joint_fit(vec![one("tiny")]).unwrap();
+        let joint = joint_fit(vec![one("tiny")], None).unwrap();
         let text = fusion_toml(&joint, "train");
         let cfg = ragtune::Config::from_toml(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
         let h = cfg.hybrid;
@@ -988,7 +1024,7 @@ mod tests {
     #[test]
     fn on_one_dataset_the_joint_choice_is_its_own_best() {
         let single = one("tiny");
-        let joint = joint_fit(vec![single.clone()]).unwrap();
+        let joint = joint_fit(vec![single.clone()], None).unwrap();
         let b = &joint.best;
         let own = single.fit.best;
         assert_eq!(
@@ -1004,6 +1040,14 @@ mod tests {
         assert_eq!(per, own);
     }
 
+    /// Dataset `a`, the synthetic set, and the fit of `b`: the same four queries judged by BM25's first document.
+    fn a_and_b() -> (DatasetFit, FusionFit) {
+        let (queries, _) = synthetic();
+        let q = qrels(&[("q1", "a1"), ("q2", "a2"), ("q3", "x3"), ("q4", "y4")]);
+        let b = fit_fusion(&queries, &q, &HybridSettings::default(), &FusionGrid::default(), 100).unwrap();
+        (one("a"), b)
+    }
+
     #[test]
     fn several_datasets_get_the_setting_with_the_largest_smallest_gain() {
         // Dataset `a` is the synthetic set (dense alone 0.8155 is its better part); on `b` the same four queries are
@@ -1011,12 +1055,9 @@ mod tests {
         // setting gains on both; the joint choice is the one that loses least to the worse-served dataset: RRF with
         // BM25 ahead, which keeps `b` perfect and gives `a` 0.7827 (0.0327 below dense alone). It is neither
         // dataset's own best (convex on `a`, BM25 alone on `b`).
-        let a = one("a");
-        let (queries, _) = synthetic();
-        let q = qrels(&[("q1", "a1"), ("q2", "a2"), ("q3", "x3"), ("q4", "y4")]);
-        let b = fit_fusion(&queries, &q, &HybridSettings::default(), &FusionGrid::default(), 100).unwrap();
+        let (a, b) = a_and_b();
         assert_eq!(b.bm25_alone, 1.0);
-        let joint = joint_fit(vec![a.clone(), DatasetFit { name: "b".into(), fit: b.clone() }]).unwrap();
+        let joint = joint_fit(vec![a.clone(), DatasetFit { name: "b".into(), fit: b.clone() }], None).unwrap();
         let best = &joint.best;
         // No setting of the grid beats it on the worst gain, and it is neither dataset's own choice.
         let worst = |i: usize| {
@@ -1050,13 +1091,62 @@ mod tests {
     }
 
     #[test]
+    fn a_floor_on_the_worst_gain_chooses_the_best_mean_among_the_settings_that_reach_it() {
+        // The pair of `several_datasets_get_the_setting_with_the_largest_smallest_gain`, where the largest worst gain
+        // is -0.0327 (RRF with BM25 ahead).
+        let (a, b) = a_and_b();
+        let pair = vec![a.clone(), DatasetFit { name: "b".into(), fit: b.clone() }];
+        let maximin = joint_fit(pair.clone(), None).unwrap();
+        assert_eq!(maximin.min_gain, None);
+        let maximin = maximin.best;
+        assert_eq!(format!("{:+.4}", maximin.worst_gain), "-0.0327");
+        // A floor no setting reaches (0 here) chooses as no floor does: the largest worst gain.
+        let unreached = joint_fit(pair.clone(), Some(0.0)).unwrap();
+        assert_eq!(unreached.best, maximin);
+        assert_eq!(unreached.min_gain, Some(0.0));
+        assert!(
+            fusion_table(&unreached).contains("no setting's worst gain reaches +0"),
+            "{}",
+            fusion_table(&unreached)
+        );
+        // A floor every setting reaches chooses by mean nDCG@10 alone: the grid's best mean, found here by hand.
+        let mean = |i: usize| (a.fit.points[i].ndcg_at_10 + b.points[i].ndcg_at_10) / 2.0;
+        let top = (0..b.points.len()).map(mean).fold(f64::NEG_INFINITY, f64::max);
+        let loose = joint_fit(pair.clone(), Some(-1.0)).unwrap();
+        assert_eq!(loose.best.mean_ndcg_at_10, top);
+        assert!(loose.best.mean_ndcg_at_10 > maximin.mean_ndcg_at_10, "{:?} {maximin:?}", loose.best);
+        assert!(loose.best.worst_gain < maximin.worst_gain, "{:?} {maximin:?}", loose.best);
+        // A floor between the two: only settings reaching it compete, and the best mean among them wins.
+        let floor = (maximin.worst_gain + loose.best.worst_gain) / 2.0;
+        let between = joint_fit(pair.clone(), Some(floor)).unwrap();
+        let reaching: Vec<usize> = (0..b.points.len())
+            .filter(|&i| {
+                (a.fit.points[i].ndcg_at_10 - a.fit.bm25_alone.max(a.fit.dense_alone))
+                    .min(b.points[i].ndcg_at_10 - b.bm25_alone.max(b.dense_alone))
+                    >= floor
+            })
+            .collect();
+        let best_reaching = reaching.iter().map(|&i| mean(i)).fold(f64::NEG_INFINITY, f64::max);
+        assert!(between.best.worst_gain >= floor);
+        assert_eq!(between.best.mean_ndcg_at_10, best_reaching);
+        // The file says which floor it was chosen with; a floor that is not a number is refused.
+        let text = fusion_toml(&between, "train");
+        assert!(text.contains(&format!("reaches {:+}, the one with the best mean nDCG@10", floor)), "{text}");
+        assert!(fusion_table(&between).contains("chosen: the best mean nDCG@10 among"));
+        // The whole fit, as `calibrate --fit-json` writes it, reads back the same.
+        let json = serde_json::to_string(&between).unwrap();
+        assert_eq!(serde_json::from_str::<JointFusionFit>(&json).unwrap(), between);
+        assert!(joint_fit(pair, Some(f64::NAN)).unwrap_err().to_string().contains("finite"));
+    }
+
+    #[test]
     fn fits_of_different_grids_are_not_chosen_from_jointly() {
         let (queries, qrels) = synthetic();
         let grid = FusionGrid { steps: 4, ..FusionGrid::default() };
         let coarse = fit_fusion(&queries, &qrels, &HybridSettings::default(), &grid, 100).unwrap();
-        let err = joint_fit(vec![one("a"), DatasetFit { name: "b".into(), fit: coarse }]).unwrap_err();
+        let err = joint_fit(vec![one("a"), DatasetFit { name: "b".into(), fit: coarse }], None).unwrap_err();
         assert!(err.to_string().contains("a and b differ in grid"), "{err}");
-        assert!(joint_fit(Vec::new()).is_err());
+        assert!(joint_fit(Vec::new(), None).is_err());
     }
 
     #[test]
@@ -1141,19 +1231,25 @@ mod tests {
         // A strength the grid does not try is not reported.
         assert_eq!(fit(HybridSettings { adaptive: 0.7, level_slope: 0.0, ..d }).configured, None);
         // The joint fit scores it like its own choices and the table marks it.
-        let joint = joint_fit(vec![
-            DatasetFit { name: "a".into(), fit: default.clone() },
-            DatasetFit { name: "b".into(), fit: default.clone() },
-        ])
+        let joint = joint_fit(
+            vec![
+                DatasetFit { name: "a".into(), fit: default.clone() },
+                DatasetFit { name: "b".into(), fit: default.clone() },
+            ],
+            None,
+        )
         .unwrap();
         let c = joint.configured.clone().unwrap();
         assert_eq!(c.ndcg_at_10, vec![p_ndcg(&default); 2]);
         assert!(fusion_table(&joint).contains("<- the configured [hybrid]"), "{}", fusion_table(&joint));
         assert_eq!(
-            joint_fit(vec![DatasetFit {
-                name: "c".into(),
-                fit: fit(HybridSettings { adaptive: 0.7, level_slope: 0.0, ..d }),
-            }])
+            joint_fit(
+                vec![DatasetFit {
+                    name: "c".into(),
+                    fit: fit(HybridSettings { adaptive: 0.7, level_slope: 0.0, ..d }),
+                }],
+                None
+            )
             .unwrap()
             .configured,
             None
@@ -1181,7 +1277,7 @@ mod tests {
         assert_eq!(fit.best.ndcg_at_10, 1.0);
         assert_eq!(fit.best.label(), "convex, levels 4 / 0.6 / 10");
         // The file sets the levels, and the engine reads them back.
-        let joint = joint_fit(vec![DatasetFit { name: "tiny".into(), fit: fit.clone() }]).unwrap();
+        let joint = joint_fit(vec![DatasetFit { name: "tiny".into(), fit: fit.clone() }], None).unwrap();
         let text = fusion_toml(&joint, "train");
         let h = ragtune::Config::from_toml(&text).unwrap_or_else(|e| panic!("{e}\n{text}")).hybrid;
         assert_eq!((h.bm25_level, h.dense_level, h.level_slope), (4.0, 0.6, 10.0), "{text}");

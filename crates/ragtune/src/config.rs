@@ -658,7 +658,7 @@ pub struct HybridSettings {
     pub bm25_level: f32,
     /// With `level_slope > 0`: the dense list's weight is scaled the same way by its best cosine; 0 leaves it alone.
     pub dense_level: f32,
-    /// How steeply the level weights rise around their centres; 0 (the default) turns them off.
+    /// How steeply the level weights rise around their centres (10 by default); 0 turns them off.
     pub level_slope: f32,
 }
 
