@@ -118,14 +118,16 @@ async fn the_fusion_fitted_on_train_is_what_eval_measures_with_the_written_file(
 
 #[test]
 fn the_engine_default_fusion_is_the_file_the_joint_fit_wrote() {
-    // ADR 0019: `configs/fusion-default.toml` is what `ragtune calibrate --fusion` wrote from the SciFact and CMU QA
-    // train splits and their stressed variants; the engine's `[hybrid]` default is that section, field for field.
+    // ADR 0019, 0022: `configs/fusion-default.toml` is what `ragtune calibrate --fusion` wrote from the SciFact and
+    // CMU QA train splits, alone and with their corpora joined (`eval join-sets`), and the stressed variants of each;
+    // the engine's `[hybrid]` default is that section, field for field.
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs/fusion-default.toml");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     assert!(text.starts_with("# Written by `ragtune calibrate --fusion` from scifact `train`"), "{text}");
     assert!(text.contains("and cmu-qa `train`"), "{text}");
+    assert!(text.contains("and union-scifact `train`") && text.contains("and union-cmu `train`"), "{text}");
     for stressed in ["bm25-typos-0.6", "bm25-typos-0.9", "dense-typos-0.6", "dense-typos-0.9"] {
-        for dataset in ["scifact", "cmu-qa"] {
+        for dataset in ["scifact", "cmu-qa", "union-scifact", "union-cmu"] {
             assert!(text.contains(&format!(" {dataset}+{stressed} `train`")), "{dataset}+{stressed}: {text}");
         }
     }

@@ -21,7 +21,7 @@ pub struct CalibrateArgs {
     /// The BEIR dataset directory. With --fusion it may be given more than once: each dataset is fitted on its own
     /// split and one setting is chosen for all (the largest smallest gain over the better of BM25 and dense alone;
     /// see `--min-gain`).
-    #[arg(long, value_name = "DIR", required = true)]
+    #[arg(long, value_name = "DIR", required_unless_present = "from_fit_json")]
     dataset: Vec<PathBuf>,
     /// With --fusion: fit every dataset again with one retriever made weaker on purpose, `bm25:RATE` or
     /// `dense:RATE` (that retriever's queries get typos in RATE of their words of four letters or more; the other
@@ -43,6 +43,10 @@ pub struct CalibrateArgs {
     /// so a choice can be re-examined without fusing again.
     #[arg(long, value_name = "FILE", requires = "fusion")]
     fit_json: Option<PathBuf>,
+    /// With --fusion: also choose from the fits in FILE, written earlier by `--fit-json` (the same grid, RRF k and
+    /// depth), as if their datasets had been given again; may be given more than once, and without any --dataset.
+    #[arg(long, value_name = "FILE", requires = "fusion")]
+    from_fit_json: Vec<PathBuf>,
     /// The split to fit on (never the test split you report on).
     #[arg(long, default_value = "train")]
     split: String,
@@ -173,9 +177,19 @@ async fn fusion(cfg: ragtune::Config, args: CalibrateArgs) -> anyhow::Result<()>
         grid.include_levels_of(&cfg.hybrid);
         fits.extend(ragtune_eval::run_fusion_calibration(&opts, &grid, &args.stress, &mut |l| eprintln!("{l}")).await?);
     }
+    for path in &args.from_fit_json {
+        let text = std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
+        let (saved, warning) = ragtune_eval::fusion::read_saved_fit(&text, &args.split)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        if let Some(w) = warning {
+            eprintln!("warning: {}: {w}", path.display());
+        }
+        eprintln!("{}: the fits of {} datasets on `{}`", path.display(), saved.datasets.len(), args.split);
+        fits.extend(saved.datasets);
+    }
     let joint = ragtune_eval::joint_fit(fits, args.min_gain)?;
     if let Some(path) = &args.fit_json {
-        write_file(path, &serde_json::to_string(&joint)?)?;
+        write_file(path, &ragtune_eval::fusion::saved_fit_json(&joint, &args.split)?)?;
         eprintln!("wrote the whole fit to {}", path.display());
     }
     let out = args.out.unwrap_or_else(|| PathBuf::from("configs/fusion-calibrated.toml"));

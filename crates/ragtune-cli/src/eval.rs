@@ -16,7 +16,7 @@ use crate::args::{LlmArgs, OutArgs, Overrides, QdrantArgs, RetrievalTuning, load
 #[command(
     args_conflicts_with_subcommands = true,
     subcommand_negates_reqs = true,
-    override_usage = "ragtune eval <retrieval|qa|crag|rerank|build-cmu-set> --dataset <DIR> [OPTIONS]"
+    override_usage = "ragtune eval <retrieval|qa|crag|rerank|build-cmu-set|join-sets> --dataset <DIR> [OPTIONS]"
 )]
 pub struct EvalArgs {
     #[command(subcommand)]
@@ -42,6 +42,24 @@ enum EvalKind {
     /// Build a BEIR retrieval set of long documents from the CMU Wikipedia QA set: articles as documents,
     /// questions as queries, document- and passage-level qrels, train and test splits by article title.
     BuildCmuSet(BuildCmuSetArgs),
+    /// Join the corpora of several BEIR datasets: for each dataset, a BEIR directory whose corpus is all of theirs
+    /// and whose queries and qrels are its own (a larger corpus with the same judgements).
+    JoinSets(JoinSetsArgs),
+}
+
+/// `eval join-sets`.
+#[derive(Debug, clap::Args)]
+struct JoinSetsArgs {
+    /// A BEIR dataset directory (corpus.jsonl, queries.jsonl, qrels/); two or more, joined in this order.
+    #[arg(long, value_name = "DIR", required = true)]
+    dataset: Vec<PathBuf>,
+    /// The name of each dataset's output directory, in the order of --dataset (default: `joined-` and the
+    /// dataset directory's name).
+    #[arg(long, value_name = "NAME")]
+    name: Vec<String>,
+    /// The directory the output directories are written under.
+    #[arg(long, value_name = "DIR")]
+    out: PathBuf,
 }
 
 /// `eval build-cmu-set`.
@@ -295,6 +313,28 @@ pub async fn run(config: Option<&Path>, args: EvalArgs) -> anyhow::Result<()> {
             out.write(&report)
         }
         EvalKind::Qa(qa) => answers(config, qa).await,
+        EvalKind::JoinSets(JoinSetsArgs { dataset, name, out }) => {
+            if !name.is_empty() && name.len() != dataset.len() {
+                anyhow::bail!(
+                    "--name is given {} times for {} datasets: name every one or none",
+                    name.len(),
+                    dataset.len()
+                );
+            }
+            let datasets: Vec<(PathBuf, String)> = dataset
+                .iter()
+                .enumerate()
+                .map(|(i, d)| {
+                    (d.clone(), name.get(i).cloned().unwrap_or_else(|| ragtune_eval::joined::default_joined_name(d)))
+                })
+                .collect();
+            let opts = ragtune_eval::JoinOptions { datasets, out };
+            let report = ragtune_eval::join_sets(&opts, &mut |line| eprintln!("{line}"))?;
+            for s in &report.sets {
+                println!("{}: {} documents ({} its own)", s.dir.display(), report.documents, s.own_documents);
+            }
+            Ok(())
+        }
         EvalKind::BuildCmuSet(BuildCmuSetArgs { dataset, out, markdown }) => {
             let opts = ragtune_eval::CmuSetOptions { dataset, out: out.clone(), markdown };
             let report = ragtune_eval::build_cmu_set(&opts, &mut |line| eprintln!("{line}"))?;

@@ -108,6 +108,12 @@ fn runtime_errors_exit_with_1_and_say_what_and_where() {
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stderr).contains("nowhere"), "{}", text(&out.stderr));
 
+    std::fs::write(dir.path().join("fit.json"), "{}").unwrap();
+    let out = ragtune(&["calibrate", "--fusion", "--from-fit-json", "fit.json"], dir.path());
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(err.contains("fit.json: not a fit `calibrate --fit-json` wrote"), "{err}");
+
     let out = ragtune(&["calibrate", "--evaluator", "learned", "--dataset", "nowhere"], dir.path());
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stderr).contains("nowhere"), "{}", text(&out.stderr));
@@ -305,6 +311,11 @@ fn eval_usage_errors_exit_with_2() {
     assert_eq!(out.status.code(), Some(2));
     let err = text(&out.stderr);
     assert!(err.contains("unknown rerank policy `random`; available: greedy, dynamic, uncertainty"), "{err}");
+    // `eval join-sets` names every dataset's output or none.
+    let args = ["eval", "join-sets", "--dataset", "a", "--dataset", "b", "--name", "x", "--out", "j"];
+    let out = ragtune(&args, dir.path());
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("--name is given 1 times for 2 datasets"), "{}", text(&out.stderr));
     // Several datasets are for `--fusion` only.
     let out = ragtune(&["calibrate", "--dataset", "a", "--dataset", "b"], dir.path());
     assert_eq!(out.status.code(), Some(2));

@@ -726,6 +726,49 @@ pub fn joint_fit(datasets: Vec<DatasetFit>, min_gain: Option<f64>) -> Result<Joi
     Ok(JointFusionFit { datasets, per_method, best, configured, min_gain })
 }
 
+/// A joint fit saved for later (`calibrate --fit-json`): the split its datasets were fitted on and the fit.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct SavedFit {
+    split: String,
+    fit: JointFusionFit,
+}
+
+/// A saved fit: with its split, or (as the first version of `--fit-json` wrote it) the bare fit.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum SavedFile {
+    WithSplit(SavedFit),
+    Bare(JointFusionFit),
+}
+
+/// `joint`, fitted on `split`, as the JSON `calibrate --fit-json` writes and [`read_saved_fit`] reads.
+///
+/// # Errors
+/// The fit cannot be serialised (it always can: numbers and strings).
+pub fn saved_fit_json(joint: &JointFusionFit, split: &str) -> Result<String> {
+    serde_json::to_string(&SavedFit { split: split.to_owned(), fit: joint.clone() })
+        .map_err(|e| Error::permanent("cannot serialise the fusion fit").with_source(e))
+}
+
+/// Reads a fit [`saved_fit_json`] wrote, for choosing again on `split`: the fit, and a warning when the file does
+/// not record its split (the first version of `--fit-json` wrote the bare fit; it is then taken as `split`).
+///
+/// # Errors
+/// [`InvalidInput`](ragtune::core::ErrorKind::InvalidInput) when the text is not a saved fit, or was fitted on
+/// another split.
+pub fn read_saved_fit(text: &str, split: &str) -> Result<(JointFusionFit, Option<String>)> {
+    let file: SavedFile = serde_json::from_str(text)
+        .map_err(|e| Error::invalid_input(format!("not a fit `calibrate --fit-json` wrote: {e}")))?;
+    match file {
+        SavedFile::WithSplit(saved) if saved.split == split => Ok((saved.fit, None)),
+        SavedFile::WithSplit(saved) => Err(Error::invalid_input(format!(
+            "fitted on the `{}` split, not on `{split}`: fits of different splits are not chosen from together",
+            saved.split
+        ))),
+        SavedFile::Bare(fit) => Ok((fit, Some(format!("the file does not record its split; taken as `{split}`")))),
+    }
+}
+
 /// The fitted fusion as a configuration file `--config` reads: a `[hybrid]` section, under a comment that says what
 /// it was fitted on, how it was chosen and the best train nDCG@10 of every method.
 #[must_use]
@@ -1133,9 +1176,16 @@ mod tests {
         let text = fusion_toml(&between, "train");
         assert!(text.contains(&format!("reaches {:+}, the one with the best mean nDCG@10", floor)), "{text}");
         assert!(fusion_table(&between).contains("chosen: the best mean nDCG@10 among"));
-        // The whole fit, as `calibrate --fit-json` writes it, reads back the same.
-        let json = serde_json::to_string(&between).unwrap();
-        assert_eq!(serde_json::from_str::<JointFusionFit>(&json).unwrap(), between);
+        // The whole fit, as `calibrate --fit-json` writes it, reads back the same on its own split only; a bare fit
+        // (the flag's first format) is read with a warning; anything else is refused.
+        let json = saved_fit_json(&between, "train").unwrap();
+        assert_eq!(read_saved_fit(&json, "train").unwrap(), (between.clone(), None));
+        let err = read_saved_fit(&json, "test").unwrap_err().to_string();
+        assert!(err.contains("fitted on the `train` split, not on `test`"), "{err}");
+        let (bare, warning) = read_saved_fit(&serde_json::to_string(&between).unwrap(), "train").unwrap();
+        assert_eq!(bare, between);
+        assert!(warning.unwrap().contains("does not record its split"));
+        assert!(read_saved_fit("{}", "train").unwrap_err().to_string().contains("not a fit"));
         assert!(joint_fit(pair, Some(f64::NAN)).unwrap_err().to_string().contains("finite"));
     }
 
@@ -1214,7 +1264,7 @@ mod tests {
         let default = fit(d);
         let p = default.points[default.configured.unwrap()];
         let levels = Levels { bm25: d.bm25_level, dense: d.dense_level, slope: d.level_slope };
-        assert_eq!((p.method, p.adaptive, p.bm25_weight, p.dense_weight), (d.fusion, d.adaptive, 0.35, 0.65));
+        assert_eq!((p.method, p.adaptive, p.bm25_weight, p.dense_weight), (d.fusion, d.adaptive, 0.4, 0.6));
         assert_eq!(p.levels, Some(levels));
         // Weights count by their ratio: RRF at 1 / 1 (levels off) is the grid's 0.5 / 0.5.
         let rrf = HybridSettings {

@@ -48,6 +48,7 @@ pub mod cmu_qa;
 pub mod cmu_set;
 pub mod crag;
 pub mod fusion;
+pub mod joined;
 pub mod paired;
 pub mod passages;
 pub mod qa;
@@ -63,6 +64,7 @@ pub use fusion::{
     DatasetFit, FusionFit, FusionGrid, JointFusionFit, Levels, Stress, fusion_table, fusion_toml, joint_fit,
     run_fusion_calibration, with_typos,
 };
+pub use joined::{JoinOptions, JoinReport, join_sets};
 pub use qa::{QaEvalOptions, QaEvalReport, is_qa_dataset, qa_table, run_qa_calibration, run_qa_eval};
 pub use rerank::{RerankEvalOptions, RerankEvalReport, evaluate_reranking, rerank_table};
 pub use retrieval::{DocScore, EvalChunking, EvalOptions, EvalReport, run_eval, summary_table};
