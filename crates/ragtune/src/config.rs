@@ -1187,7 +1187,7 @@ mod tests {
         let h = Config::default().hybrid;
         assert_eq!(
             h.list_level(h.bm25_level, true),
-            Some(ragtune_retrieve::ListLevel { center: 1.5, slope: 10.0, per_term: true })
+            Some(ragtune_retrieve::ListLevel { center: 2.0, slope: 10.0, per_term: true })
         );
         assert_eq!(
             h.list_level(h.dense_level, false),
