@@ -99,7 +99,7 @@ pub struct CalibrateArgs {
 }
 
 impl CalibrateArgs {
-    /// What the parser cannot check: several datasets are for `--fusion` only.
+    /// What the parser cannot check: several datasets are for `--fusion` only; `--min-gain` is a finite number.
     ///
     /// # Errors
     /// The message of the usage error.
@@ -109,6 +109,9 @@ impl CalibrateArgs {
                 "--dataset is given {} times: only --fusion fits on several datasets",
                 self.dataset.len()
             ));
+        }
+        if let Some(gain) = self.min_gain.filter(|g| !g.is_finite()) {
+            return Err(format!("--min-gain must be a finite number, got {gain}"));
         }
         Ok(())
     }
@@ -161,7 +164,21 @@ pub async fn run(config: Option<&Path>, args: CalibrateArgs) -> anyhow::Result<(
 /// `--fusion`: every train query's BM25 and dense lists once per dataset, the fusion grid over them, the setting
 /// chosen for all the datasets into a file.
 async fn fusion(cfg: ragtune::Config, args: CalibrateArgs) -> anyhow::Result<()> {
-    let mut fits = Vec::with_capacity(args.dataset.len());
+    let conditions =
+        ragtune_eval::fusion::FitConditions { split: args.split.clone(), chunking: args.chunking, limit: args.limit };
+    // The saved fits are read and checked first, so a bad file fails before minutes of fusing.
+    let mut saved_fits = Vec::new();
+    for path in &args.from_fit_json {
+        let text = std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
+        let (saved, warning) = ragtune_eval::fusion::read_saved_fit(&text, &conditions)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        if let Some(w) = warning {
+            eprintln!("warning: {}: {w}", path.display());
+        }
+        let names: Vec<&str> = saved.datasets.iter().map(|d| d.name.as_str()).collect();
+        eprintln!("{}: the fits of {} datasets on `{}`: {}", path.display(), names.len(), args.split, names.join(", "));
+        saved_fits.extend(saved.datasets);
+    }
     for dataset in &args.dataset {
         if ragtune_eval::is_qa_dataset(dataset) {
             anyhow::bail!(
@@ -169,6 +186,15 @@ async fn fusion(cfg: ragtune::Config, args: CalibrateArgs) -> anyhow::Result<()>
                 dataset.display()
             );
         }
+    }
+    // A dataset counted twice (given again, or also in a saved fit) is refused before fusing too.
+    let fresh_names: Vec<String> =
+        args.dataset.iter().flat_map(|d| ragtune_eval::fusion::fit_names(d, &args.stress)).collect();
+    ragtune_eval::fusion::distinct_fit_names(
+        fresh_names.iter().map(String::as_str).chain(saved_fits.iter().map(|d| d.name.as_str())),
+    )?;
+    let mut fits = Vec::with_capacity(args.dataset.len());
+    for dataset in &args.dataset {
         let opts = beir_options(&cfg, &args, dataset, "hybrid");
         let mut grid = ragtune_eval::FusionGrid::default();
         if args.levels {
@@ -177,19 +203,10 @@ async fn fusion(cfg: ragtune::Config, args: CalibrateArgs) -> anyhow::Result<()>
         grid.include_levels_of(&cfg.hybrid);
         fits.extend(ragtune_eval::run_fusion_calibration(&opts, &grid, &args.stress, &mut |l| eprintln!("{l}")).await?);
     }
-    for path in &args.from_fit_json {
-        let text = std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
-        let (saved, warning) = ragtune_eval::fusion::read_saved_fit(&text, &args.split)
-            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-        if let Some(w) = warning {
-            eprintln!("warning: {}: {w}", path.display());
-        }
-        eprintln!("{}: the fits of {} datasets on `{}`", path.display(), saved.datasets.len(), args.split);
-        fits.extend(saved.datasets);
-    }
+    fits.extend(saved_fits);
     let joint = ragtune_eval::joint_fit(fits, args.min_gain)?;
     if let Some(path) = &args.fit_json {
-        write_file(path, &ragtune_eval::fusion::saved_fit_json(&joint, &args.split)?)?;
+        write_file(path, &ragtune_eval::fusion::saved_fit_json(&joint, &conditions)?)?;
         eprintln!("wrote the whole fit to {}", path.display());
     }
     let out = args.out.unwrap_or_else(|| PathBuf::from("configs/fusion-calibrated.toml"));

@@ -25,6 +25,26 @@ pub struct EvalArgs {
     legacy: LegacyArgs,
 }
 
+impl EvalArgs {
+    /// What the parser cannot check: `eval join-sets` names every dataset's output or none.
+    ///
+    /// # Errors
+    /// The message of the usage error.
+    pub fn validate(&self) -> Result<(), String> {
+        if let Some(EvalKind::JoinSets(JoinSetsArgs { dataset, name, .. })) = &self.kind
+            && !name.is_empty()
+            && name.len() != dataset.len()
+        {
+            return Err(format!(
+                "--name is given {} times for {} datasets: name every one or none",
+                name.len(),
+                dataset.len()
+            ));
+        }
+        Ok(())
+    }
+}
+
 #[derive(Debug, clap::Subcommand)]
 enum EvalKind {
     /// Retrieval on a BEIR dataset: nDCG, recall, MRR, MAP and latency.
@@ -314,13 +334,6 @@ pub async fn run(config: Option<&Path>, args: EvalArgs) -> anyhow::Result<()> {
         }
         EvalKind::Qa(qa) => answers(config, qa).await,
         EvalKind::JoinSets(JoinSetsArgs { dataset, name, out }) => {
-            if !name.is_empty() && name.len() != dataset.len() {
-                anyhow::bail!(
-                    "--name is given {} times for {} datasets: name every one or none",
-                    name.len(),
-                    dataset.len()
-                );
-            }
             let datasets: Vec<(PathBuf, String)> = dataset
                 .iter()
                 .enumerate()

@@ -74,9 +74,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     // Checks the parser cannot express are usage errors too (exit code 2, with clap's usage line).
-    if let Command::Calibrate(args) = &cli.command
-        && let Err(message) = args.validate()
-    {
+    let checked = match &cli.command {
+        Command::Calibrate(args) => args.validate(),
+        Command::Eval(args) => args.validate(),
+        _ => Ok(()),
+    };
+    if let Err(message) = checked {
         Cli::command().error(clap::error::ErrorKind::ArgumentConflict, message).exit();
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {

@@ -314,8 +314,12 @@ fn eval_usage_errors_exit_with_2() {
     // `eval join-sets` names every dataset's output or none.
     let args = ["eval", "join-sets", "--dataset", "a", "--dataset", "b", "--name", "x", "--out", "j"];
     let out = ragtune(&args, dir.path());
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("--name is given 1 times for 2 datasets"), "{}", text(&out.stderr));
+    // A floor on the worst gain is a number.
+    let out = ragtune(&["calibrate", "--fusion", "--dataset", "a", "--min-gain", "NaN"], dir.path());
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("--min-gain must be a finite number, got NaN"), "{}", text(&out.stderr));
     // Several datasets are for `--fusion` only.
     let out = ragtune(&["calibrate", "--dataset", "a", "--dataset", "b"], dir.path());
     assert_eq!(out.status.code(), Some(2));
@@ -468,4 +472,76 @@ fn serve_killed_during_writes_keeps_every_acknowledged_batch() {
     }
     server.kill().unwrap();
     server.wait().unwrap();
+}
+
+/// A fusion fit of two queries whose relevant documents are `relevant`, saved as `calibrate --fit-json` saves it.
+fn saved_fit(name: &str, relevant: [&str; 2]) -> (ragtune_eval::DatasetFit, String) {
+    use ragtune_testkit::fixtures::ranked_list as list;
+    let queries = vec![
+        ragtune_eval::fusion::FusionQuery {
+            id: "q1".into(),
+            bm25: list("bm25", &[("a1", 20.0), ("x1", 5.0), ("y1", 4.0)]),
+            dense: list("dense", &[("x1", 0.61), ("a1", 0.60), ("y1", 0.58)]),
+            bm25_terms: 2,
+        },
+        ragtune_eval::fusion::FusionQuery {
+            id: "q2".into(),
+            bm25: list("bm25", &[("x2", 4.1), ("y2", 4.0), ("a2", 3.9)]),
+            dense: list("dense", &[("a2", 0.64), ("x2", 0.60), ("y2", 0.59)]),
+            bm25_terms: 2,
+        },
+    ];
+    let mut qrels = ragtune::evaluators::metrics::Qrels::new();
+    for (q, d) in [("q1", relevant[0]), ("q2", relevant[1])] {
+        qrels.entry(q.to_owned()).or_default().insert(d.to_owned(), 1);
+    }
+    let grid = ragtune_eval::FusionGrid::default();
+    let fit =
+        ragtune_eval::fusion::fit_fusion(&queries, &qrels, &ragtune::HybridSettings::default(), &grid, 100).unwrap();
+    let dataset = ragtune_eval::DatasetFit { name: name.into(), fit };
+    let conditions = ragtune_eval::fusion::FitConditions {
+        split: "train".into(),
+        chunking: ragtune_eval::EvalChunking::Passages,
+        limit: None,
+    };
+    let joint = ragtune_eval::joint_fit(vec![dataset.clone()], None).unwrap();
+    (dataset, ragtune_eval::fusion::saved_fit_json(&joint, &conditions).unwrap())
+}
+
+#[test]
+fn calibrate_chooses_from_saved_fits_as_from_fresh_ones_and_refuses_mismatched_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, a_json) = saved_fit("a", ["a1", "a2"]);
+    let (b, b_json) = saved_fit("b", ["a1", "x2"]);
+    std::fs::write(dir.path().join("a.json"), &a_json).unwrap();
+    std::fs::write(dir.path().join("b.json"), &b_json).unwrap();
+    let out = ragtune(
+        &["calibrate", "--fusion", "--from-fit-json", "a.json", "--from-fit-json", "b.json", "--out", "f.toml"],
+        dir.path(),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("a.json: the fits of 1 datasets on `train`: a"), "{}", text(&out.stderr));
+    let want = ragtune_eval::fusion_toml(&ragtune_eval::joint_fit(vec![a, b], None).unwrap(), "train");
+    assert_eq!(std::fs::read_to_string(dir.path().join("f.toml")).unwrap(), want);
+    assert!(want.contains("from a `train` (2 queries) and b `train` (2 queries)"), "{want}");
+
+    // One dataset twice, another indexing, another split: refused before anything is fused or written.
+    for (extra, says) in [
+        (&["--from-fit-json", "a.json"][..], "the dataset `a` is given twice"),
+        (&["--chunking", "whole"], "a.json: fitted with passages indexing on every query, not with whole indexing"),
+        (&["--limit", "5"], "not with passages indexing on the first 5 queries"),
+        (&["--split", "dev"], "a.json: fitted on the `train` split, not on `dev`"),
+        // Saved files are read and the names checked before a fresh dataset is opened (`nowhere` does not exist).
+        (&["--dataset", "nowhere"], "the dataset `a` is given twice"),
+    ] {
+        let mut args = vec!["calibrate", "--fusion", "--from-fit-json", "a.json", "--out", "g.toml"];
+        args.extend_from_slice(extra);
+        if extra[0] == "--dataset" {
+            args.extend_from_slice(&["--from-fit-json", "a.json"]);
+        }
+        let out = ragtune(&args, dir.path());
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert!(text(&out.stderr).contains(says), "{args:?}: {}", text(&out.stderr));
+        assert!(!dir.path().join("g.toml").exists(), "{args:?}");
+    }
 }

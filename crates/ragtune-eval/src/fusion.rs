@@ -39,6 +39,7 @@
 //! ```
 
 use std::collections::HashSet;
+use std::path::Path;
 
 use ragtune::core::{Candidate, Chunk, Ctx, Error, Query, Result, SparseEncoder, TextRole};
 use ragtune::evaluators::metrics::{Metric, Qrels, Runs, evaluate};
@@ -46,7 +47,7 @@ use ragtune::retrieve::{FusionConfig, FusionMethod, ListLevel, fuse_weighted, fu
 use ragtune::{EmbeddingMode, HybridSettings, Strategy};
 use serde::{Deserialize, Serialize};
 
-use crate::retrieval::{EvalOptions, document_run};
+use crate::retrieval::{EvalChunking, EvalOptions, document_run};
 
 /// The settings a fusion fit tries.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -472,14 +473,35 @@ fn push_word(out: &mut String, word: &str, rate: f64, seed: &str) {
     out.extend(letters);
 }
 
+/// The names of the fits [`run_fusion_calibration`] returns for `dataset` with `stress`, in order: the dataset's
+/// own (its directory's name), then `<name>+<stress label>` for each stress.
+#[must_use]
+pub fn fit_names(dataset: &Path, stress: &[Stress]) -> Vec<String> {
+    let name = crate::retrieval::dataset_name(dataset);
+    std::iter::once(name.clone()).chain(stress.iter().map(|s| format!("{name}+{}", s.label()))).collect()
+}
+
+/// An error naming the first fit name given twice: a dataset counted twice would weigh twice in a joint choice.
+///
+/// # Errors
+/// [`InvalidInput`](ragtune::core::ErrorKind::InvalidInput) for a name given twice.
+pub fn distinct_fit_names<'a>(names: impl IntoIterator<Item = &'a str>) -> Result<()> {
+    let mut seen = HashSet::new();
+    match names.into_iter().find(|n| !seen.insert(*n)) {
+        Some(twice) => Err(Error::invalid_input(format!(
+            "the dataset `{twice}` is given twice: it would count twice in the choice"
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// Retrieves every query of `opts.split` from BM25 and from dense retrieval once, on the cached index of
 /// `opts.dataset` (built when missing), as deep as the hybrid retrieval would (`opts.hybrid.depth`, at least
 /// `opts.top_k`), and fits the fusion on them (see [`fit_fusion`]); then, for each of `stress`, retrieves the
 /// weakened retriever's lists again for the queries with typos and fits the fusion of those with the other
 /// retriever's unchanged lists.
 ///
-/// The first fit is the dataset's own, named as [`dataset_name`](crate::retrieval::dataset_name) names it; each
-/// stressed fit is named `<name>+<stress label>` ([`Stress::label`]).
+/// The fits are named by [`fit_names`].
 ///
 /// # Errors
 /// Dataset, index or model failures (the embedding model is required); no query with judgements; a stress that
@@ -495,7 +517,8 @@ pub async fn run_fusion_calibration(
         return Err(Error::invalid_input(format!("a stress weakens bm25 or dense, not {:?}", s.list)));
     }
     let data = ragtune::ingest::load_beir(&opts.dataset, &opts.split)?;
-    let name = crate::retrieval::dataset_name(&opts.dataset);
+    let names = fit_names(&opts.dataset, stress);
+    let name = names[0].clone();
     let settings = ragtune::EmbeddingSettings { mode: EmbeddingMode::On, ..opts.embedding.clone() };
     let embedder = ragtune::load_embedder(&settings)?;
     let crate::retrieval::IndexOpened { engine, location, .. } =
@@ -545,9 +568,9 @@ pub async fn run_fusion_calibration(
     let top_k = opts.passage_depth();
     let mut fits =
         vec![DatasetFit { name: name.clone(), fit: fit_fusion(&lists, &data.qrels, &opts.hybrid, grid, top_k)? }];
-    for s in stress {
+    for (s, stressed_name) in stress.iter().zip(&names[1..]) {
         let which = if s.list == Strategy::Bm25 { "BM25" } else { "dense" };
-        log(&format!("{name}+{}: retrieving the {which} lists again for the queries with typos", s.label()));
+        log(&format!("{stressed_name}: retrieving the {which} lists again for the queries with typos"));
         let weakened = if s.list == Strategy::Bm25 { &bm25 } else { &dense };
         let mut stressed = Vec::with_capacity(lists.len());
         for (q, clean) in queries.iter().zip(&lists) {
@@ -562,7 +585,7 @@ pub async fn run_fusion_calibration(
             });
         }
         let fit = fit_fusion(&stressed, &data.qrels, &opts.hybrid, grid, top_k)?;
-        fits.push(DatasetFit { name: format!("{name}+{}", s.label()), fit });
+        fits.push(DatasetFit { name: stressed_name.clone(), fit });
     }
     Ok(fits)
 }
@@ -653,8 +676,8 @@ pub struct JointFusionFit {
 /// [`JointFusionFit`]).
 ///
 /// # Errors
-/// [`InvalidInput`](ragtune::core::ErrorKind::InvalidInput) for no dataset, a floor that is not finite, or fits of
-/// different grids, RRF constants or depths.
+/// [`InvalidInput`](ragtune::core::ErrorKind::InvalidInput) for no dataset, two datasets of one name, a floor that
+/// is not finite, or fits of different grids, RRF constants or depths.
 pub fn joint_fit(datasets: Vec<DatasetFit>, min_gain: Option<f64>) -> Result<JointFusionFit> {
     if let Some(min_gain) = min_gain.filter(|g| !g.is_finite()) {
         return Err(Error::invalid_input(format!(
@@ -662,6 +685,7 @@ pub fn joint_fit(datasets: Vec<DatasetFit>, min_gain: Option<f64>) -> Result<Joi
         )));
     }
     let first = datasets.first().ok_or_else(|| Error::invalid_input("no dataset to fit the fusion on"))?;
+    distinct_fit_names(datasets.iter().map(|d| d.name.as_str()))?;
     let setting = |p: &FusionPoint| {
         (
             p.method,
@@ -726,47 +750,97 @@ pub fn joint_fit(datasets: Vec<DatasetFit>, min_gain: Option<f64>) -> Result<Joi
     Ok(JointFusionFit { datasets, per_method, best, configured, min_gain })
 }
 
-/// A joint fit saved for later (`calibrate --fit-json`): the split its datasets were fitted on and the fit.
+/// What a fusion fit ran on besides its datasets and grid: the split, the indexing and the query limit. `calibrate
+/// --fit-json` records them, and saved fits are chosen from only with fits of the same conditions.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FitConditions {
+    /// The split the datasets were fitted on.
+    pub split: String,
+    /// How the corpora were indexed.
+    pub chunking: EvalChunking,
+    /// Only the first N queries of each dataset, or all of them.
+    pub limit: Option<usize>,
+}
+
+/// A joint fit saved for later (`calibrate --fit-json`): the conditions it ran on and the fit. Files of the first
+/// versions of the flag have no `chunking` and `limit` (then `chunking` reads as `None`), or hold the bare fit.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 struct SavedFit {
     split: String,
+    #[serde(default)]
+    chunking: Option<EvalChunking>,
+    #[serde(default)]
+    limit: Option<usize>,
     fit: JointFusionFit,
 }
 
-/// A saved fit: with its split, or (as the first version of `--fit-json` wrote it) the bare fit.
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum SavedFile {
-    WithSplit(SavedFit),
-    Bare(JointFusionFit),
-}
-
-/// `joint`, fitted on `split`, as the JSON `calibrate --fit-json` writes and [`read_saved_fit`] reads.
+/// `joint`, fitted under `conditions`, as the JSON `calibrate --fit-json` writes and [`read_saved_fit`] reads.
 ///
 /// # Errors
 /// The fit cannot be serialised (it always can: numbers and strings).
-pub fn saved_fit_json(joint: &JointFusionFit, split: &str) -> Result<String> {
-    serde_json::to_string(&SavedFit { split: split.to_owned(), fit: joint.clone() })
-        .map_err(|e| Error::permanent("cannot serialise the fusion fit").with_source(e))
+pub fn saved_fit_json(joint: &JointFusionFit, conditions: &FitConditions) -> Result<String> {
+    let saved = SavedFit {
+        split: conditions.split.clone(),
+        chunking: Some(conditions.chunking),
+        limit: conditions.limit,
+        fit: joint.clone(),
+    };
+    serde_json::to_string(&saved).map_err(|e| Error::permanent("cannot serialise the fusion fit").with_source(e))
 }
 
-/// Reads a fit [`saved_fit_json`] wrote, for choosing again on `split`: the fit, and a warning when the file does
-/// not record its split (the first version of `--fit-json` wrote the bare fit; it is then taken as `split`).
+/// Reads a fit [`saved_fit_json`] wrote, for choosing again under `want`: the fit, and a warning when the file does
+/// not record a condition (files of the flag's first versions); the missing ones are taken as `want`'s.
 ///
 /// # Errors
-/// [`InvalidInput`](ragtune::core::ErrorKind::InvalidInput) when the text is not a saved fit, or was fitted on
-/// another split.
-pub fn read_saved_fit(text: &str, split: &str) -> Result<(JointFusionFit, Option<String>)> {
-    let file: SavedFile = serde_json::from_str(text)
-        .map_err(|e| Error::invalid_input(format!("not a fit `calibrate --fit-json` wrote: {e}")))?;
-    match file {
-        SavedFile::WithSplit(saved) if saved.split == split => Ok((saved.fit, None)),
-        SavedFile::WithSplit(saved) => Err(Error::invalid_input(format!(
-            "fitted on the `{}` split, not on `{split}`: fits of different splits are not chosen from together",
-            saved.split
-        ))),
-        SavedFile::Bare(fit) => Ok((fit, Some(format!("the file does not record its split; taken as `{split}`")))),
+/// [`InvalidInput`](ragtune::core::ErrorKind::InvalidInput) when the text is not a saved fit (saying which field is
+/// wrong), or was fitted on another split, with another indexing or with another query limit.
+pub fn read_saved_fit(text: &str, want: &FitConditions) -> Result<(JointFusionFit, Option<String>)> {
+    let not_a_fit =
+        |e: &dyn std::fmt::Display| Error::invalid_input(format!("not a fit `calibrate --fit-json` wrote: {e}"));
+    let value: serde_json::Value = serde_json::from_str(text).map_err(|e| not_a_fit(&e))?;
+    let Some(object) = value.as_object() else { return Err(not_a_fit(&"the JSON is not an object")) };
+    if !object.contains_key("split") {
+        if !object.contains_key("datasets") {
+            return Err(not_a_fit(&"it has neither `split` nor `datasets`"));
+        }
+        let fit: JointFusionFit = serde_json::from_value(value).map_err(|e| not_a_fit(&e))?;
+        let warning = format!(
+            "the file does not record its split, indexing or query limit; taken as `{}`, {}, {}",
+            want.split,
+            want.chunking,
+            limit_words(want.limit)
+        );
+        return Ok((fit, Some(warning)));
     }
+    let saved: SavedFit = serde_json::from_value(value).map_err(|e| not_a_fit(&e))?;
+    if saved.split != want.split {
+        return Err(Error::invalid_input(format!(
+            "fitted on the `{}` split, not on `{}`: fits of different splits are not chosen from together",
+            saved.split, want.split
+        )));
+    }
+    let Some(chunking) = saved.chunking else {
+        let warning = format!(
+            "the file does not record its indexing or query limit; taken as {}, {}",
+            want.chunking,
+            limit_words(want.limit)
+        );
+        return Ok((saved.fit, Some(warning)));
+    };
+    if chunking != want.chunking || saved.limit != want.limit {
+        return Err(Error::invalid_input(format!(
+            "fitted with {chunking} indexing on {}, not with {} indexing on {}: fits of different conditions are \
+             not chosen from together (pass the file's --chunking and --limit)",
+            limit_words(saved.limit),
+            want.chunking,
+            limit_words(want.limit)
+        )));
+    }
+    Ok((saved.fit, None))
+}
+
+fn limit_words(limit: Option<usize>) -> String {
+    limit.map_or_else(|| "every query".to_owned(), |n| format!("the first {n} queries"))
 }
 
 /// The fitted fusion as a configuration file `--config` reads: a `[hybrid]` section, under a comment that says what
@@ -913,19 +987,11 @@ pub fn fusion_table(joint: &JointFusionFit) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ragtune::core::ScoredHit;
     use ragtune::retrieve::fuse;
 
     /// A list of `strategy` from `doc:score` pairs in rank order (one chunk per document, with a text).
     fn list(strategy: &str, items: &[(&str, f32)]) -> Vec<Candidate> {
-        items
-            .iter()
-            .zip(1u32..)
-            .map(|((id, score), rank)| {
-                let chunk = Chunk::new(*id, *id, format!("the text of {id}"));
-                Candidate::from_hit(ScoredHit { chunk, score: *score }, strategy, rank)
-            })
-            .collect()
+        ragtune_testkit::fixtures::ranked_list(strategy, items)
     }
 
     fn qrels(pairs: &[(&str, &str)]) -> Qrels {
@@ -1178,15 +1244,96 @@ mod tests {
         assert!(fusion_table(&between).contains("chosen: the best mean nDCG@10 among"));
         // The whole fit, as `calibrate --fit-json` writes it, reads back the same on its own split only; a bare fit
         // (the flag's first format) is read with a warning; anything else is refused.
-        let json = saved_fit_json(&between, "train").unwrap();
-        assert_eq!(read_saved_fit(&json, "train").unwrap(), (between.clone(), None));
-        let err = read_saved_fit(&json, "test").unwrap_err().to_string();
+        let train = FitConditions { split: "train".into(), chunking: EvalChunking::Passages, limit: None };
+        let json = saved_fit_json(&between, &train).unwrap();
+        assert_eq!(read_saved_fit(&json, &train).unwrap(), (between.clone(), None));
+        let other = |f: fn(&mut FitConditions)| {
+            let mut c = train.clone();
+            f(&mut c);
+            read_saved_fit(&json, &c).unwrap_err().to_string()
+        };
+        let err = other(|c| c.split = "test".into());
         assert!(err.contains("fitted on the `train` split, not on `test`"), "{err}");
-        let (bare, warning) = read_saved_fit(&serde_json::to_string(&between).unwrap(), "train").unwrap();
+        let err = other(|c| c.chunking = EvalChunking::Whole);
+        assert!(err.contains("fitted with passages indexing on every query, not with whole indexing"), "{err}");
+        let err = other(|c| c.limit = Some(50));
+        assert!(err.contains("not with passages indexing on the first 50 queries"), "{err}");
+        let (bare, warning) = read_saved_fit(&serde_json::to_string(&between).unwrap(), &train).unwrap();
         assert_eq!(bare, between);
-        assert!(warning.unwrap().contains("does not record its split"));
-        assert!(read_saved_fit("{}", "train").unwrap_err().to_string().contains("not a fit"));
+        assert!(warning.unwrap().contains("does not record its split, indexing or query limit"));
+        let mut split_only: serde_json::Value = serde_json::from_str(&json).unwrap();
+        split_only.as_object_mut().unwrap().retain(|k, _| k == "split" || k == "fit");
+        let (fit, warning) = read_saved_fit(&split_only.to_string(), &train).unwrap();
+        assert_eq!(fit, between);
+        assert!(warning.unwrap().contains("does not record its indexing or query limit"));
+        // A malformed file says what is wrong, not only that no format matched.
+        let err = |text: &str| read_saved_fit(text, &train).unwrap_err().to_string();
+        assert!(err("{}").contains("neither `split` nor `datasets`"), "{}", err("{}"));
+        assert!(err("[1]").contains("not an object"));
+        assert!(err(r#"{"split": "train"}"#).contains("missing field `fit`"), "{}", err(r#"{"split": "train"}"#));
+        assert!(err(r#"{"datasets": 3}"#).contains("invalid type"), "{}", err(r#"{"datasets": 3}"#));
+        // A dataset counted twice would weigh twice in the choice.
+        let twice = joint_fit(vec![a.clone(), a.clone()], None).unwrap_err().to_string();
+        assert!(twice.contains("the dataset `a` is given twice"), "{twice}");
         assert!(joint_fit(pair, Some(f64::NAN)).unwrap_err().to_string().contains("finite"));
+    }
+
+    #[test]
+    fn the_floor_breaks_ties_by_worst_gain_then_keeps_the_earlier_setting() {
+        let point = |worst_gain: f64, mean: f64| JointPoint {
+            method: FusionMethod::Convex,
+            adaptive: 0.0,
+            bm25_weight: 0.5,
+            dense_weight: 0.5,
+            levels: None,
+            ndcg_at_10: vec![mean],
+            worst_gain,
+            mean_ndcg_at_10: mean,
+        };
+        let floor = Some(0.0);
+        // Both reach the floor: the mean decides, then the worst gain.
+        assert!(point(0.01, 0.6).beats(&point(0.05, 0.5), floor));
+        assert!(point(0.02, 0.5).beats(&point(0.01, 0.5), floor));
+        // Reaching the floor beats any mean below it; exactly at the floor counts as reaching it.
+        assert!(point(0.0, 0.4).beats(&point(-0.001, 0.9), floor));
+        // Neither reaches it, or no floor: the worst gain decides, then the mean.
+        assert!(point(-0.01, 0.4).beats(&point(-0.02, 0.9), floor));
+        assert!(point(-0.01, 0.5).beats(&point(-0.01, 0.4), None));
+        assert!(point(0.01, 0.4).beats(&point(0.0, 0.9), None));
+        // Equal in both: neither beats the other, so the earlier in grid order stays.
+        assert!(!point(0.01, 0.5).beats(&point(0.01, 0.5), floor));
+        assert!(!point(0.01, 0.5).beats(&point(0.01, 0.5), None));
+    }
+
+    #[test]
+    fn choosing_from_saved_fits_is_choosing_from_the_fresh_ones() {
+        // `calibrate --fusion --from-fit-json`: fits saved one dataset per file, alone or beside a fresh fit, give
+        // the choice (and the file) that fitting them together gives.
+        let (a, b) = a_and_b();
+        let b = DatasetFit { name: "b".into(), fit: b };
+        let conditions = FitConditions { split: "train".into(), chunking: EvalChunking::Passages, limit: None };
+        let together = joint_fit(vec![a.clone(), b.clone()], Some(0.0)).unwrap();
+        let saved = |d: &DatasetFit| {
+            let json = saved_fit_json(&joint_fit(vec![d.clone()], None).unwrap(), &conditions).unwrap();
+            read_saved_fit(&json, &conditions).unwrap().0.datasets
+        };
+        let from_files = joint_fit([saved(&a), saved(&b)].concat(), Some(0.0)).unwrap();
+        let mixed = joint_fit([vec![a.clone()], saved(&b)].concat(), Some(0.0)).unwrap();
+        assert_eq!(from_files, together);
+        assert_eq!(mixed, together);
+        assert_eq!(fusion_toml(&from_files, "train"), fusion_toml(&together, "train"));
+        // A saved fit of another grid is refused beside a fresh one, naming both datasets.
+        let (queries, qrels) = synthetic();
+        let coarse = FusionGrid { steps: 4, ..FusionGrid::default() };
+        let c = DatasetFit {
+            name: "coarse".into(),
+            fit: fit_fusion(&queries, &qrels, &HybridSettings::default(), &coarse, 100).unwrap(),
+        };
+        let err = joint_fit([vec![a], saved(&c)].concat(), None).unwrap_err().to_string();
+        assert!(err.contains("a and coarse differ in grid"), "{err}");
+        // A saved dataset given again fresh counts twice: refused.
+        let err = joint_fit([vec![b.clone()], saved(&b)].concat(), None).unwrap_err().to_string();
+        assert!(err.contains("the dataset `b` is given twice"), "{err}");
     }
 
     #[test]

@@ -6,14 +6,17 @@
 //! the builder writes one BEIR directory:
 //!
 //! - `corpus.jsonl`: every input's `corpus.jsonl`, byte for byte, in the order the datasets were given (a newline
-//!   added between two files when the first does not end with one). The same file in every output directory, so
+//!   added between two files when the first does not end with one, and a file's leading UTF-8 byte order mark
+//!   dropped, since it would sit mid-file). The same file in every output directory, so
 //!   the evaluation's cache (keyed by the corpus's content and the directory's name) indexes it once per name.
 //! - `queries.jsonl`: the dataset's own, byte for byte.
 //! - `qrels/*.tsv`: the dataset's own document-level qrels, byte for byte. Passage-level qrels (`qrels/passages/`)
 //!   and `passages.jsonl` are not copied: they name passages of the dataset's own chunking.
 //!
 //! Document ids must be distinct across the inputs: a judged document whose id also names another dataset's
-//! document would make that one count as relevant, so a clash is an error naming both places.
+//! document would make that one count as relevant, so a clash is an error naming both places. Ids are read by the
+//! loader's rules ([`ragtune::ingest::corpus_ids`]). Every input is read and checked before anything is written, and
+//! an output directory that is one of the inputs is refused.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -54,12 +57,6 @@ pub struct JoinReport {
     pub sets: Vec<JoinedSet>,
 }
 
-#[derive(Deserialize)]
-struct IdOnly {
-    #[serde(rename = "_id")]
-    id: serde_json::Value,
-}
-
 /// The default name of a dataset's output directory: `joined-` and the dataset directory's own name.
 #[must_use]
 pub fn default_joined_name(dataset: &Path) -> String {
@@ -92,9 +89,11 @@ pub fn default_joined_name(dataset: &Path) -> String {
 /// ```
 ///
 /// # Errors
-/// [`InvalidInput`](ragtune::core::ErrorKind::InvalidInput) for fewer than two datasets, two outputs of one name, a
-/// dataset without `corpus.jsonl` or `queries.jsonl`, a corpus line that is not a JSON object with an `_id`
-/// (named by file and line), or an id two corpora share (both places named); an I/O error reading or writing.
+/// [`InvalidInput`](ragtune::core::ErrorKind::InvalidInput) for fewer than two datasets, two outputs of one name, an
+/// output directory that is an input, a dataset without `queries.jsonl` or `qrels/`, a corpus line that is not a
+/// JSON object with a valid `_id` (named by file and line), or an id two corpora share (both places named);
+/// [`NotFound`](ragtune::core::ErrorKind::NotFound) for a missing `corpus.jsonl`; an I/O error reading or writing.
+/// Nothing is written when any input is refused.
 pub fn join_sets(opts: &JoinOptions, log: &mut dyn FnMut(&str)) -> Result<JoinReport> {
     if opts.datasets.len() < 2 {
         return Err(Error::invalid_input("joining corpora needs at least two datasets"));
@@ -116,76 +115,105 @@ pub fn join_sets(opts: &JoinOptions, log: &mut dyn FnMut(&str)) -> Result<JoinRe
         }
     }
 
+    // Every input is read and checked before anything is written, so an error leaves nothing half-written.
+    let mut inputs = Vec::with_capacity(opts.datasets.len());
+    for (dir, name) in &opts.datasets {
+        inputs.push(read_input(dir)?);
+        refuse_overwriting_an_input(&opts.out.join(name), &opts.datasets)?;
+    }
     let mut corpus: Vec<u8> = Vec::new();
-    let mut seen: HashMap<String, (PathBuf, usize)> = HashMap::new();
-    let mut own_documents = Vec::with_capacity(opts.datasets.len());
-    for (dir, _) in &opts.datasets {
+    let mut seen: HashMap<&str, (PathBuf, usize)> = HashMap::new();
+    for ((dir, _), input) in opts.datasets.iter().zip(&inputs) {
         let path = dir.join("corpus.jsonl");
-        let bytes = read(&path)?;
-        let mut count = 0;
-        for (i, line) in bytes.split(|b| *b == b'\n').enumerate() {
-            if line.iter().all(u8::is_ascii_whitespace) {
-                continue;
-            }
-            let id = serde_json::from_slice::<IdOnly>(line)
-                .map_err(|e| {
-                    Error::invalid_input(format!("{}:{}: not a document with an `_id`: {e}", path.display(), i + 1))
-                })?
-                .id;
-            let id = match id {
-                serde_json::Value::String(s) => s,
-                other => other.to_string(),
-            };
-            if let Some((first, line_no)) = seen.get(&id) {
+        for (line_no, id) in &input.ids {
+            if let Some((first, first_line)) = seen.get(id.as_str()) {
                 return Err(Error::invalid_input(format!(
-                    "{}:{}: the document id `{id}` is also at {}:{line_no}; joined corpora need distinct ids",
+                    "{}:{line_no}: the document id `{id}` is also at {}:{first_line}; joined corpora need distinct ids",
                     path.display(),
-                    i + 1,
                     first.display()
                 )));
             }
-            seen.insert(id, (path.clone(), i + 1));
-            count += 1;
+            seen.insert(id, (path.clone(), *line_no));
         }
-        corpus.extend_from_slice(&bytes);
-        if !bytes.is_empty() && !bytes.ends_with(b"\n") {
+        corpus.extend_from_slice(&input.corpus);
+        if !input.corpus.is_empty() && !input.corpus.ends_with(b"\n") {
             corpus.push(b'\n');
         }
-        own_documents.push(count);
     }
+    let documents = seen.len();
 
     let mut sets = Vec::with_capacity(opts.datasets.len());
-    for ((dir, name), own) in opts.datasets.iter().zip(own_documents) {
+    for ((_, name), input) in opts.datasets.iter().zip(inputs) {
         let target = opts.out.join(name);
         let qrels_dir = target.join("qrels");
         create_dir(&qrels_dir)?;
         write(&target.join("corpus.jsonl"), &corpus)?;
-        write(&target.join("queries.jsonl"), &read(&dir.join("queries.jsonl"))?)?;
-        let mut qrels: Vec<String> = Vec::new();
-        let source = dir.join("qrels");
-        let entries = std::fs::read_dir(&source)
-            .map_err(|e| Error::invalid_input(format!("cannot read {}", source.display())).with_source(e))?;
-        for entry in entries {
-            let entry =
-                entry.map_err(|e| Error::permanent(format!("cannot list {}", source.display())).with_source(e))?;
-            let file = entry.path();
-            if file.is_file() && file.extension().is_some_and(|e| e == "tsv") {
-                let file_name = entry.file_name().to_string_lossy().into_owned();
-                write(&qrels_dir.join(&file_name), &read(&file)?)?;
-                qrels.push(file_name);
-            }
+        write(&target.join("queries.jsonl"), &input.queries)?;
+        for (file_name, bytes) in &input.qrels {
+            write(&qrels_dir.join(file_name), bytes)?;
         }
-        qrels.sort();
+        let qrels: Vec<String> = input.qrels.into_iter().map(|(file_name, _)| file_name).collect();
+        let own = input.ids.len();
         log(&format!(
-            "{}: {} of its own documents among {} joined, its queries and qrels ({})",
+            "{}: {own} of its own documents among {documents} joined, its queries and qrels ({})",
             target.display(),
-            own,
-            seen.len(),
             qrels.join(", ")
         ));
         sets.push(JoinedSet { name: name.clone(), dir: target, own_documents: own, qrels });
     }
-    Ok(JoinReport { documents: seen.len(), sets })
+    Ok(JoinReport { documents, sets })
+}
+
+/// One input dataset, read whole.
+struct Input {
+    /// Its `corpus.jsonl` without a leading byte order mark (it would sit mid-file in the joined corpus).
+    corpus: Vec<u8>,
+    /// Its document ids with their line numbers.
+    ids: Vec<(usize, String)>,
+    queries: Vec<u8>,
+    /// Its `qrels/*.tsv` files by name, sorted.
+    qrels: Vec<(String, Vec<u8>)>,
+}
+
+fn read_input(dir: &Path) -> Result<Input> {
+    let corpus_path = dir.join("corpus.jsonl");
+    let ids = ragtune::ingest::corpus_ids(&corpus_path)?;
+    let mut corpus = read(&corpus_path)?;
+    if corpus.starts_with("\u{feff}".as_bytes()) {
+        corpus.drain(.."\u{feff}".len());
+    }
+    let queries = read(&dir.join("queries.jsonl"))?;
+    let source = dir.join("qrels");
+    let entries = std::fs::read_dir(&source)
+        .map_err(|e| Error::invalid_input(format!("cannot read {}", source.display())).with_source(e))?;
+    let mut qrels = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| Error::permanent(format!("cannot list {}", source.display())).with_source(e))?;
+        let file = entry.path();
+        if file.is_file() && file.extension().is_some_and(|e| e == "tsv") {
+            qrels.push((entry.file_name().to_string_lossy().into_owned(), read(&file)?));
+        }
+    }
+    qrels.sort();
+    Ok(Input { corpus, ids, queries, qrels })
+}
+
+/// An error when `target` (an output directory) is one of the input directories: writing it would replace that
+/// dataset's own files.
+fn refuse_overwriting_an_input(target: &Path, datasets: &[(PathBuf, String)]) -> Result<()> {
+    // An output directory that does not exist yet cannot be an input (inputs exist: they were just read).
+    let Ok(target_canonical) = target.canonicalize() else { return Ok(()) };
+    for (dir, _) in datasets {
+        if dir.canonicalize().is_ok_and(|d| d == target_canonical) {
+            return Err(Error::invalid_input(format!(
+                "the output directory {} is the input dataset {}: writing it would replace that dataset's files; \
+                 choose another --out or --name",
+                target.display(),
+                dir.display()
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn read(path: &Path) -> Result<Vec<u8>> {
@@ -264,12 +292,58 @@ mod tests {
             "{err}"
         );
         let err = join(vec![(a.clone(), "ja"), (c.clone(), "jc")]);
-        assert!(err.contains("c/corpus.jsonl:2: not a document with an `_id`"), "{err}");
+        assert!(err.contains("c/corpus.jsonl:2: expected"), "{err}");
         assert!(join(vec![(a.clone(), "same"), (c.clone(), "same")]).contains("would both be written to `same`"));
         assert!(join(vec![(a.clone(), "../up"), (c.clone(), "jc")]).contains("cannot name an output directory"));
         assert!(join(vec![(a.clone(), "ja")]).contains("at least two datasets"));
-        let err = join(vec![(a, "ja"), (root.path().join("missing"), "jm")]);
+        let err = join(vec![(a.clone(), "ja"), (root.path().join("missing"), "jm")]);
         assert!(err.contains("missing/corpus.jsonl"), "{err}");
-        assert!(!root.path().join("out").exists(), "nothing is written before every corpus is read");
+        for (id, says) in [("null", "must be a string or a number"), ("{}", "must be a string"), ("\"  \"", "is empty")]
+        {
+            let d = dataset(root.path(), "bad-id", &format!("{{\"_id\":\"d9\"}}\n{{\"_id\":{id}}}\n"));
+            let err = join(vec![(a.clone(), "ja"), (d, "jd")]);
+            assert!(err.contains("bad-id/corpus.jsonl:2: `_id`") && err.contains(says), "{id}: {err}");
+        }
+        // A dataset without queries comes last, after the first output could have been written.
+        let no_queries = dataset(root.path(), "nq", "{\"_id\":\"d8\"}\n");
+        std::fs::remove_file(no_queries.join("queries.jsonl")).unwrap();
+        let err = join(vec![(a.clone(), "ja"), (no_queries, "jn")]);
+        assert!(err.contains("nq/queries.jsonl"), "{err}");
+        assert!(!root.path().join("out").exists(), "nothing is written before every input is read");
+    }
+
+    #[test]
+    fn an_output_directory_that_is_an_input_is_refused_and_left_alone() {
+        let root = tempfile::tempdir().unwrap();
+        let a = dataset(root.path(), "a", "{\"_id\":\"d1\"}\n");
+        let b = dataset(root.path(), "b", "{\"_id\":\"d2\"}\n");
+        let opts = JoinOptions {
+            datasets: vec![(a.clone(), "a".into()), (b.clone(), "jb".into())],
+            out: root.path().join("b/../"),
+        };
+        let err = join_sets(&opts, &mut |_| {}).unwrap_err().to_string();
+        assert!(err.contains("is the input dataset") && err.contains("choose another --out or --name"), "{err}");
+        assert_eq!(std::fs::read_to_string(a.join("corpus.jsonl")).unwrap(), "{\"_id\":\"d1\"}\n");
+        assert!(!root.path().join("jb").exists());
+    }
+
+    #[test]
+    fn crlf_lines_and_a_byte_order_mark_are_read_as_the_loader_reads_them() {
+        let root = tempfile::tempdir().unwrap();
+        let a = dataset(root.path(), "a", "{\"_id\":\"d1\",\"text\":\"x\"}\r\n{\"_id\":\"d2\",\"text\":\"y\"}\r\n");
+        let b = dataset(root.path(), "b", "\u{feff}{\"_id\":\"d3\",\"text\":\"z\"}\n");
+        let opts = JoinOptions {
+            datasets: vec![(a.clone(), "ja".into()), (b.clone(), "jb".into())],
+            out: root.path().join("out"),
+        };
+        let report = join_sets(&opts, &mut |_| {}).unwrap();
+        assert_eq!(report.documents, 3);
+        let joined = root.path().join("out/jb");
+        let bytes = std::fs::read_to_string(joined.join("corpus.jsonl")).unwrap();
+        assert!(!bytes.contains('\u{feff}'), "the second file's byte order mark is dropped: {bytes:?}");
+        // The joined directory loads with every document and no issues.
+        let loaded = ragtune::ingest::load_beir(&joined, "train").unwrap();
+        assert_eq!(loaded.corpus.iter().map(|d| d.id.as_str()).collect::<Vec<_>>(), ["d1", "d2", "d3"]);
+        assert!(loaded.issues.iter().all(|i| !i.path.ends_with("corpus.jsonl")), "{:?}", loaded.issues);
     }
 }

@@ -76,6 +76,51 @@ pub fn list_splits(dir: impl AsRef<Path>) -> Result<Vec<String>> {
     Ok(splits.into_iter().collect())
 }
 
+/// The `_id` of every document line of a BEIR `corpus.jsonl`, with its 1-based line number, read by
+/// [`load_beir`]'s rules (blank lines skipped, `\r\n` and a UTF-8 byte order mark accepted, an id is a non-empty
+/// string or a number) but strictly: the first line that is not valid is an error, not an issue.
+///
+/// Only `_id` is checked; the other fields are not. Ids are not checked for duplicates.
+///
+/// ```
+/// let dir = tempfile::tempdir()?;
+/// let path = dir.path().join("corpus.jsonl");
+/// std::fs::write(&path, "\u{feff}{\"_id\": 7, \"text\": \"a\"}\r\n\n{\"_id\": \"d2\", \"text\": \"b\"}\n")?;
+/// assert_eq!(ragtune_ingest::corpus_ids(&path)?, [(1, "7".to_owned()), (3, "d2".to_owned())]);
+/// std::fs::write(&path, "{\"_id\": null}\n")?;
+/// assert!(ragtune_ingest::corpus_ids(&path).unwrap_err().to_string().contains("corpus.jsonl:1: `_id` must be"));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// # Errors
+/// [`ErrorKind::NotFound`](ragtune_core::ErrorKind::NotFound) when the file is missing;
+/// [`ErrorKind::InvalidInput`](ragtune_core::ErrorKind::InvalidInput) naming `file:line` for the first line that is
+/// not UTF-8, not a JSON object, or has no valid `_id`; [`ErrorKind::Permanent`](ragtune_core::ErrorKind::Permanent)
+/// for other IO failures.
+pub fn corpus_ids(path: impl AsRef<Path>) -> Result<Vec<(usize, String)>> {
+    let path = path.as_ref();
+    let mut ids = Vec::new();
+    let mut first_error: Option<(usize, String)> = None;
+    for_each_line(open(path)?, path, |n, line| {
+        if first_error.is_some() {
+            return;
+        }
+        let id = match line {
+            Ok(l) if l.trim().is_empty() => return,
+            Ok(l) => parse_object(l).and_then(|mut obj| id_value(obj.remove("_id").ok_or("missing `_id`")?, "_id")),
+            Err(e) => Err(utf8_message(e)),
+        };
+        match id {
+            Ok(id) => ids.push((n, id)),
+            Err(message) => first_error = Some((n, message)),
+        }
+    })?;
+    match first_error {
+        Some((n, message)) => Err(Error::invalid_input(format!("{}:{n}: {message}", path.display()))),
+        None => Ok(ids),
+    }
+}
+
 /// Loads a BEIR dataset from `dir` with the judgements of `split`.
 ///
 /// `corpus.jsonl` lines are `{"_id", "title", "text", "metadata"?}`: a blank title becomes `None`, `source` is

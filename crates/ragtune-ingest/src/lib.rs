@@ -31,7 +31,7 @@ mod jsonl;
 mod lines;
 mod report;
 
-pub use beir::{BeirDataset, BeirQuery, Qrels, list_splits, load_beir, load_qrels};
+pub use beir::{BeirDataset, BeirQuery, Qrels, corpus_ids, list_splits, load_beir, load_qrels};
 pub use chunk::{ChunkerConfig, chunk_document, whole_document_chunk};
 pub use folder::{FORMAT_MARKDOWN, FORMAT_TEXT, load_folder};
 pub use jsonl::load_jsonl_documents;

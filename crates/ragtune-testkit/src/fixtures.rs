@@ -2,6 +2,8 @@
 
 use std::path::Path;
 
+use ragtune_core::{Candidate, Chunk, ScoredHit};
+
 /// Writes a BEIR dataset of three documents and three queries into `dir` (created): `q1` and `q2` are judged (one
 /// relevant document each, which BM25 ranks first), `q3` is not; the qrels file has a header and CRLF line ends.
 ///
@@ -82,4 +84,18 @@ impl SearxServer {
     pub fn requests(&self) -> usize {
         self.requests.load(std::sync::atomic::Ordering::SeqCst)
     }
+}
+
+/// A ranked list of `strategy` from `(document id, score)` pairs in rank order: one chunk per document, whose id
+/// and document id are the id and whose text is `the text of <id>`.
+#[must_use]
+pub fn ranked_list(strategy: &str, items: &[(&str, f32)]) -> Vec<Candidate> {
+    items
+        .iter()
+        .zip(1u32..)
+        .map(|((id, score), rank)| {
+            let chunk = Chunk::new(*id, *id, format!("the text of {id}"));
+            Candidate::from_hit(ScoredHit { chunk, score: *score }, strategy, rank)
+        })
+        .collect()
 }

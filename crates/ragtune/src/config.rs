@@ -1273,8 +1273,9 @@ mod tests {
 
     #[test]
     fn a_first_version_learned_file_reads_as_a_logistic_model_and_a_stumps_section_reads_too() {
-        // A file written before `model` and the appended features existed: 17 features, no `model` key.
-        let old = include_str!("../../../configs/crag-learned-scifact-whole.toml");
+        // A file written before `model` and the appended features existed: 17 features, no `model` key (the
+        // first `configs/crag-learned-scifact-whole.toml`, kept as it was).
+        let old = include_str!("testdata/crag-learned-first-version.toml");
         assert!(!old.contains("model = \"") && !old.contains("stumps"), "the fixture is a first-version file");
         let cfg = Config::from_toml(old).unwrap();
         let model = cfg.crag.learned.clone().expect("the section is read");
