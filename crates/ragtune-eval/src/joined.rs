@@ -245,16 +245,18 @@ mod tests {
         d
     }
 
+    /// Options joining `a` and `b` into `out`, under the names given.
+    fn options(a: &Path, a_name: &str, b: &Path, b_name: &str, out: PathBuf) -> JoinOptions {
+        JoinOptions { datasets: vec![(a.to_path_buf(), a_name.into()), (b.to_path_buf(), b_name.into())], out }
+    }
+
     #[test]
     fn every_output_holds_the_whole_corpus_byte_for_byte_and_its_own_queries_and_qrels() {
         let root = tempfile::tempdir().unwrap();
         // The first corpus does not end with a newline; numeric and string ids both count.
         let a = dataset(root.path(), "a", "{\"_id\": 1, \"text\": \"one\"}\n\n{\"_id\": \"2\", \"text\": \"two\"}");
         let b = dataset(root.path(), "b", "{\"_id\":\"S08/a1\",\"text\":\"three\"}\n");
-        let opts = JoinOptions {
-            datasets: vec![(a.clone(), default_joined_name(&a)), (b.clone(), "union-b".into())],
-            out: root.path().join("out"),
-        };
+        let opts = options(&a, &default_joined_name(&a), &b, "union-b", root.path().join("out"));
         let mut lines = Vec::new();
         let report = join_sets(&opts, &mut |l| lines.push(l.to_owned())).unwrap();
         assert_eq!(report.documents, 3);
@@ -317,10 +319,7 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let a = dataset(root.path(), "a", "{\"_id\":\"d1\"}\n");
         let b = dataset(root.path(), "b", "{\"_id\":\"d2\"}\n");
-        let opts = JoinOptions {
-            datasets: vec![(a.clone(), "a".into()), (b.clone(), "jb".into())],
-            out: root.path().join("b/../"),
-        };
+        let opts = options(&a, "a", &b, "jb", root.path().join("b/../"));
         let err = join_sets(&opts, &mut |_| {}).unwrap_err().to_string();
         assert!(err.contains("is the input dataset") && err.contains("choose another --out or --name"), "{err}");
         assert_eq!(std::fs::read_to_string(a.join("corpus.jsonl")).unwrap(), "{\"_id\":\"d1\"}\n");
@@ -332,10 +331,7 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let a = dataset(root.path(), "a", "{\"_id\":\"d1\",\"text\":\"x\"}\r\n{\"_id\":\"d2\",\"text\":\"y\"}\r\n");
         let b = dataset(root.path(), "b", "\u{feff}{\"_id\":\"d3\",\"text\":\"z\"}\n");
-        let opts = JoinOptions {
-            datasets: vec![(a.clone(), "ja".into()), (b.clone(), "jb".into())],
-            out: root.path().join("out"),
-        };
+        let opts = options(&a, "ja", &b, "jb", root.path().join("out"));
         let report = join_sets(&opts, &mut |_| {}).unwrap();
         assert_eq!(report.documents, 3);
         let joined = root.path().join("out/jb");
