@@ -180,18 +180,29 @@ pub fn free_port() -> io::Result<u16> {
     Ok(TcpListener::bind(("127.0.0.1", 0))?.local_addr()?.port())
 }
 
-/// A base port whose `nodes` nodes' ports were all free a moment ago.
+/// A base port whose `nodes` nodes' ports were all free a moment ago, outside the kernel's ephemeral range.
+///
+/// The ports must stay free for the group's whole life: a killed node is restarted on the same ports. A port the
+/// kernel hands out as the local end of outgoing connections (`ip_local_port_range`, 32768–60999 by default) can be
+/// taken by any connection between a kill and the restart (the peers reconnecting, a client), and the restarted
+/// node then cannot bind it. So the bases are drawn at random below that range (or above it, if there is no room
+/// below), never from it.
 ///
 /// # Errors
-/// When no such range is found in 50 tries.
+/// When no such range is found in 200 tries.
 pub fn free_base_port(nodes: usize) -> io::Result<u16> {
     let span = u16::try_from(10 * nodes).unwrap_or(u16::MAX);
-    for _ in 0..50 {
-        let base = free_port()?;
-        if base > u16::MAX - span {
-            continue;
-        }
-        let cluster = nodes > 1;
+    let cluster = nodes > 1;
+    let (lo, hi) = base_port_window(ephemeral_port_range(), span);
+    if lo >= hi {
+        return Err(io::Error::other(format!(
+            "no room outside the ephemeral port range for {nodes} Qdrant node(s) on 127.0.0.1"
+        )));
+    }
+    let mut draw = random_u64();
+    for _ in 0..200 {
+        let base = lo + u16::try_from(draw % u64::from(hi - lo)).unwrap_or(0);
+        draw = draw.rotate_left(17).wrapping_mul(0x9e37_79b9_7f4a_7c15).wrapping_add(1);
         let free = (0..nodes)
             .flat_map(|i| NodePorts::of(base, i, cluster).all())
             .all(|p| TcpListener::bind(("127.0.0.1", p)).is_ok());
@@ -200,6 +211,37 @@ pub fn free_base_port(nodes: usize) -> io::Result<u16> {
         }
     }
     Err(io::Error::other(format!("cannot find free ports on 127.0.0.1 for {nodes} Qdrant node(s)")))
+}
+
+/// The kernel's ephemeral port range (`/proc/sys/net/ipv4/ip_local_port_range`), or Linux's default when it
+/// cannot be read.
+fn ephemeral_port_range() -> (u16, u16) {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|text| {
+            let mut parts = text.split_whitespace().map(str::parse::<u16>);
+            Some((parts.next()?.ok()?, parts.next()?.ok()?))
+        })
+        .unwrap_or((32768, 60999))
+}
+
+/// The half-open window `[lo, hi)` bases are drawn from so that `base .. base + span` avoids the ephemeral range
+/// `(first, last)` and the privileged and well-known ports below 10000: below the range when there is room for
+/// a thousand bases there, above it otherwise.
+fn base_port_window((first, last): (u16, u16), span: u16) -> (u16, u16) {
+    const LOWEST: u16 = 10_000;
+    let below = (LOWEST, first.saturating_sub(span));
+    if below.1 >= below.0.saturating_add(1000) {
+        return below;
+    }
+    (last.saturating_add(1).max(LOWEST), u16::MAX.saturating_sub(span))
+}
+
+fn random_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u32(std::process::id());
+    hasher.finish()
 }
 
 /// Whether every port of these nodes can be bound now; the first one that cannot, as an error.
@@ -422,6 +464,20 @@ mod tests {
         };
         assert_eq!(ports(6333, 1), [6333, 6334]);
         assert_eq!(ports(6333, 3), [6333, 6334, 6335, 6343, 6344, 6345, 6353, 6354, 6355]);
+    }
+
+    #[test]
+    fn base_ports_avoid_the_ephemeral_range() {
+        // The default Linux range: bases below it, the whole group too.
+        assert_eq!(base_port_window((32768, 60999), 30), (10_000, 32738));
+        // No room below: above it.
+        assert_eq!(base_port_window((10_500, 60999), 30), (61000, 65505));
+        let base = free_base_port(3).unwrap();
+        let (first, last) = ephemeral_port_range();
+        for port in (0..3).flat_map(|i| NodePorts::of(base, i, true).all()) {
+            assert!(!(first..=last).contains(&port), "port {port} is in the ephemeral range {first}-{last}");
+            assert!(port >= 10_000, "{port}");
+        }
     }
 
     #[test]
