@@ -39,6 +39,10 @@ pub struct LlmArgs {
     /// The model name sent to the LLM (default: the config's llm.model).
     #[arg(long, value_name = "NAME")]
     pub llm_model: Option<String>,
+    /// Run without any LLM even when one is configured or a local server runs: extractive answers, refinement
+    /// strips instead of extraction, the LLM-free judge.
+    #[arg(long, conflicts_with_all = ["llm_url", "llm_model"])]
+    pub no_llm: bool,
 }
 
 /// Retrieval and transformation settings the evaluations tune from the command line.
@@ -142,7 +146,7 @@ impl Overrides {
     /// The overrides of an LLM group, with the local server as the fallback when `needs_llm`.
     pub fn llm(args: LlmArgs, needs_llm: bool) -> Self {
         let local_llm = if needs_llm { LocalLlm::Quietly } else { LocalLlm::Never };
-        Self { llm_url: args.llm_url, llm_model: args.llm_model, local_llm, ..Self::default() }
+        Self { llm_url: args.llm_url, llm_model: args.llm_model, no_llm: args.no_llm, local_llm, ..Self::default() }
     }
 }
 

@@ -290,6 +290,25 @@ fn the_flag_form_names_the_subcommand_it_stands_for_even_when_it_fails() {
 }
 
 #[test]
+fn no_llm_keeps_the_evaluations_off_a_running_local_server() {
+    let dir = tempfile::tempdir().unwrap();
+    tiny_beir(&dir.path().join("tiny"));
+    // A local server as `cargo xtask llm start` records it (nothing listens there).
+    std::fs::create_dir_all(dir.path().join("home/llm")).unwrap();
+    std::fs::write(dir.path().join("home/llm/server.json"), r#"{"url": "http://127.0.0.1:9"}"#).unwrap();
+    let args = ["eval", "rerank", "--dataset", "tiny", "--policy", "dynamic"];
+    let found = ragtune(&args, dir.path());
+    assert!(text(&found.stderr).contains("using the local LLM at http://127.0.0.1:9"), "{}", text(&found.stderr));
+    let without = ragtune(&[&args[..], &["--no-llm"]].concat(), dir.path());
+    assert_eq!(without.status.code(), Some(1));
+    let said = text(&without.stderr);
+    assert!(said.contains("need an LLM") && !said.contains("using the local LLM"), "{said}");
+    // Naming an LLM and refusing one is a usage error.
+    let both = ragtune(&[&args[..], &["--no-llm", "--llm-url", "http://127.0.0.1:9"]].concat(), dir.path());
+    assert_eq!(both.status.code(), Some(2), "{}", text(&both.stderr));
+}
+
+#[test]
 fn eval_usage_errors_exit_with_2() {
     let dir = tempfile::tempdir().unwrap();
     for args in [
