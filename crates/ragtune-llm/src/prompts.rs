@@ -292,22 +292,34 @@ const YES_NO_OPENERS: &[&str] = &[
 ];
 
 /// Whether `question` reads as a yes/no question: its first word is an auxiliary or modal verb ("Is", "Did",
-/// "Can't"), as in "Was Coolidge a lawyer?", and unlike "Who appointed Stone?" or "What is scurvy?".
+/// "Can't"), as in "Was Coolidge a lawyer?", and unlike "Who appointed Stone?" or "What is scurvy?"; or, after
+/// a fronted phrase set off by a comma, a clause opens with one ("Before 1796, was Lombardy ruled by Austria?"),
+/// unless the question opens with a question word ("When, after the war, did he return?").
 ///
 /// ```
 /// use ragtune_llm::prompts::is_yes_no_question;
 ///
 /// assert!(is_yes_no_question("Did Faraday marry?"));
+/// assert!(is_yes_no_question("In 1908, the year of his death, was Becquerel elected?"));
 /// assert!(!is_yes_no_question("Who appointed Harlan Fiske Stone?"));
 /// ```
 #[must_use]
 pub fn is_yes_no_question(question: &str) -> bool {
-    let first = question
-        .split_whitespace()
-        .next()
-        .map(|w| w.trim_matches(|c: char| !c.is_alphanumeric() && c != '\'').to_lowercase().replace('’', "'"));
-    first.is_some_and(|w| YES_NO_OPENERS.contains(&w.as_str()))
+    let first_word = |text: &str| {
+        text.split_whitespace()
+            .next()
+            .map(|w| w.trim_matches(|c: char| !c.is_alphanumeric() && c != '\'').to_lowercase().replace('’', "'"))
+    };
+    let opens = |text: &str| first_word(text).is_some_and(|w| YES_NO_OPENERS.contains(&w.as_str()));
+    if opens(question) {
+        return true;
+    }
+    let wh = first_word(question).is_some_and(|w| QUESTION_WORDS.contains(&w.as_str()));
+    !wh && question.split(',').skip(1).any(opens)
 }
+
+/// Words that open a question that is not yes/no ("Who", "When", "How").
+const QUESTION_WORDS: &[&str] = &["who", "whom", "whose", "what", "which", "where", "when", "why", "how"];
 
 /// The answer prompt for `question`: [`ANSWER_YES_NO`] for a yes/no question ([`is_yes_no_question`]),
 /// [`ANSWER`] otherwise.
@@ -466,7 +478,26 @@ mod tests {
             assert!(is_yes_no_question(q), "{q}");
             assert_eq!(answer_prompt(q).id, "answer_yes_no", "{q}");
         }
-        for q in ["Who appointed Stone?", "What is scurvy?", "Island of Cuba: is it large?", "Isabella who?", ""] {
+        // A comma-fronted phrase before the auxiliary (CMU QA writes these).
+        for q in [
+            "Before 1796, was Lombardy ruled by Austria?",
+            "In 1908, the year of his death, was Becquerel elected Permanent Secretary?",
+            "According to the article, isn't Cuba large?",
+        ] {
+            assert!(is_yes_no_question(q), "{q}");
+        }
+        for q in [
+            "Who appointed Stone?",
+            "What is scurvy?",
+            "Island of Cuba: is it large?",
+            "Isabella who?",
+            "",
+            "Besides Paris, what city is large?",
+            "When, after the war, did he return?",
+            "Who, as president, was elected?",
+            "In 1908, who was elected, and was he French?",
+            "Paris, London, Rome",
+        ] {
             assert!(!is_yes_no_question(q), "{q}");
             assert_eq!(answer_prompt(q).id, "answer", "{q}");
         }
