@@ -294,7 +294,8 @@ const YES_NO_OPENERS: &[&str] = &[
 /// Whether `question` reads as a yes/no question: its first word is an auxiliary or modal verb ("Is", "Did",
 /// "Can't"), as in "Was Coolidge a lawyer?", and unlike "Who appointed Stone?" or "What is scurvy?"; or, after
 /// a fronted phrase set off by a comma, a clause opens with one ("Before 1796, was Lombardy ruled by Austria?"),
-/// unless the question opens with a question word ("When, after the war, did he return?").
+/// unless the question opens with a question word ("When, after the war, did he return?") or that clause has one
+/// ("Sibiu, a city in Transylvania, was chosen in what year?").
 ///
 /// ```
 /// use ragtune_llm::prompts::is_yes_no_question;
@@ -314,8 +315,17 @@ pub fn is_yes_no_question(question: &str) -> bool {
     if opens(question) {
         return true;
     }
-    let wh = first_word(question).is_some_and(|w| QUESTION_WORDS.contains(&w.as_str()));
-    !wh && question.split(',').skip(1).any(opens)
+    let asks = |text: &str| {
+        text.split_whitespace().any(|w| {
+            let w = w.trim_matches(|c: char| !c.is_alphanumeric()).to_lowercase();
+            QUESTION_WORDS.contains(&w.as_str())
+        })
+    };
+    // "Sibiu, a city in Transylvania, was chosen in what year?": the clause after the comma asks a question word,
+    // so the auxiliary continues the subject before it. A relative clause after a later comma (", which are …")
+    // does not count.
+    !first_word(question).is_some_and(|w| QUESTION_WORDS.contains(&w.as_str()))
+        && question.split(',').skip(1).any(|clause| opens(clause) && !asks(clause))
 }
 
 /// Words that open a question that is not yes/no ("Who", "When", "How").
@@ -483,6 +493,7 @@ mod tests {
             "Before 1796, was Lombardy ruled by Austria?",
             "In 1908, the year of his death, was Becquerel elected Permanent Secretary?",
             "According to the article, isn't Cuba large?",
+            "Here, are all syllables unstressed, except best and done, which are stressed?",
         ] {
             assert!(is_yes_no_question(q), "{q}");
         }
@@ -497,6 +508,8 @@ mod tests {
             "Who, as president, was elected?",
             "In 1908, who was elected, and was he French?",
             "Paris, London, Rome",
+            "Sibiu, a large city in Transylvania, was chosen as European Capital of Culture in what year?",
+            "These projections, called papillae, have what?",
         ] {
             assert!(!is_yes_no_question(q), "{q}");
             assert_eq!(answer_prompt(q).id, "answer", "{q}");
