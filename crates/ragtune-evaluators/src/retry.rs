@@ -220,8 +220,8 @@ pub fn is_retrieval_error(answer: &str) -> bool {
 }
 
 /// Whether a no-info reread's answer ([`RetryStrategy::Reread`]) replaces the "not in the documents" it rereads,
-/// and why. A reread is asked without the prompt's way out, so it is kept only when it has content and the judge
-/// did not find it unfaithful (more than `unsupported_share` of its statements unsupported); otherwise the honest
+/// and why. A reread is asked without the prompt's way out, so it is kept only when it has content, does not loop
+/// ([`crate::text::repeats_itself`]) and the judge did not find it unfaithful (more than `unsupported_share` of its statements unsupported); otherwise the honest
 /// no-info answer stands. Without a judgement (no judge, or the judge failed) the reread is kept, as any retry's
 /// answer is.
 #[must_use]
@@ -229,6 +229,10 @@ pub fn keep_reread(config: &RetryConfig, reread: &AttemptOutcome) -> (bool, Stri
     let answer = reread.answer.as_deref().unwrap_or_default();
     if answer.trim().is_empty() || is_no_info(answer) {
         return (false, "the reread found no answer either".to_owned());
+    }
+    if crate::text::repeats_itself(answer) {
+        // Every word of a loop can be in the passages, so the judge would find it supported.
+        return (false, "the reread repeats itself".to_owned());
     }
     match reread.unsupported_share {
         Some(s) if s > config.unsupported_share => (
@@ -617,6 +621,9 @@ mod tests {
             keep_reread(&c, &reread("Leopards are solitary. [1]", None)),
             (true, "the reread was not judged".to_owned())
         );
+        // A loop of the passages' own words is judged supported, and still discarded (qwen-0.5b wrote this one).
+        let looped = "[1] (Copenhagen) Copenhagen [2] (Copenhagen) Copenhagen ".repeat(6);
+        assert_eq!(keep_reread(&c, &reread(&looped, Some(0.0))), (false, "the reread repeats itself".to_owned()));
     }
 
     #[test]

@@ -95,6 +95,16 @@ pub fn words(text: &str) -> impl Iterator<Item = String> + '_ {
     text.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).map(str::to_lowercase)
 }
 
+/// Whether `text` loops: a small model's generation that repeats a phrase until its token limit ("[1]
+/// (Copenhagen) Copenhagen [2] (Copenhagen) Copenhagen …"). At least 20 [`words`], fewer than 30 % of them
+/// distinct; an answer of one to three sentences, even a list, has well over half its words distinct.
+#[must_use]
+pub fn repeats_itself(text: &str) -> bool {
+    let all: Vec<String> = words(text).collect();
+    let distinct: std::collections::HashSet<&str> = all.iter().map(String::as_str).collect();
+    all.len() >= 20 && distinct.len() * 10 < all.len() * 3
+}
+
 /// Whether `word` (lower-cased, as [`words`] returns it) is one of the [`STOP_WORDS`].
 #[must_use]
 pub fn is_stop_word(word: &str) -> bool {
@@ -214,6 +224,21 @@ fn continues_lowercase(sentence: &str, next: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_looping_generation_repeats_itself_and_an_answer_does_not() {
+        let looped = "[1] (Copenhagen) Copenhagen [2] (Copenhagen) Copenhagen ".repeat(6);
+        assert!(repeats_itself(&looped));
+        for answer in [
+            "The Red Kangaroo (Macropus rufus), the Antilopine Kangaroo, the Eastern and Western Grey Kangaroo of the \
+             Macropus genus, and the smaller macropods closely related to the kangaroo. [1]",
+            "Egypt borders Libya to the west, Sudan to the south, and the Gaza Strip and Israel to the east. [2]",
+            "Yes. Yes. Yes. [1]",
+            "",
+        ] {
+            assert!(!repeats_itself(answer), "{answer}");
+        }
+    }
 
     /// Runs `analyse` on `input` and compares its rendering with `expect`.
     fn check<'a, T: std::fmt::Debug>(analyse: impl Fn(&'a str) -> T, input: &'a str, expect: &str) {
