@@ -221,8 +221,8 @@ pub fn is_retrieval_error(answer: &str) -> bool {
 
 /// Whether a no-info reread's answer ([`RetryStrategy::Reread`]) replaces the "not in the documents" it rereads,
 /// and why. A reread is asked without the prompt's way out, so it is kept only when it has content, does not loop
-/// ([`crate::text::repeats_itself`]) and the judge did not find it unfaithful (more than `unsupported_share` of its statements unsupported); otherwise the honest
-/// no-info answer stands. Without a judgement (no judge, or the judge failed) the reread is kept, as any retry's
+/// ([`crate::text::repeats_itself`]) and the judge did not find it unfaithful (more than `unsupported_share` of
+/// its statements unsupported); otherwise the honest no-info answer stands. Without a judgement (no judge, or the judge failed) the reread is kept, as any retry's
 /// answer is.
 #[must_use]
 pub fn keep_reread(config: &RetryConfig, reread: &AttemptOutcome) -> (bool, String) {

@@ -306,21 +306,13 @@ const YES_NO_OPENERS: &[&str] = &[
 /// ```
 #[must_use]
 pub fn is_yes_no_question(question: &str) -> bool {
-    let first_word = |text: &str| {
-        text.split_whitespace()
-            .next()
-            .map(|w| w.trim_matches(|c: char| !c.is_alphanumeric() && c != '\'').to_lowercase().replace('’', "'"))
-    };
+    let word = |w: &str| w.trim_matches(|c: char| !c.is_alphanumeric() && c != '\'').to_lowercase().replace('’', "'");
+    let first_word = |text: &str| text.split_whitespace().next().map(word);
     let opens = |text: &str| first_word(text).is_some_and(|w| YES_NO_OPENERS.contains(&w.as_str()));
     if opens(question) {
         return true;
     }
-    let asks = |text: &str| {
-        text.split_whitespace().any(|w| {
-            let w = w.trim_matches(|c: char| !c.is_alphanumeric()).to_lowercase();
-            QUESTION_WORDS.contains(&w.as_str())
-        })
-    };
+    let asks = |text: &str| text.split_whitespace().map(word).any(|w| QUESTION_WORDS.contains(&w.as_str()));
     // "Sibiu, a city in Transylvania, was chosen in what year?": the clause after the comma asks a question word,
     // so the auxiliary continues the subject before it. A relative clause after a later comma (", which are …")
     // does not count.

@@ -237,9 +237,12 @@ fn base_port_window((first, last): (u16, u16), span: u16) -> (u16, u16) {
     (last.saturating_add(1).max(LOWEST), u16::MAX.saturating_sub(span))
 }
 
+/// 64 unpredictable bits: std's per-process random hash keys (advanced on every call), mixed with the time and pid.
 fn random_u64() -> u64 {
     use std::hash::{BuildHasher, Hasher};
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
     let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(now);
     hasher.write_u32(std::process::id());
     hasher.finish()
 }
@@ -256,17 +259,11 @@ pub fn check_ports_free(ports: &[NodePorts]) -> io::Result<()> {
     Ok(())
 }
 
-/// A key no one can guess from outside this machine's user: the clock and the process id, hashed.
+/// A key no one can guess from outside this machine's user: two draws of [`random_u64`] (std's random hash keys,
+/// the clock and the process id).
 #[must_use]
 pub fn fresh_api_key() -> String {
-    use std::hash::{BuildHasher, Hasher};
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u128(now);
-    hasher.write_u32(std::process::id());
-    let mut second = std::collections::hash_map::RandomState::new().build_hasher();
-    second.write_u64(hasher.finish());
-    format!("ragtune-{:016x}{:016x}", hasher.finish(), second.finish())
+    format!("ragtune-{:016x}{:016x}", random_u64(), random_u64())
 }
 
 /// `GET path` on `url` (`http://HOST:PORT`) with an optional Qdrant API key: the status code and the body.
