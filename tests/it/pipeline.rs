@@ -664,6 +664,64 @@ async fn answer_first_rereads_a_no_info_answer_judged_ambiguous_from_strips_with
     assert_eq!(r.answer.as_deref(), Some("The documents don't contain this information."));
 }
 
+#[tokio::test]
+async fn answer_first_evidence_answers_a_yes_no_question_from_the_sentence_that_settles_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    ragtune_eval::qa::apply_experiment("answer_first_evidence", &mut cfg).unwrap();
+    assert!(cfg.pipeline.yes_no_evidence);
+    let evidence =
+        r#"{"evidence": "Scurvy is a disease caused by a lack of vitamin C.", "source": 1, "verdict": "no"}"#;
+    let llm = Arc::new(
+        ScriptedLlm::new("{}").with_reply("First copy the sentence", evidence).with_reply("Sources:", "Yes. [1]"),
+    );
+    let engine = indexed(dir.path(), cfg.clone()).await.with_llm(Some(llm.clone()));
+    let r = engine.ask("Is scurvy caused by a lack of vitamin D?").await.unwrap();
+    // The verdict opens the answer and the copied sentence follows it with its citation; the ordinary yes/no
+    // prompt was not asked.
+    assert_eq!(
+        r.answer.as_deref(),
+        Some("No. Scurvy is a disease caused by a lack of vitamin C. [1]"),
+        "{}",
+        notes(&r)
+    );
+    assert_eq!(r.answer_kind, AnswerKind::Llm);
+    let first = &llm.requests()[0];
+    assert!(first.json_schema.is_some(), "the evidence-first request is constrained by its schema");
+    assert!(
+        generation_prompts(&llm).iter().all(|p| p.starts_with("You answer yes/no questions")),
+        "{:?}",
+        llm.requests()
+    );
+    let generate = r.trace.iter().find(|e| e.stage == "generate").expect("a generate event");
+    assert_eq!(generate.detail.get("prompt").and_then(|v| v.as_str()), Some("answer_yes_no_evidence@1"));
+    drop(engine);
+
+    // A question that is not yes/no is asked with the ordinary answer prompt.
+    let llm = Arc::new(ScriptedLlm::new("{}").with_reply("Sources:", "A lack of vitamin C [1]."));
+    let engine = Engine::open(cfg.clone()).await.unwrap().with_llm(Some(llm.clone()));
+    let r = engine.ask("What causes scurvy?").await.unwrap();
+    assert_eq!(r.answer.as_deref(), Some("A lack of vitamin C [1]."));
+    assert!(llm.requests().iter().all(|q| q.json_schema.is_none()), "{:?}", llm.requests());
+    drop(engine);
+
+    // Output without a verdict (after its repair) falls back to the ordinary yes/no prompt, charged and said.
+    cfg.pipeline.retry = false;
+    let llm = Arc::new(
+        ScriptedLlm::new("{}")
+            .with_reply("First copy the sentence", "yes, I think so")
+            .with_reply("Sources:", "Yes. [1]"),
+    );
+    let engine = Engine::open(cfg).await.unwrap().with_llm(Some(llm.clone()));
+    let r = engine.ask("Is scurvy caused by a lack of vitamin C?").await.unwrap();
+    assert_eq!(r.answer.as_deref(), Some("Yes. [1]"));
+    let said = of_kind(&r, NoteKind::GenerationFailed);
+    assert!(said.iter().any(|n| n.contains("no verdict") && n.contains("answer_yes_no@1")), "{said:?}");
+    // The evidence-first request, its repair and the ordinary answer.
+    assert_eq!(llm.calls(), 3, "{:?}", llm.requests());
+    assert_eq!(r.cost.llm_calls, 3, "{:?}", r.cost);
+}
+
 /// The local LLM server, when one runs (`cargo xtask llm start`; CI requires it).
 fn local_llm_url() -> Option<String> {
     let url = std::env::var("RAGTUNE_LLM_URL").ok().filter(|u| !u.is_empty()).or_else(ragtune::local_llm_url);

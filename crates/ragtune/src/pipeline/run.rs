@@ -248,8 +248,9 @@ impl Run<'_> {
         let trace = ledger.sink.take();
         let mut cost = std::mem::take(&mut ledger.cost);
         // Every call of an LLM client is traced (query transformations included); an LLM that does not trace
-        // its calls (a fake, a model of your own) is counted from the stages instead.
-        let llm_events: Vec<&TraceEvent> = trace.iter().filter(|e| e.stage == "llm").collect();
+        // its calls (a fake, a model of your own) is counted from the stages instead. A `repair` event announces
+        // the repair call, which is traced as a call of its own.
+        let llm_events: Vec<&TraceEvent> = trace.iter().filter(|e| e.stage == "llm" && e.action != "repair").collect();
         if env.engine.llm().is_none() {
             // No LLM: nothing to count (stage costs of embedders are not LLM calls).
         } else if llm_events.is_empty() {
