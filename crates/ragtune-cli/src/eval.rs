@@ -211,8 +211,8 @@ struct QaArgs {
     #[arg(long, value_name = "DIR")]
     dataset: PathBuf,
     /// The named experiments to run, comma-separated (no_retrieval, baseline, forced_search, refined, extraction,
-    /// judge, smart_retry, multi_query, batched_extraction, corrective, answer_first, answer_first_evidence); `none`
-    /// with --refinement measures refinement only.
+    /// judge, smart_retry, multi_query, batched_extraction, corrective, answer_first); `none` with --refinement measures
+    /// refinement only.
     #[arg(long, value_name = "LIST", value_delimiter = ',')]
     experiment: Vec<String>,
     /// Also measure knowledge refinement (answer-bearing strips kept, tokens cut).

@@ -28,7 +28,7 @@ use ragtune::{ContextMode, EmbeddingMode, Transform};
 
 /// The named experiments (docs/eval.md, "The experiments"): a ladder from plain RAG to batched extraction, plus
 /// the closed-book and full corrective pipelines.
-pub const EXPERIMENTS: [&str; 12] = [
+pub const EXPERIMENTS: [&str; 11] = [
     "no_retrieval",
     "baseline",
     "forced_search",
@@ -40,7 +40,6 @@ pub const EXPERIMENTS: [&str; 12] = [
     "batched_extraction",
     "corrective",
     "answer_first",
-    "answer_first_evidence",
 ];
 
 /// Applies a named experiment to a configuration.
@@ -61,8 +60,6 @@ pub const EXPERIMENTS: [&str; 12] = [
 ///   unless the evaluator judged the retrieval INCORRECT, from refinement's strips and without the prompt's way
 ///   out, and kept when the judge supports it (`retry.recheck_no_info = "unless_incorrect"`,
 ///   `pipeline.reread_context = "refine"`); the LLM-free judge decides (`pipeline.judge_with_llm = false`).
-/// - `answer_first_evidence`: `answer_first` answering yes/no questions evidence first
-///   (`pipeline.yes_no_evidence`: the sentence that settles the question, then the verdict).
 ///
 /// # Errors
 /// [`InvalidInput`](ragtune::core::ErrorKind::InvalidInput) for an unknown name.
@@ -129,10 +126,6 @@ pub fn apply_experiment(name: &str, cfg: &mut Config) -> Result<()> {
             // The LLM judge reads the whole context: after an answer from the whole passages it would cost as much
             // as the answer itself, so the LLM-free judge decides the retry.
             cfg.pipeline.judge_with_llm = false;
-        }
-        "answer_first_evidence" => {
-            apply_experiment("answer_first", cfg)?;
-            cfg.pipeline.yes_no_evidence = true;
         }
         other => {
             return Err(Error::invalid_input(format!(

@@ -222,41 +222,6 @@ pub const ANSWER_REREAD_YES_NO: Prompt = grounded_answer(
     concat!(answer_text!(role), " ", answer_text!(yes_no), " ", answer_text!(cite)),
 );
 
-/// The grounded answer to a yes/no question, evidence first (`pipeline.yes_no_evidence`): the model copies the
-/// sentence of the sources that settles the question and names its source before it gives its verdict, in a JSON
-/// object whose keys the schema (and a grammar-constrained server) keeps in that order. The caller renders
-/// `Yes. <sentence> [n]`. Small models asked for Yes or No first tend to say Yes and then quote a sentence that
-/// contradicts it ("Yes. Grover Cleveland was born in Caldwell, New Jersey."; docs/eval.md, "Yes/no answers,
-/// evidence first").
-pub const ANSWER_YES_NO_EVIDENCE: Prompt = Prompt {
-    id: "answer_yes_no_evidence",
-    version: 1,
-    system: "You answer yes/no questions using only the numbered sources you are given. You answer with JSON only.",
-    user: "Sources:\n{{context}}\n\nQuestion: {{query}}\n\nFirst copy the sentence of the sources that settles the \
-           question and give the number of its source. Then give the verdict: yes when that sentence says the \
-           question is true, no when it says otherwise, and not stated when no source settles it.\n\n\
-           Answer as {\"evidence\": \"<the sentence>\", \"source\": <number>, \"verdict\": \"yes\" | \"no\" | \"not stated\"}.",
-    schema: Some(yes_no_evidence_schema),
-    temperature: 0.0,
-    max_tokens: 200,
-};
-
-/// The keys are in the order the model should write them (evidence, source, verdict), which is also their
-/// alphabetical order: `serde_json` sends object keys sorted, and a grammar-constrained server follows the order
-/// it is sent.
-fn yes_no_evidence_schema() -> Value {
-    json!({
-        "type": "object",
-        "properties": {
-            "evidence": { "type": "string" },
-            "source": { "type": "integer", "minimum": 1 },
-            "verdict": { "type": "string", "enum": ["yes", "no", "not stated"] }
-        },
-        "required": ["evidence", "source", "verdict"],
-        "additionalProperties": false
-    })
-}
-
 /// A grounded answer prompt: `system` over the numbered sources and the question, up to 160 tokens at
 /// temperature 0 (what [`ANSWER`], [`ANSWER_YES_NO`] and the rereads share).
 const fn grounded_answer(id: &'static str, version: u32, system: &'static str) -> Prompt {
@@ -421,7 +386,7 @@ fn judge_schema() -> Value {
 }
 
 /// Every prompt, for listings and tests.
-pub const ALL: [&Prompt; 16] = [
+pub const ALL: [&Prompt; 15] = [
     &HYDE,
     &MULTI_QUERY,
     &REWRITE,
@@ -433,7 +398,6 @@ pub const ALL: [&Prompt; 16] = [
     &EXTRACT,
     &ANSWER,
     &ANSWER_YES_NO,
-    &ANSWER_YES_NO_EVIDENCE,
     &ANSWER_REREAD,
     &ANSWER_REREAD_YES_NO,
     &ANSWER_CLOSED_BOOK,
@@ -475,14 +439,6 @@ mod tests {
         }
         let ids: std::collections::BTreeSet<_> = ALL.iter().map(|p| p.id).collect();
         assert_eq!(ids.len(), ALL.len(), "prompt ids are unique");
-    }
-
-    #[test]
-    fn the_evidence_first_schema_sends_the_evidence_before_the_verdict() {
-        // A grammar-constrained server generates the keys in the order they are sent: the verdict must come last.
-        let sent = serde_json::to_string(&(ANSWER_YES_NO_EVIDENCE.schema.unwrap())()).unwrap();
-        let at = |key: &str| sent.find(&format!("\"{key}\":{{")).unwrap_or_else(|| panic!("{key} in {sent}"));
-        assert!(at("evidence") < at("source") && at("source") < at("verdict"), "{sent}");
     }
 
     #[test]

@@ -234,10 +234,6 @@ pub struct PipelineSettings {
     pub reread_context: Option<ContextMode>,
     /// Generate an answer (with the LLM when configured, else extractively); `false` returns context only.
     pub generate: bool,
-    /// Answer a yes/no question evidence first: the LLM copies the sentence that settles it before it says yes or
-    /// no (the `answer_yes_no_evidence` prompt, JSON), and the answer reads `Yes. <sentence> [n]`. Off: the
-    /// `answer_yes_no` prompt, which asks for Yes or No first (docs/pipeline.md, "Generate").
-    pub yes_no_evidence: bool,
     /// Retrieve at all; `false` answers closed-book (the "no retrieval" baseline of evaluations).
     pub retrieve: bool,
     /// Extract with one LLM call per passage (the `extraction` experiment of docs/eval.md) instead of one batched
@@ -267,7 +263,6 @@ impl Default for PipelineSettings {
             retry_context: None,
             reread_context: None,
             generate: true,
-            yes_no_evidence: false,
             retrieve: true,
             extraction_per_document: false,
             judge: true,

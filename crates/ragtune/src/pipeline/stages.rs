@@ -569,62 +569,28 @@ impl Env<'_> {
         reread: bool,
     ) -> ((String, AnswerKind), Report) {
         let numbered = render_context(context);
-        let values = [("context", numbered.as_str()), ("query", self.question.as_str())];
-        // A yes/no question answered evidence first; when that fails, the ordinary prompt answers (charged both).
-        let mut spent = Cost::ZERO;
-        let mut fallback = None;
-        if !reread && self.engine.config().pipeline.yes_no_evidence && prompts::is_yes_no_question(&self.question) {
-            let evidence = &prompts::ANSWER_YES_NO_EVIDENCE;
-            let answer = match evidence.render(&values) {
-                Ok(request) => {
-                    ragtune_core::prompt::generate_json(llm, &self.ctx, request, &prompts::REPAIR_JSON).await
-                }
-                Err(e) => Err(e),
-            };
-            match answer {
-                Ok(a) => match yes_no_from_evidence(&a.value, context.len()) {
-                    Some(text) => {
-                        let report = Report::new("llm").detail("prompt", evidence.tag()).cost(a.cost);
-                        return ((text, AnswerKind::Llm), report);
-                    }
-                    None => {
-                        spent = a.cost;
-                        fallback = Some(format!("the evidence-first answer has no verdict: {}", a.value));
-                    }
-                },
-                Err(e) => {
-                    spent = ragtune_core::prompt::raw_output(&e).map_or(Cost::ZERO, |raw| raw.cost);
-                    fallback = Some(format!("the evidence-first answer failed: {e}"));
-                }
-            }
-        }
         let prompt =
             if reread { prompts::reread_prompt(&self.question) } else { prompts::answer_prompt(&self.question) };
-        let request = prompt.render(&values);
+        let request = prompt.render(&[("context", numbered.as_str()), ("query", self.question.as_str())]);
         let extractive = || (extractive_answer(&self.question, context), AnswerKind::Extractive);
-        let (answer, mut report) = match generate_text(llm, &self.ctx, request).await {
+        match generate_text(llm, &self.ctx, request).await {
             Ok((text, c)) if !text.trim().is_empty() => {
-                let report = Report::new("llm").detail("prompt", prompt.tag()).cost(c + spent);
+                let report = Report::new("llm").detail("prompt", prompt.tag()).cost(c);
                 ((text.trim().to_owned(), AnswerKind::Llm), report)
             }
             Ok((_, c)) => {
                 let report = Report::new("empty")
-                    .cost(c + spent)
+                    .cost(c)
                     .note(NoteKind::GenerationFailed, "the LLM returned an empty answer; the answer is extractive");
                 (extractive(), report)
             }
             Err(e) => {
                 let report = Report::new("failed")
-                    .cost(spent)
                     .detail("error", e.to_string())
                     .note(NoteKind::GenerationFailed, format!("generation failed; the answer is extractive: {e}"));
                 (extractive(), report)
             }
-        };
-        if let Some(why) = fallback {
-            report = report.note(NoteKind::GenerationFailed, format!("{why}; answered with {}", prompt.tag()));
         }
-        (answer, report)
     }
 
     /// The closed-book answer; `None` when the LLM fails.
@@ -802,36 +768,6 @@ fn strips(refined: &Refined) -> Vec<ContextPassage> {
     refined.passages.iter().map(|p| passage(&p.chunk_id, &p.doc_id, p.title.as_ref(), p.text.clone())).collect()
 }
 
-/// The answer `Yes. <evidence> [n]` (or `No. …`) from an [`prompts::ANSWER_YES_NO_EVIDENCE`] object, with the
-/// citation only when `n` numbers one of the `passages` context passages; the honest "not in the documents" for
-/// the verdict "not stated"; `None` without a known verdict.
-fn yes_no_from_evidence(value: &serde_json::Value, passages: usize) -> Option<String> {
-    let opening = match value.get("verdict")?.as_str()?.trim() {
-        "yes" => "Yes.",
-        "no" => "No.",
-        "not stated" => return Some(NO_INFO.to_owned()),
-        _ => return None,
-    };
-    let evidence = value.get("evidence").and_then(|v| v.as_str()).map_or("", str::trim);
-    let source = value
-        .get("source")
-        .and_then(serde_json::Value::as_u64)
-        .and_then(|n| usize::try_from(n).ok())
-        .filter(|n| (1..=passages).contains(n));
-    let mut text = opening.to_owned();
-    if !evidence.is_empty() {
-        text.push(' ');
-        text.push_str(evidence);
-        if !evidence.ends_with(['.', '!', '?', ']']) {
-            text.push('.');
-        }
-    }
-    if let Some(n) = source.filter(|n| !evidence.contains(&format!("[{n}]"))) {
-        text.push_str(&format!(" [{n}]"));
-    }
-    Some(text)
-}
-
 async fn generate_text(
     llm: &dyn Llm,
     ctx: &ragtune_core::Ctx,
@@ -994,32 +930,5 @@ impl CragMetadata {
         self.score = j.score;
         self.criteria = j.criteria.clone();
         self.reasons = j.reasons.clone();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn an_evidence_first_verdict_opens_the_answer_and_cites_its_source() {
-        let value = json!({"evidence": "Cleveland was born in Caldwell, New Jersey", "source": 2, "verdict": "no"});
-        assert_eq!(
-            yes_no_from_evidence(&value, 3).as_deref(),
-            Some("No. Cleveland was born in Caldwell, New Jersey. [2]")
-        );
-        // A source outside the context is not cited; a citation the evidence already carries is not repeated.
-        let value = json!({"evidence": "Otters have fur.", "source": 9, "verdict": "yes"});
-        assert_eq!(yes_no_from_evidence(&value, 3).as_deref(), Some("Yes. Otters have fur."));
-        let value = json!({"evidence": "Otters have fur [1].", "source": 1, "verdict": "yes"});
-        assert_eq!(yes_no_from_evidence(&value, 3).as_deref(), Some("Yes. Otters have fur [1]."));
-        let value = json!({"evidence": " ", "source": 1, "verdict": "yes"});
-        assert_eq!(yes_no_from_evidence(&value, 1).as_deref(), Some("Yes. [1]"));
-        // "not stated" is the honest admission; no verdict (or an unknown one) is no answer.
-        let value = json!({"evidence": "", "source": 1, "verdict": "not stated"});
-        assert_eq!(yes_no_from_evidence(&value, 1).as_deref(), Some(NO_INFO));
-        assert_eq!(yes_no_from_evidence(&json!({"evidence": "x", "verdict": "maybe"}), 1), None);
-        assert_eq!(yes_no_from_evidence(&json!({}), 1), None);
     }
 }
