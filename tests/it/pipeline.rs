@@ -158,8 +158,7 @@ async fn an_llm_returning_invalid_json_falls_back_where_structure_is_needed() {
     let f = r.faithfulness.as_ref().unwrap();
     assert!(f.fallback_reason.as_deref().unwrap_or("").starts_with("invalid output"), "{:?}", f.fallback_reason);
     assert!(r.cost.llm_calls >= 3, "{:?}", r.cost);
-    // Every call is counted once: a repair's trace announcement is not a call of its own (this fake traces no
-    // calls, so they are counted from the stages).
+    // Every request is counted once (this fake traces none, so they are counted from the stages).
     assert_eq!(r.cost.llm_calls, llm.calls() as u64, "{:?}", r.cost);
 }
 

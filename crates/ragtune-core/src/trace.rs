@@ -46,10 +46,32 @@ impl TraceEvent {
         self
     }
 
+    /// Whether this event records one LLM request: the `llm` stage's `generate`, `cached` or `failed` (what an
+    /// LLM client traces per request). Other `llm` events, such as the `repair` that announces a structured
+    /// output's repair request, are not requests of their own.
+    #[must_use]
+    pub fn is_llm_call(&self) -> bool {
+        self.stage == "llm" && matches!(self.action.as_str(), "generate" | "cached" | "failed")
+    }
+
     /// Sets the elapsed time.
     #[must_use]
     pub fn elapsed(mut self, elapsed: std::time::Duration) -> Self {
         self.elapsed_us = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_events_of_a_request_are_llm_calls() {
+        for action in ["generate", "cached", "failed"] {
+            assert!(TraceEvent::new("llm", action).is_llm_call(), "{action}");
+        }
+        assert!(!TraceEvent::new("llm", "repair").is_llm_call());
+        assert!(!TraceEvent::new("generate", "llm").is_llm_call());
     }
 }

@@ -451,7 +451,7 @@ pub async fn run_eval(opts: &EvalOptions, log: &mut dyn FnMut(&str)) -> Result<E
         let mut in_llm = 0.0;
         for e in sink.take() {
             match (e.stage.as_str(), e.action.as_str()) {
-                ("llm", "generate" | "cached" | "failed") => {
+                _ if e.is_llm_call() => {
                     cost.llm_calls += e.cost.calls;
                     cost.llm_tokens += e.cost.tokens;
                     cost.llm_cache_hits += u64::from(e.action == "cached") * e.cost.calls;

@@ -192,7 +192,7 @@ impl Ledger {
     /// LLM tokens spent so far: the traced LLM calls, or, for an LLM that traces none (a fake, a model of your own),
     /// the costs of the stages that call it.
     pub(super) fn llm_tokens(&self) -> u64 {
-        let traced = self.sink.cost_where(|e| e.stage == "llm");
+        let traced = self.sink.cost_where(TraceEvent::is_llm_call);
         if traced == Cost::ZERO { stages_llm_cost(&self.cost).tokens } else { traced.tokens }
     }
 
@@ -248,9 +248,8 @@ impl Run<'_> {
         let trace = ledger.sink.take();
         let mut cost = std::mem::take(&mut ledger.cost);
         // Every call of an LLM client is traced (query transformations included); an LLM that does not trace
-        // its calls (a fake, a model of your own) is counted from the stages instead. A `repair` event announces
-        // the repair call, which is traced as a call of its own.
-        let llm_events: Vec<&TraceEvent> = trace.iter().filter(|e| e.stage == "llm" && e.action != "repair").collect();
+        // its calls (a fake, a model of your own) is counted from the stages instead.
+        let llm_events: Vec<&TraceEvent> = trace.iter().filter(|e| e.is_llm_call()).collect();
         if env.engine.llm().is_none() {
             // No LLM: nothing to count (stage costs of embedders are not LLM calls).
         } else if llm_events.is_empty() {
