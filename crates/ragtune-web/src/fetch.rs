@@ -361,7 +361,8 @@ fn decode_entities(text: &str) -> String {
     while let Some(amp) = rest.find('&') {
         out.push_str(&rest[..amp]);
         rest = &rest[amp..];
-        let Some(semi) = rest[..rest.len().min(12)].find(';') else {
+        // Entity names are ASCII: look for the `;` among the next bytes, never slicing inside a character.
+        let Some(semi) = rest.bytes().take(12).position(|b| b == b';') else {
             out.push('&');
             rest = &rest[1..];
             continue;
@@ -437,5 +438,37 @@ mod tests {
         );
         assert_eq!(html_text("plain"), "plain");
         assert_eq!(html_text("<p>unclosed <script>forever"), "unclosed");
+    }
+
+    /// `html_text(input)` is `expect`.
+    fn check(input: &str, expect: &str) {
+        assert_eq!(html_text(input), expect, "{input:?}");
+    }
+
+    #[test]
+    fn an_ampersand_before_multi_byte_text_is_kept_as_it_is() {
+        check("a &é b", "a &é b");
+        check("&€", "&€");
+        check("x &", "x &");
+        check("&", "&");
+        check("&#x1F600;", "\u{1F600}");
+        check("&#128512; &amp;", "\u{1F600} &");
+        // The entity name window (12 bytes) ends inside a multi-byte character.
+        check("&€€€€", "&€€€€");
+        check("&aaaaaaaaaaé;", "&aaaaaaaaaaé;");
+        check("<p>Caf&eacute; &€ &#xD800; &#x110000; &#; &;</p>", "Caf&eacute; &€ &#xD800; &#x110000; &#; &;");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn extraction_never_panics(s in "\\PC*", u in "[&;<>#x0-9a-zé€😀 !-]{0,40}", t in proptest::collection::vec(proptest::prelude::any::<char>(), 0..64)) {
+            let _ = html_text(&s);
+            let _ = decode_entities(&s);
+            let _ = html_text(&u);
+            let _ = decode_entities(&u);
+            let mixed: String = t.iter().flat_map(|c| ['&', *c, '<', ';']).collect();
+            let _ = html_text(&mixed);
+            let _ = decode_entities(&mixed);
+        }
     }
 }
