@@ -11,6 +11,7 @@
 //! cargo xtask qdrant start --nodes 3  # a Qdrant cluster on loopback ports
 //! ```
 
+mod baseline;
 mod bench;
 mod bench_server;
 mod ci;
