@@ -60,7 +60,10 @@ fn dense_search(c: &mut Criterion) {
             .ok()
             .and_then(|v| v.parse().ok())
             .unwrap_or(AnnConfig::default().ef_construction);
-        let options = StoreOptions { ann: AnnConfig { min_vectors: 1_000, ef_construction, ..AnnConfig::default() } };
+        let options = StoreOptions {
+            ann: AnnConfig { min_vectors: 1_000, ef_construction, ..AnnConfig::default() },
+            ..StoreOptions::default()
+        };
         let store = EmbeddedStore::open_with(dir.path(), options).expect("store");
         let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
         let centres: Vec<Vec<f32>> = (0..200).map(|_| (0..dim).map(|_| rng.next_f32()).collect()).collect();

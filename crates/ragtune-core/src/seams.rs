@@ -203,6 +203,16 @@ pub trait VectorStore: Send + Sync + Debug {
     /// IO failures.
     async fn stats(&self, ctx: &Ctx) -> Result<StoreStats>;
 
+    /// Whether the store can serve reads and take writes now, as cheaply as the backend allows: what a readiness
+    /// probe asks many times a minute. The default asks for [`stats`](Self::stats); a store whose counts are
+    /// expensive (a remote one), or that knows it cannot write (a full disk), overrides it.
+    ///
+    /// # Errors
+    /// Why the store is not ready.
+    async fn ready(&self, ctx: &Ctx) -> Result<()> {
+        self.stats(ctx).await.map(drop)
+    }
+
     /// The span vectors stored with these chunks ([`Record::spans`]), one list per id in order: empty for a chunk
     /// without any, an id that is not stored, or a store that keeps none (the default). Callers embed what is
     /// missing themselves.
@@ -520,6 +530,7 @@ macro_rules! forward_pointer {
                 (**self).search(ctx, requests).await
             }
             async fn stats(&self, ctx: &Ctx) -> Result<StoreStats> { (**self).stats(ctx).await }
+            async fn ready(&self, ctx: &Ctx) -> Result<()> { (**self).ready(ctx).await }
             // The provided methods are forwarded too: an implementation that overrides them (a store with a
             // cheaper delete, say) keeps its override once it is shared behind a pointer.
             async fn upsert(&self, ctx: &Ctx, records: Vec<Record>) -> Result<WriteReport> {

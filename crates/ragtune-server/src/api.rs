@@ -1,8 +1,9 @@
 //! Routes, handlers and the JSON error shape.
 
-use std::time::Instant;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
-use axum::body::Bytes;
+use axum::body::{Body, Bytes};
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, MatchedPath, Path, Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -17,7 +18,7 @@ use serde_json::Value;
 use crate::AppState;
 use crate::openapi::{
     Deleted, DocumentsBody, ErrorBody, ErrorDetail, Health, Indexed, Ready, SearxResult, SearxResults, Stats,
-    StoreCheck, openapi_document,
+    openapi_document,
 };
 
 /// The page at `/`: one self-contained file, no build step, no CDN.
@@ -35,16 +36,22 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/stats", get(stats))
         .route("/metrics", get(metrics))
         .route("/openapi.json", get(openapi))
+        .route("/searxng/search", get(searxng))
         .route_layer(middleware::from_fn_with_state(state.clone(), authorize));
+    // The open routes are exactly `OPEN_ROUTES` (a test checks every other route of `ROUTES` refuses without the
+    // key).
     Router::new()
         .merge(guarded)
-        .route("/searxng/search", get(searxng))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/", get(page))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        // Layers run outside in, from the last added: the Host/Origin check, then the body is read whole (with
+        // its timeout and size limit), and only then does the request take a slot.
         .layer(middleware::from_fn_with_state(state.clone(), admit))
+        .layer(middleware::from_fn_with_state(state.clone(), read_body))
+        .layer(middleware::from_fn_with_state(state.clone(), check_host))
         .layer(DefaultBodyLimit::max(limit))
         .with_state(state)
 }
@@ -198,19 +205,58 @@ async fn search(State(state): State<AppState>, body: Result<Bytes, BytesRejectio
     Ok(Json(commands::search(&engine, &query, &opts).await?).into_response())
 }
 
-/// `PUT /v1/documents`: `{"documents": [{"id", "text", "title"?, "source"?, "metadata"?}]}`, written as one batch.
+/// `PUT /v1/documents`: `{"documents": [{"id", "text", "title"?, "source"?, "metadata"?}]}`, written whole (one
+/// atomic write: after an error or a crash either all of it is indexed or none), at most `max_batch_documents`.
+///
+/// Batches go one at a time, but beside readers: chunking and embedding run under the shared engine, and the store
+/// shows readers a batch whole or not at all. The approximate dense index is rebuilt in the background once enough
+/// of it changed, not within the request.
 async fn put_documents(State(state): State<AppState>, body: Result<Bytes, BytesRejection>) -> ApiResult<Response> {
     let documents = parse_documents(&body_bytes(body)?)?;
-    let mut engine = state.inner.engine.write().await;
-    let report = commands::index(&mut engine, &documents).await?;
-    if let Ok(s) = commands::stats(&engine).await {
-        state.inner.metrics.set_index(s.documents, s.chunks);
+    let max = state.inner.settings.max_batch_documents;
+    if documents.len() > max {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_large",
+            format!(
+                "the batch has {} documents; the server takes at most {max} per PUT ([server] max_batch_documents): \
+                 split it into several batches",
+                documents.len()
+            ),
+        ));
     }
+    let _writer = state.inner.writer.lock().await;
+    let engine = state.inner.engine.read().await;
+    let report = if engine.encoder().is_some() {
+        commands::index_shared(&engine, &documents).await?
+    } else {
+        // The store's first batch fixes its sparse space: the only write that takes the engine alone.
+        drop(engine);
+        let mut engine = state.inner.engine.write().await;
+        commands::index(&mut engine, &documents).await?
+    };
+    state.inner.metrics.set_index(report.store.documents, report.store.chunks);
+    refresh_in_background(&state);
     Ok(Json(Indexed { indexed: report }).into_response())
 }
 
+/// Starts a rebuild of the approximate dense index when a tenth of it changed, unless one runs already.
+fn refresh_in_background(state: &AppState) {
+    if state.inner.refreshing.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let state = state.clone();
+    tokio::spawn(async move {
+        let engine = state.inner.engine.read().await.clone();
+        // A failure leaves the previous index in use (exact search covers what changed); the next write retries.
+        let _ = engine.refresh_dense_index(0.1).await;
+        state.inner.refreshing.store(false, Ordering::Release);
+    });
+}
+
 async fn delete_document(State(state): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
-    let engine = state.inner.engine.write().await;
+    let _writer = state.inner.writer.lock().await;
+    let engine = state.inner.engine.read().await;
     if !commands::delete(&engine, &id).await? {
         return Err(ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("no document `{id}` in the index")));
     }
@@ -224,30 +270,42 @@ async fn stats(State(state): State<AppState>) -> ApiResult<Response> {
     let engine = state.inner.engine.read().await;
     let s = commands::stats(&engine).await?;
     state.inner.metrics.set_index(s.documents, s.chunks);
-    Ok(Json(Stats { store: engine.store_location(), stats: s, notes: engine.notes().to_vec() }).into_response())
+    Ok(Json(Stats {
+        store: engine.store_location(),
+        stats: s,
+        dense_model: engine.embedder().map(|e| e.spec().model_id.clone()),
+        llm: engine.llm().map(|l| l.name().to_owned()),
+        web: engine.web().map(|w| w.name().to_owned()),
+        notes: engine.notes().to_vec(),
+    })
+    .into_response())
 }
 
 async fn healthz() -> Response {
     Json(Health { status: "ok".into() }).into_response()
 }
 
-/// Ready when the store answers; the models, the LLM and the web are reported, not required.
+/// Ready when the store can read and write (the embedded store: its database is open and its disk has room;
+/// Qdrant: one health check), asked at most once a second however often the probe comes. A yes or no only: the
+/// route is open without the key, so it says nothing about the index (`/v1/stats` does, behind the key).
 async fn readyz(State(state): State<AppState>) -> Response {
-    let engine = state.inner.engine.read().await;
-    let store = commands::stats(&engine).await;
-    let body = Ready {
-        ready: store.is_ok(),
-        store: match &store {
-            Ok(s) => StoreCheck { ok: true, chunks: Some(s.chunks), error: None },
-            Err(e) => StoreCheck { ok: false, chunks: None, error: Some(e.to_string()) },
-        },
-        dense_model: engine.embedder().map(|e| e.spec().model_id.clone()),
-        llm: engine.llm().map(|l| l.name().to_owned()),
-        web: engine.web().map(|w| w.name().to_owned()),
-        notes: engine.notes().to_vec(),
+    let cached = *state.inner.readiness.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let ready = match cached {
+        Some((at, ready)) if at.elapsed() < Duration::from_secs(1) => ready,
+        _ => {
+            // Not behind the engine's lock: a first batch writing for minutes must not make the probe wait.
+            let engine = state.inner.engine.try_read().map(|e| e.clone());
+            let ready = match engine {
+                Ok(engine) => engine.ready().await.is_ok(),
+                Err(_) => true,
+            };
+            *state.inner.readiness.lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
+                Some((Instant::now(), ready));
+            ready
+        }
     };
-    let status = if store.is_ok() { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
-    (status, Json(body)).into_response()
+    let status = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    (status, Json(Ready { ready })).into_response()
 }
 
 async fn metrics(State(state): State<AppState>) -> Response {
@@ -333,6 +391,125 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
         diff |= a.get(i).copied().unwrap_or(0) ^ y;
     }
     diff == 0
+}
+
+/// Whether a `Host` or `Origin` host (with or without a port) names this machine: `localhost`, a loopback
+/// address, or one of `allowed`.
+fn local_host(host: &str, allowed: &[String]) -> bool {
+    let name = if let Some(rest) = host.strip_prefix('[') {
+        rest.split(']').next().unwrap_or_default()
+    } else {
+        match host.rsplit_once(':') {
+            Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
+            _ => host,
+        }
+    };
+    let name = name.trim_end_matches('.');
+    name.eq_ignore_ascii_case("localhost")
+        || name.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+        || allowed.iter().any(|a| a.eq_ignore_ascii_case(name))
+}
+
+/// On a loopback bind, refuses requests whose `Host` or `Origin` names another machine: a web page on another
+/// site whose name resolves to 127.0.0.1 (DNS rebinding) or that posts to it cross-origin cannot use the server.
+async fn check_host(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    if request.headers().get_all(header::HOST).iter().count() > 1 {
+        return ApiError::bad_request("the request has more than one Host header").into_response();
+    }
+    if state.inner.loopback {
+        let allowed = &state.inner.settings.allowed_hosts;
+        let host = request
+            .headers()
+            .get(header::HOST)
+            .map(|h| h.to_str().unwrap_or("\u{0}").to_owned())
+            .or_else(|| request.uri().authority().map(|a| a.as_str().to_owned()));
+        if let Some(host) = host
+            && !local_host(&host, allowed)
+        {
+            return ApiError::new(
+                StatusCode::FORBIDDEN,
+                "forbidden_host",
+                "this server listens on a loopback address and answers only requests for localhost (Host header); \
+                 add the name to [server] allowed_hosts to serve it behind a proxy",
+            )
+            .into_response();
+        }
+        if let Some(origin) = request.headers().get(header::ORIGIN) {
+            let ok = origin
+                .to_str()
+                .ok()
+                .and_then(|o| o.strip_prefix("http://").or_else(|| o.strip_prefix("https://")))
+                .is_some_and(|rest| !rest.contains('/') && local_host(rest, allowed));
+            if !ok {
+                return ApiError::new(
+                    StatusCode::FORBIDDEN,
+                    "forbidden_origin",
+                    "requests from web pages of other sites are refused (Origin header)",
+                )
+                .into_response();
+            }
+        }
+    }
+    next.run(request).await
+}
+
+/// Reads the body whole before anything else happens to the request: within `body_timeout_secs` (408 after it),
+/// at most `max_body_bytes` (413), and JSON when there is one (415), so that a slow upload never holds a request
+/// slot and a browser's form post (`text/plain`, which needs no CORS preflight) is never acted on.
+async fn read_body(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    use http_body_util::BodyExt;
+    let settings = &state.inner.settings;
+    let limit = settings.max_body_bytes;
+    let (parts, body) = request.into_parts();
+    let declared = parts.headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return too_large();
+    }
+    let timeout = Duration::from_secs(settings.body_timeout_secs);
+    let bytes = match tokio::time::timeout(timeout, http_body_util::Limited::new(body, limit).collect()).await {
+        Err(_) => {
+            let mut response = ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "timeout",
+                format!("the request body did not arrive within {}s ([server] body_timeout_secs)", timeout.as_secs()),
+            )
+            .into_response();
+            response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+            return response;
+        }
+        Ok(Err(e)) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => return too_large(),
+        Ok(Err(e)) => {
+            return ApiError::new(StatusCode::BAD_REQUEST, "invalid_input", format!("the body could not be read: {e}"))
+                .into_response();
+        }
+        Ok(Ok(collected)) => collected.to_bytes(),
+    };
+    if !bytes.is_empty() {
+        let json = parts
+            .headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split(';').next())
+            .is_some_and(|essence| essence.trim().eq_ignore_ascii_case("application/json"));
+        if !json {
+            return ApiError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported_media_type",
+                "the body must be JSON, sent with Content-Type: application/json",
+            )
+            .into_response();
+        }
+    }
+    next.run(Request::from_parts(parts, Body::from(bytes))).await
+}
+
+fn too_large() -> Response {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "too_large",
+        "the request body is larger than the server accepts ([server] max_body_bytes)",
+    )
+    .into_response()
 }
 
 /// Admission: a slot or 503 with `Retry-After` (never a queue), then timing and counting by route and status.

@@ -6,11 +6,14 @@
 //! `GET /searxng/search?q=…&format=json` (the index as a SearXNG-compatible search engine, for the web layer's
 //! offline tests), and `GET /` (a page to ask questions and read the trace).
 //!
-//! Safe by default: it binds 127.0.0.1 unless told otherwise, and refuses to bind anything else without an API key
-//! (a bearer token, compared in constant time, never logged); bodies are limited in size; every request has a
-//! deadline; at most `max_concurrency` requests run at once and one more is answered 503 with `Retry-After`, never
-//! queued; writes go through one writer; errors are JSON `{"error": {"kind", "message"}}` with the status that fits
-//! (400 for bad input, never 500).
+//! Safe by default (docs/server.md, "Security model"): it binds 127.0.0.1 unless told otherwise, and refuses to
+//! bind anything else without an API key of at least 16 characters (a bearer token, compared in constant time,
+//! never logged) that every route but `/healthz`, `/readyz` and the page requires; on a loopback bind it answers
+//! only requests whose `Host` and `Origin` name this machine (DNS rebinding); headers, bodies and idle connections
+//! have timeouts and connections a cap (slowloris); a request takes a slot only once its body has arrived, and at
+//! most `max_concurrency` run at once (one more is answered 503 with `Retry-After`, never queued); bodies and
+//! batches are limited in size (413); a batch is written whole or not at all, beside readers; errors are JSON
+//! `{"error": {"kind", "message"}}` with the status that fits (400 for bad input, never 500).
 //!
 //! ```no_run
 //! # async fn run() -> ragtune::core::Result<()> {
@@ -29,15 +32,17 @@ pub mod openapi;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
 
+use hyper_util::rt::{TokioIo, TokioTimer};
 use ragtune::core::{Error, Result};
 use ragtune::{Engine, ServerSettings};
-use tokio::sync::{RwLock, Semaphore};
+use tokio::sync::{Mutex, RwLock, Semaphore};
 
 pub use api::{ApiError, parse_ask, parse_documents, parse_search, router};
 pub use metrics::Metrics;
-pub use openapi::{ROUTES, openapi_document};
+pub use openapi::{OPEN_ROUTES, ROUTES, openapi_document};
 
 /// What every handler shares.
 #[derive(Debug, Clone)]
@@ -47,28 +52,46 @@ pub struct AppState {
 
 #[derive(Debug)]
 struct Inner {
-    /// Readers share the engine; `PUT` and `DELETE` take it alone, so batches are written one at a time.
+    /// Readers and writers share the engine (the store serialises its own commits and shows readers a batch whole
+    /// or not at all); only the very first batch of a new store takes it alone, to create the store's sparse space.
     engine: RwLock<Engine>,
+    /// Writes (`PUT`, `DELETE`) go one at a time.
+    writer: Mutex<()>,
     settings: ServerSettings,
+    /// Whether the server listens on a loopback address: then `Host` and `Origin` must name this machine.
+    loopback: bool,
     /// Requests in flight: `try_acquire` or 503.
     slots: Arc<Semaphore>,
     metrics: Metrics,
+    /// The last readiness answer and when it was taken: `/readyz` asks the store at most once a second.
+    readiness: std::sync::Mutex<Option<(Instant, bool)>>,
+    /// Whether a rebuild of the approximate dense index runs in the background.
+    refreshing: Arc<AtomicBool>,
 }
 
 impl AppState {
     /// The shared state of a server over `engine`.
     ///
     /// # Errors
-    /// [`InvalidInput`](ragtune::core::ErrorKind::InvalidInput) for a `max_concurrency` of 0 or a zero body limit.
+    /// [`InvalidInput`](ragtune::core::ErrorKind::InvalidInput) for invalid settings (a zero limit, a short API
+    /// key, an address that does not parse).
     pub fn new(engine: Engine, settings: ServerSettings) -> Result<Self> {
-        if settings.max_concurrency == 0 || settings.max_body_bytes == 0 || settings.max_deadline_ms == 0 {
-            return Err(Error::invalid_input(
-                "[server] max_concurrency, max_body_bytes and max_deadline_ms must be at least 1",
-            ));
-        }
+        settings.validate()?;
+        let loopback = parse_bind(&settings)?.ip().is_loopback();
         let slots = Arc::new(Semaphore::new(settings.max_concurrency));
         let metrics = Metrics::new()?;
-        Ok(Self { inner: Arc::new(Inner { engine: RwLock::new(engine), settings, slots, metrics }) })
+        Ok(Self {
+            inner: Arc::new(Inner {
+                engine: RwLock::new(engine),
+                writer: Mutex::new(()),
+                settings,
+                loopback,
+                slots,
+                metrics,
+                readiness: std::sync::Mutex::new(None),
+                refreshing: Arc::default(),
+            }),
+        })
     }
 
     /// The server's metrics.
@@ -127,23 +150,57 @@ impl Server {
     /// Serves until `shutdown` completes, then stops accepting and lets requests in flight finish (for at most
     /// `shutdown_grace_secs`).
     ///
+    /// Each connection is HTTP/1.1 with a header timeout that also closes a kept-alive connection idle for as long
+    /// (`header_timeout_secs`); at most `max_connections` are open at once, and one more is closed as soon as it is
+    /// accepted.
+    ///
     /// # Errors
-    /// A failure of the listener.
+    /// None in practice: a failed `accept` (out of file descriptors, say) is retried after a pause.
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<()> {
+        let settings = self.state.inner.settings.clone();
+        let metrics = self.state.inner.metrics.clone();
         let app = router(self.state);
-        let (stopping_tx, stopping_rx) = tokio::sync::oneshot::channel::<()>();
-        let graceful = axum::serve(self.listener, app).with_graceful_shutdown(async move {
-            shutdown.await;
-            let _ = stopping_tx.send(());
-        });
-        let grace = self.grace;
-        tokio::select! {
-            r = graceful => r.map_err(|e| Error::unavailable(format!("the server failed: {e}")).with_source(e)),
-            () = async move {
-                let _ = stopping_rx.await;
-                tokio::time::sleep(grace).await;
-            } => Ok(()),
+        let mut http = hyper::server::conn::http1::Builder::new();
+        http.timer(TokioTimer::new())
+            .header_read_timeout(Duration::from_secs(settings.header_timeout_secs))
+            .keep_alive(true);
+        let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+        let connections = Arc::new(Semaphore::new(settings.max_connections));
+        let shutdown = std::pin::pin!(shutdown);
+        let mut shutdown = shutdown;
+        loop {
+            let accepted = tokio::select! {
+                accepted = self.listener.accept() => accepted,
+                () = &mut shutdown => break,
+            };
+            let stream = match accepted {
+                Ok((stream, _peer)) => stream,
+                // Out of file descriptors or a connection reset before it was accepted: pause, then go on.
+                Err(_) => {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    continue;
+                }
+            };
+            let Ok(permit) = connections.clone().try_acquire_owned() else {
+                metrics.observe_refused_connection();
+                drop(stream);
+                continue;
+            };
+            let _ = stream.set_nodelay(true);
+            let service = hyper_util::service::TowerToHyperService::new(app.clone());
+            let connection = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
+            tokio::spawn(async move {
+                // A client that goes away or times out is no error of the server's.
+                let _ = connection.await;
+                drop(permit);
+            });
         }
+        drop(self.listener);
+        tokio::select! {
+            () = graceful.shutdown() => {}
+            () = tokio::time::sleep(self.grace) => {}
+        }
+        Ok(())
     }
 }
 
@@ -152,9 +209,8 @@ impl Server {
 /// # Errors
 /// An address that does not parse, or a non-loopback one without an API key.
 pub fn check_bind(settings: &ServerSettings) -> Result<SocketAddr> {
-    let addr: SocketAddr = settings.bind.parse().map_err(|e| {
-        Error::invalid_input(format!("[server] bind `{}` is not an address like 127.0.0.1:8080: {e}", settings.bind))
-    })?;
+    settings.validate()?;
+    let addr = parse_bind(settings)?;
     if !addr.ip().is_loopback() && settings.api_key.is_none() {
         return Err(Error::invalid_input(format!(
             "binding {addr} would expose the server beyond this machine: set an API key ([server] api_key or \
@@ -162,6 +218,12 @@ pub fn check_bind(settings: &ServerSettings) -> Result<SocketAddr> {
         )));
     }
     Ok(addr)
+}
+
+fn parse_bind(settings: &ServerSettings) -> Result<SocketAddr> {
+    settings.bind.parse().map_err(|e| {
+        Error::invalid_input(format!("[server] bind `{}` is not an address like 127.0.0.1:8080: {e}", settings.bind))
+    })
 }
 
 /// Resolves when the process is asked to stop (Ctrl-C or SIGTERM).
@@ -198,6 +260,12 @@ mod tests {
         let e = check_bind(&s).unwrap_err();
         assert!(e.message().contains("set an API key"), "{e}");
         s.api_key = Some("k".to_owned().into());
+        assert!(check_bind(&s).unwrap_err().message().contains("at least 16"), "a short key is no key");
+        s.api_key = Some(String::new().into());
+        assert!(check_bind(&s).unwrap_err().message().contains("at least 16"), "an empty key is no key");
+        s.api_key = Some(" 0123456789abcdef0123".to_owned().into());
+        assert!(check_bind(&s).unwrap_err().message().contains("whitespace"));
+        s.api_key = Some("0123456789abcdef".to_owned().into());
         assert!(check_bind(&s).is_ok());
         s.bind = "localhost".into();
         assert!(check_bind(&s).unwrap_err().message().contains("is not an address"));

@@ -25,6 +25,7 @@ pub struct Metrics {
     index_chunks: IntGauge,
     index_documents: IntGauge,
     rejected: IntCounter,
+    refused_connections: IntCounter,
 }
 
 fn metric_error(e: prometheus::Error) -> Error {
@@ -79,6 +80,10 @@ impl Metrics {
         let llm_calls = int_counter("llm_calls_total", "LLM calls made while answering")?;
         let llm_tokens = int_counter("llm_tokens_total", "LLM tokens (prompt and completion) spent while answering")?;
         let rejected = int_counter("http_rejected_total", "Requests answered 503 because every slot was busy")?;
+        let refused_connections = int_counter(
+            "http_connections_refused_total",
+            "Connections closed on accept because max_connections were open",
+        )?;
         let gauge = |name: &str, help: &str| register(&registry, IntGauge::new(name, help));
         let index_chunks = gauge("ragtune_index_chunks", "Chunks in the index")?;
         let index_documents = gauge("ragtune_index_documents", "Documents in the index")?;
@@ -98,6 +103,7 @@ impl Metrics {
             index_chunks,
             index_documents,
             rejected,
+            refused_connections,
         })
     }
 
@@ -137,6 +143,11 @@ impl Metrics {
     /// Counts a request refused because every slot was busy.
     pub fn observe_rejected(&self) {
         self.rejected.inc();
+    }
+
+    /// Counts a connection closed on accept because every connection slot was taken.
+    pub fn observe_refused_connection(&self) {
+        self.refused_connections.inc();
     }
 
     /// Sets the index size.

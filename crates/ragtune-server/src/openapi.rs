@@ -61,6 +61,12 @@ pub struct Stats {
     pub store: String,
     /// Counts of the store.
     pub stats: StoreStats,
+    /// The dense model loaded, if any.
+    pub dense_model: Option<String>,
+    /// The LLM configured, if any.
+    pub llm: Option<String>,
+    /// The web search configured, if any.
+    pub web: Option<String>,
     /// What the engine runs without (no dense model, say).
     pub notes: Vec<String>,
 }
@@ -72,34 +78,12 @@ pub struct Health {
     pub status: String,
 }
 
-/// The store part of `GET /readyz`.
-#[derive(Debug, Serialize, JsonSchema)]
-pub struct StoreCheck {
-    /// Whether the store answered.
-    pub ok: bool,
-    /// Its chunks, when it answered.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub chunks: Option<u64>,
-    /// Why it did not.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-}
-
-/// The answer to `GET /readyz` (503 when not ready).
+/// The answer to `GET /readyz` (503 when not ready): a yes or no and nothing else, so that it can stay open to
+/// load balancers without the key. The details are in `GET /v1/stats`.
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct Ready {
-    /// Ready to answer: the store is open.
+    /// Ready to answer: the store can read and write.
     pub ready: bool,
-    /// The store's check.
-    pub store: StoreCheck,
-    /// The dense model loaded, if any (reported, not required).
-    pub dense_model: Option<String>,
-    /// The LLM configured, if any (reported, not required).
-    pub llm: Option<String>,
-    /// The web search configured, if any (reported, not required).
-    pub web: Option<String>,
-    /// What the engine runs without.
-    pub notes: Vec<String>,
 }
 
 /// One result of `GET /searxng/search` (SearXNG's JSON format).
@@ -174,6 +158,11 @@ fn schema<T: JsonSchema>(generator: &mut SchemaGenerator) -> Schema {
     generator.subschema_for::<T>()
 }
 
+/// The routes a client reaches without the API key: liveness, readiness (a yes or no) and the page (static HTML
+/// that holds no data; it sends the key the user types with each request). Every other route of [`ROUTES`] needs
+/// the key when one is configured.
+pub const OPEN_ROUTES: [&str; 3] = ["/healthz", "/readyz", "/"];
+
 /// Every route the router serves.
 pub const ROUTES: [Route; 12] = [
     Route {
@@ -228,7 +217,7 @@ pub const ROUTES: [Route; 12] = [
     Route {
         method: "get",
         path: "/readyz",
-        summary: "The store is open; models, LLM and web reported",
+        summary: "Whether the store can read and write: `{\"ready\": bool}`, no details (open without the key)",
         request: Body::None,
         response: Body::Json(schema::<Ready>),
     },
@@ -284,6 +273,9 @@ pub fn openapi_document() -> Value {
             "responses": {"200": ok, "default": {"description": "An error",
                 "content": {"application/json": {"schema": error.clone()}}}}
         });
+        if !OPEN_ROUTES.contains(&route.path) {
+            op["security"] = json!([{"bearer": []}]);
+        }
         if let Some(c) = content(route.request, &mut generator) {
             op["requestBody"] = json!({"required": true, "content": c});
         }

@@ -217,7 +217,7 @@ async fn bad_requests_are_json_errors_with_the_right_status() {
 async fn a_non_loopback_bind_needs_the_api_key() {
     let refused = ragtune_server::check_bind(&ServerSettings { bind: "0.0.0.0:0".into(), ..ServerSettings::default() });
     assert!(refused.unwrap_err().message().contains("set an API key"));
-    let key = "k-7f3a";
+    let key = "k-7f3a-0123456789";
     let s =
         start(ServerSettings { bind: "0.0.0.0:0".into(), api_key: Some(key.to_owned().into()), ..loopback() }).await;
     let u = s.url.as_str();

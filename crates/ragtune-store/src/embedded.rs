@@ -2,6 +2,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Instant;
 
@@ -53,10 +54,21 @@ pub struct EmbeddedStore {
 }
 
 /// Options for opening an [`EmbeddedStore`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StoreOptions {
     /// The approximate dense index.
     pub ann: AnnConfig,
+    /// The free space the store keeps on its disk: a write that would leave less is refused before it starts,
+    /// and the store reports itself not ready ([`VectorStore::ready`]) below it. 8 MiB by default, a margin for
+    /// redb's own growth; 0 leaves the disk to fill (then redb's write fails, and the store reopens by itself once
+    /// there is space again).
+    pub min_free_bytes: u64,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        Self { ann: AnnConfig::default(), min_free_bytes: DEFAULT_MIN_FREE_BYTES }
+    }
 }
 
 /// What [`EmbeddedStore::optimize`] did.
@@ -75,7 +87,12 @@ pub struct OptimizeReport {
 #[derive(Debug)]
 struct Inner {
     dir: PathBuf,
-    db: Database,
+    /// The database; `None` only while it is being reopened after an I/O error and the reopening failed (a disk
+    /// still full): reads and writes say so until a later attempt succeeds.
+    db: RwLock<Option<Database>>,
+    /// Set by an I/O error of the database (redb then refuses every later operation until it is reopened), cleared
+    /// by a successful reopen.
+    io_failed: AtomicBool,
     options: StoreOptions,
     /// Serialises writers (writes, space changes, index builds); readers only take `state`.
     writer: Mutex<()>,
@@ -89,14 +106,40 @@ struct State {
     index: Index,
 }
 
+/// The free space below which the store refuses writes and reports itself not ready, by default: a margin for
+/// redb's own growth (it extends its file by regions) beyond the estimated size of a batch.
+const DEFAULT_MIN_FREE_BYTES: u64 = 8 << 20;
+
+/// Whether `e` is an I/O failure of the database (a full disk, a failed fsync), after which redb refuses every
+/// operation until the database is reopened.
+fn is_io(e: &redb::Error) -> bool {
+    matches!(e, redb::Error::Io(_) | redb::Error::PreviousIo)
+}
+
 fn db_err(what: &str, dir: &Path, e: impl Into<redb::Error>) -> Error {
     let e: redb::Error = e.into();
     let kind = match &e {
         redb::Error::DatabaseAlreadyOpen | redb::Error::LockProtocolMismatch => ErrorKind::Locked,
         redb::Error::Corrupted(_) | redb::Error::UpgradeRequired(_) => ErrorKind::Corrupt,
-        redb::Error::Io(_) => ErrorKind::Permanent,
+        // The disk may get space back, and the store reopens after an I/O error: worth trying again later.
+        redb::Error::Io(io)
+            if matches!(io.kind(), std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded) =>
+        {
+            ErrorKind::Unavailable
+        }
+        redb::Error::PreviousIo => ErrorKind::Unavailable,
         _ => ErrorKind::Permanent,
     };
+    if let redb::Error::Io(io) = &e
+        && matches!(io.kind(), std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded)
+    {
+        let msg = format!(
+            "{what} failed for the store at {}: the disk is full; nothing of this write was kept — free space and \
+             retry (the store reopens by itself)",
+            dir.display()
+        );
+        return Error::new(kind, msg).with_source(e);
+    }
     let msg = match kind {
         ErrorKind::Locked => format!(
             "the store at {} is locked: another process (or another handle in this one) has it open for writing",
@@ -133,7 +176,24 @@ impl EmbeddedStore {
         let path = dir.join(DB_FILE);
         let db = Database::create(&path).map_err(|e| db_err("opening", &dir, e))?;
         let state = Self::load(&db, &dir)?;
-        Ok(Self { inner: Arc::new(Inner { dir, db, options, writer: Mutex::new(()), state: RwLock::new(state) }) })
+        Ok(Self {
+            inner: Arc::new(Inner {
+                dir,
+                db: RwLock::new(Some(db)),
+                io_failed: AtomicBool::new(false),
+                options,
+                writer: Mutex::new(()),
+                state: RwLock::new(state),
+            }),
+        })
+    }
+
+    /// The dense vectors in the store, and how many changed since the approximate dense index was built (`None`
+    /// when there is no such index): what decides whether [`optimize`](Self::optimize) is worth its rebuild.
+    #[must_use]
+    pub fn dense_index_state(&self) -> (u64, Option<usize>) {
+        let state = self.inner.read();
+        (state.index.dense_count(), state.index.ann.as_ref().map(|a| a.dirty.len()))
     }
 
     /// Builds (or rebuilds) the approximate dense index when the store holds at least
@@ -273,6 +333,39 @@ impl EmbeddedStore {
     }
 }
 
+/// A read guard on the open database.
+struct DbRef<'a>(RwLockReadGuard<'a, Option<Database>>);
+
+impl std::ops::Deref for DbRef<'_> {
+    type Target = Database;
+
+    fn deref(&self) -> &Database {
+        self.0.as_ref().expect("invariant: `Inner::db` checks that the database is open")
+    }
+}
+
+/// About how many bytes a record takes in the database (its text, metadata and vectors, before redb's own pages).
+fn approx_bytes(r: &Record) -> u64 {
+    let chunk = r.chunk.text.len() + r.chunk.title.as_ref().map_or(0, String::len) + 256;
+    let dense = r.dense.as_ref().map_or(0, |v| v.len() * 4);
+    let sparse = r.sparse.as_ref().map_or(0, |v| v.indices.len() * 8);
+    let spans: usize = r.spans.iter().map(|s| s.vector.len() * 4 + 8).sum();
+    (chunk + dense + sparse + spans) as u64
+}
+
+/// The bytes an unprivileged writer can still use on the file system holding `dir`; `None` where it cannot be
+/// told.
+#[cfg(unix)]
+fn free_bytes(dir: &Path) -> Option<u64> {
+    let s = rustix::fs::statvfs(dir).ok()?;
+    Some(s.f_bavail.saturating_mul(s.f_frsize))
+}
+
+#[cfg(not(unix))]
+fn free_bytes(_dir: &Path) -> Option<u64> {
+    None
+}
+
 /// One table's rows in key order, read beside the chunks table's.
 type Rows<'a> = std::iter::Peekable<redb::Range<'a, &'static str, &'static [u8]>>;
 
@@ -317,7 +410,86 @@ impl Inner {
     }
 
     fn err(&self, what: &str, e: impl Into<redb::Error>) -> Error {
+        let e: redb::Error = e.into();
+        if is_io(&e) {
+            self.io_failed.store(true, Ordering::Release);
+        }
         db_err(what, &self.dir, e)
+    }
+
+    /// The open database, or why there is none.
+    fn db(&self) -> Result<DbRef<'_>> {
+        let guard = self.db.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if guard.is_none() {
+            return Err(Error::unavailable(format!(
+                "the store at {} is closed after an I/O error and could not be reopened yet (is the disk full?); it \
+                 reopens by itself once it can",
+                self.dir.display()
+            )));
+        }
+        Ok(DbRef(guard))
+    }
+
+    /// After an I/O error, closes and reopens the database (redb repairs it to the last commit) and reloads the
+    /// index from it, so that the store recovers once the disk has space again. The caller holds the writer lock.
+    ///
+    /// # Errors
+    /// Why it cannot reopen yet (the database stays closed, or failed, until a later call succeeds).
+    fn recover(&self) -> Result<()> {
+        if !self.io_failed.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        self.check_space(0)?;
+        // redb holds the file's lock while it is open: close it before opening again. The two locks are taken
+        // one at a time (readers take the state's, then the database's).
+        *self.db.write().unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+        let db = Database::create(self.dir.join(DB_FILE)).map_err(|e| db_err("reopening", &self.dir, e))?;
+        let state = EmbeddedStore::load(&db, &self.dir)?;
+        *self.write_lock() = state;
+        *self.db.write().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(db);
+        self.io_failed.store(false, Ordering::Release);
+        Ok(())
+    }
+
+    /// Refuses a write of about `bytes` when the disk holding the store has too little space for it, before redb
+    /// tries (and fails halfway, which closes the database until it is reopened).
+    ///
+    /// # Errors
+    /// [`ErrorKind::Unavailable`] saying how much space there is and how much the write needs.
+    fn check_space(&self, bytes: u64) -> Result<()> {
+        let Some(free) = free_bytes(&self.dir) else { return Ok(()) };
+        let margin = self.options.min_free_bytes;
+        if margin == 0 {
+            return Ok(());
+        }
+        let need = bytes.saturating_mul(3).saturating_add(margin);
+        if free < need {
+            return Err(Error::unavailable(format!(
+                "the disk holding the store at {} has {} KiB free and this write needs about {} KiB: free space and \
+                 retry; nothing of this write was kept",
+                self.dir.display(),
+                free / 1024,
+                need / 1024
+            )));
+        }
+        Ok(())
+    }
+
+    /// Whether the store can read and write now: reopens a database that failed, and checks the disk's space.
+    fn ready(&self) -> Result<()> {
+        if self.io_failed.load(Ordering::Acquire) {
+            // Recover only when no writer is busy: a readiness probe never waits behind a write.
+            if let Ok(_writer) = self.writer.try_lock() {
+                self.recover()?;
+            } else {
+                return Err(Error::unavailable(format!(
+                    "the store at {} failed to write and is waiting to reopen",
+                    self.dir.display()
+                )));
+            }
+        }
+        self.db().map(drop)?;
+        self.check_space(0)
     }
 
     fn writer(&self) -> MutexGuard<'_, ()> {
@@ -326,6 +498,7 @@ impl Inner {
 
     fn ensure_spaces(&self, dense: Option<&EmbeddingSpec>, sparse: Option<&SparseSpec>) -> Result<()> {
         let _writer = self.writer();
+        self.recover()?;
         let mut state = self.write_lock();
         let mut updates: Vec<(&str, Vec<u8>)> = Vec::new();
         if let Some(want) = dense {
@@ -366,7 +539,7 @@ impl Inner {
         if updates.is_empty() {
             return Ok(());
         }
-        let tx = self.db.begin_write().map_err(|e| self.err("starting a transaction", e))?;
+        let tx = self.db()?.begin_write().map_err(|e| self.err("starting a transaction", e))?;
         {
             let mut meta = tx.open_table(META).map_err(|e| self.err("opening settings", e))?;
             for (k, v) in &updates {
@@ -457,6 +630,8 @@ impl Inner {
         // The write lock is held from before the commit until the index is updated, so that a reader sees the
         // database and the index at the same version (readers fetch payloads under the read lock).
         let _writer = self.writer();
+        self.recover()?;
+        self.check_space(batch.upsert.iter().map(approx_bytes).sum())?;
         let mut state = self.write_lock();
         Self::validate(&state, &mut batch.upsert)?;
         let mut removed: Vec<String> = Vec::new();
@@ -471,7 +646,7 @@ impl Inner {
         }
         let replaced = last.keys().filter(|id| state.index.contains(id) && !removed_set.contains(*id)).count() as u64;
 
-        let tx = self.db.begin_write().map_err(|e| self.err("starting a transaction", e))?;
+        let tx = self.db()?.begin_write().map_err(|e| self.err("starting a transaction", e))?;
         {
             let mut chunks = tx.open_table(CHUNKS).map_err(|e| self.err("opening chunks", e))?;
             let mut sparse = tx.open_table(SPARSE).map_err(|e| self.err("opening sparse vectors", e))?;
@@ -530,7 +705,7 @@ impl Inner {
     }
 
     fn scan(&self, after: Option<&str>, limit: usize) -> Result<Vec<Record>> {
-        let rx = self.db.begin_read().map_err(|e| self.err("starting a read", e))?;
+        let rx = self.db()?.begin_read().map_err(|e| self.err("starting a read", e))?;
         let chunks = rx.open_table(CHUNKS).map_err(|e| self.err("opening chunks", e))?;
         let sparse = rx.open_table(SPARSE).map_err(|e| self.err("opening sparse vectors", e))?;
         let dense = rx.open_table(DENSE).map_err(|e| self.err("opening dense vectors", e))?;
@@ -563,7 +738,7 @@ impl Inner {
     }
 
     fn span_vectors(&self, ids: &[String]) -> Result<Vec<Vec<SpanVector>>> {
-        let rx = self.db.begin_read().map_err(|e| self.err("starting a read", e))?;
+        let rx = self.db()?.begin_read().map_err(|e| self.err("starting a read", e))?;
         let spans = rx.open_table(SPANS).map_err(|e| self.err("opening span vectors", e))?;
         ids.iter()
             .map(|id| match spans.get(id.as_str()).map_err(|e| self.err("reading span vectors", e))? {
@@ -575,6 +750,7 @@ impl Inner {
 
     fn optimize(&self) -> Result<OptimizeReport> {
         let _writer = self.writer();
+        self.recover()?;
         let cfg = self.options.ann;
         let (vectors, current) = {
             let state = self.read();
@@ -584,7 +760,7 @@ impl Inner {
         let mut report = OptimizeReport { dense_vectors: vectors, ..OptimizeReport::default() };
         if vectors < cfg.min_vectors as u64 {
             if current.is_some() {
-                let tx = self.db.begin_write().map_err(|e| self.err("starting a transaction", e))?;
+                let tx = self.db()?.begin_write().map_err(|e| self.err("starting a transaction", e))?;
                 tx.delete_table(ANN).map_err(|e| self.err("dropping the dense index", e))?;
                 tx.delete_table(ANN_DIRTY).map_err(|e| self.err("dropping the dense index", e))?;
                 tx.commit().map_err(|e| self.err("committing", e))?;
@@ -600,7 +776,7 @@ impl Inner {
         let items = self.read().index.dense_vectors();
         let ann = Ann::build(&cfg, items)?;
         let bytes = ann.encode()?;
-        let tx = self.db.begin_write().map_err(|e| self.err("starting a transaction", e))?;
+        let tx = self.db()?.begin_write().map_err(|e| self.err("starting a transaction", e))?;
         {
             let mut table = tx.open_table(ANN).map_err(|e| self.err("opening the dense index", e))?;
             table.insert(ANN_KEY, bytes.as_slice()).map_err(|e| self.err("writing the dense index", e))?;
@@ -614,7 +790,7 @@ impl Inner {
     }
 
     fn fetch(&self, ids: &[String]) -> Result<Vec<Option<Chunk>>> {
-        let rx = self.db.begin_read().map_err(|e| self.err("starting a read", e))?;
+        let rx = self.db()?.begin_read().map_err(|e| self.err("starting a read", e))?;
         let chunks = rx.open_table(CHUNKS).map_err(|e| self.err("opening chunks", e))?;
         ids.iter()
             .map(|id| match chunks.get(id.as_str()).map_err(|e| self.err("reading a chunk", e))? {
@@ -829,6 +1005,11 @@ impl VectorStore for EmbeddedStore {
 
     async fn stats(&self, _ctx: &Ctx) -> Result<StoreStats> {
         Ok(self.inner.stats())
+    }
+
+    async fn ready(&self, _ctx: &Ctx) -> Result<()> {
+        let inner = self.inner.clone();
+        blocking(move || inner.ready()).await
     }
 
     async fn span_vectors(&self, ctx: &Ctx, ids: &[String]) -> Result<Vec<Vec<SpanVector>>> {

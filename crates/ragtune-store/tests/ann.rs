@@ -27,7 +27,7 @@ fn spec() -> EmbeddingSpec {
 }
 
 fn options() -> StoreOptions {
-    StoreOptions { ann: AnnConfig { min_vectors: 100, ..AnnConfig::default() } }
+    StoreOptions { ann: AnnConfig { min_vectors: 100, ..AnnConfig::default() }, ..StoreOptions::default() }
 }
 
 fn record(i: usize, v: Vec<f32>) -> Record {

@@ -14,7 +14,7 @@ use ragtune_core::{Ctx, Document, Error, Query, Result, StoreStats, WriteBatch};
 use serde::{Deserialize, Serialize};
 
 use crate::config::Strategy;
-use crate::engine::{Chunking, Engine, IndexReport, SearchResponse};
+use crate::engine::{Engine, IndexReport, SearchResponse};
 use crate::pipeline::AskResponse;
 
 /// The most candidates one request may ask for.
@@ -27,7 +27,9 @@ pub struct AskOptions {
     /// Run Corrective RAG (evaluate the retrieval, correct it); the seed's `useCrag`.
     #[serde(alias = "useCrag")]
     pub use_crag: Option<bool>,
-    /// Let the correction search the web (the `[web]` providers); the seed's `useWebSearch`.
+    /// Let the correction search the web (the `[web]` providers); the seed's `useWebSearch`. A request can turn
+    /// web search off, and on only where the configuration has it on: the operator's `[web] enabled = false`
+    /// wins.
     #[serde(alias = "useWebSearch")]
     pub use_web: Option<bool>,
     /// Candidates retrieved on the first attempt.
@@ -46,7 +48,7 @@ impl AskOptions {
     ///
     /// # Errors
     /// [`InvalidInput`](ragtune_core::ErrorKind::InvalidInput) for `top_k` of 0 or above [`MAX_TOP_K`], a zero
-    /// deadline, or `use_web` without a web provider configured.
+    /// deadline, or `use_web: true` where the configuration has no web provider or has web search off.
     pub fn apply(&self, engine: &Engine) -> Result<Engine> {
         let mut cfg = engine.config().clone();
         if let Some(k) = self.top_k {
@@ -68,6 +70,14 @@ impl AskOptions {
             Some(true) if cfg.web.settings.providers.is_empty() => {
                 return Err(Error::invalid_input(
                     "use_web needs a web search provider: configure one in the [web] section (docs/web.md)",
+                ));
+            }
+            // The operator turned web search off: a request cannot turn it on (nor build a provider stack of its
+            // own past the process's rate limits and circuit breakers).
+            Some(true) if !cfg.web.enabled => {
+                return Err(Error::invalid_input(
+                    "use_web: web search is turned off on this server ([web] enabled = false); the operator decides \
+                     whether questions may leave the machine",
                 ));
             }
             Some(web) => cfg.web.enabled = web,
@@ -136,11 +146,27 @@ pub async fn search(engine: &Engine, query: &str, options: &SearchOptions) -> Re
     Ok(response)
 }
 
-/// Indexes a batch of documents (replacing documents with the same ids) with the configured chunking.
+/// Indexes a batch of documents whole (replacing documents with the same ids) with the configured chunking: one
+/// atomic write, so after an error or a crash either every document of the batch is indexed or none is
+/// ([`Engine::index_batch`]).
 ///
 /// # Errors
 /// An empty batch, a document without an id or text, duplicate ids in the batch, store and model failures.
 pub async fn index(engine: &mut Engine, documents: &[Document]) -> Result<IndexReport> {
+    check_batch(documents)?;
+    engine.index_batch(documents).await
+}
+
+/// [`index`] beside readers, for any batch after a store's first ([`Engine::index_batch_shared`]).
+///
+/// # Errors
+/// As [`index`]; `Unavailable` when the store has no batch yet.
+pub async fn index_shared(engine: &Engine, documents: &[Document]) -> Result<IndexReport> {
+    check_batch(documents)?;
+    engine.index_batch_shared(documents).await
+}
+
+fn check_batch(documents: &[Document]) -> Result<()> {
     if documents.is_empty() {
         return Err(Error::invalid_input("the batch has no documents"));
     }
@@ -156,8 +182,7 @@ pub async fn index(engine: &mut Engine, documents: &[Document]) -> Result<IndexR
             return Err(Error::invalid_input(format!("document `{}` appears twice in the batch", d.id)));
         }
     }
-    let chunking = Chunking::Auto(engine.config().chunking.chunker());
-    engine.index_documents(documents, chunking, &mut |_, _| {}).await
+    Ok(())
 }
 
 /// Deletes a document (all its chunks); whether it existed.

@@ -102,20 +102,35 @@ pub struct Config {
     pub server: ServerSettings,
 }
 
-/// The `[server]` section: how `ragtune serve` listens and what it accepts (docs/server.md).
+/// The `[server]` section: how `ragtune serve` listens and what it accepts (docs/server.md, "Security model").
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ServerSettings {
     /// The address to listen on. Anything but a loopback address needs `api_key`.
     pub bind: String,
-    /// The bearer token every `/v1` route, `/metrics` and `/openapi.json` require (prefer `$RAGTUNE_SERVER_API_KEY`);
-    /// never written back out, logged or traced.
+    /// The bearer token every route but `/healthz`, `/readyz` and the page require (prefer
+    /// `$RAGTUNE_SERVER_API_KEY`); at least [`MIN_API_KEY_CHARS`] characters; never written back out, logged or
+    /// traced.
     #[serde(skip_serializing)]
     pub api_key: Option<Secret>,
     /// The largest request body accepted, in bytes (413 above it).
     pub max_body_bytes: usize,
-    /// Requests handled at once; one more is answered 503 with `Retry-After` rather than queued.
+    /// The most documents one `PUT /v1/documents` may carry (413 above it).
+    pub max_batch_documents: usize,
+    /// Requests handled at once; one more is answered 503 with `Retry-After` rather than queued. A request takes
+    /// its slot only once its body has arrived.
     pub max_concurrency: usize,
+    /// Open connections at once; a connection beyond them is closed as soon as it is accepted, so that idle or
+    /// slow clients cannot exhaust the process's file descriptors.
+    pub max_connections: usize,
+    /// How long a client may take to send a request's headers, and how long a kept-alive connection may sit idle
+    /// before its next request, in seconds (slowloris).
+    pub header_timeout_secs: u64,
+    /// How long a client may take to send a request's body, in seconds (408 after it).
+    pub body_timeout_secs: u64,
+    /// Host names a loopback-bound server also answers to (besides `localhost`, `127.0.0.1` and `::1`), for a
+    /// reverse proxy on the same machine; every other `Host` or `Origin` is refused (DNS rebinding).
+    pub allowed_hosts: Vec<String>,
     /// The longest deadline a request may ask for, and the deadline of requests that ask for none, in
     /// milliseconds.
     pub max_deadline_ms: u64,
@@ -123,16 +138,63 @@ pub struct ServerSettings {
     pub shutdown_grace_secs: u64,
 }
 
+/// The shortest API key `ragtune serve` accepts: a key a person can guess or brute-force over HTTP is no key.
+pub const MIN_API_KEY_CHARS: usize = 16;
+
 impl Default for ServerSettings {
     fn default() -> Self {
         Self {
             bind: "127.0.0.1:8080".to_owned(),
             api_key: None,
             max_body_bytes: 2 * 1024 * 1024,
+            max_batch_documents: 1000,
             max_concurrency: 16,
+            max_connections: 512,
+            header_timeout_secs: 10,
+            body_timeout_secs: 30,
+            allowed_hosts: Vec::new(),
             max_deadline_ms: 60_000,
             shutdown_grace_secs: 30,
         }
+    }
+}
+
+impl ServerSettings {
+    /// Checks the limits and the API key.
+    ///
+    /// # Errors
+    /// [`InvalidInput`](ragtune_core::ErrorKind::InvalidInput) for a zero limit, or an API key that is empty,
+    /// shorter than [`MIN_API_KEY_CHARS`] characters or padded with whitespace.
+    pub fn validate(&self) -> Result<()> {
+        let limits = [
+            ("max_body_bytes", self.max_body_bytes as u64),
+            ("max_batch_documents", self.max_batch_documents as u64),
+            ("max_concurrency", self.max_concurrency as u64),
+            ("max_connections", self.max_connections as u64),
+            ("header_timeout_secs", self.header_timeout_secs),
+            ("body_timeout_secs", self.body_timeout_secs),
+            ("max_deadline_ms", self.max_deadline_ms),
+        ];
+        if let Some((name, _)) = limits.iter().find(|(_, v)| *v == 0) {
+            return Err(Error::invalid_input(format!("[server] {name} must be at least 1")));
+        }
+        if let Some(key) = &self.api_key {
+            let k = key.expose();
+            if k.trim() != k {
+                return Err(Error::invalid_input(
+                    "[server] api_key (or $RAGTUNE_SERVER_API_KEY) starts or ends with whitespace: a copy-paste \
+                     slip; set the key alone",
+                ));
+            }
+            if k.chars().count() < MIN_API_KEY_CHARS {
+                return Err(Error::invalid_input(format!(
+                    "[server] api_key (or $RAGTUNE_SERVER_API_KEY) is {} characters long: an API key needs at least \
+                     {MIN_API_KEY_CHARS} (for example `openssl rand -hex 24`)",
+                    k.chars().count()
+                )));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -414,6 +476,9 @@ pub struct StoreConfig {
     pub path: PathBuf,
     /// Dense search switches from exact to an HNSW index at this many vectors (embedded store).
     pub ann_min_vectors: usize,
+    /// The free space the embedded store keeps on its disk, in bytes: a write that would leave less is refused with
+    /// a clear error before it starts, and the store reports not ready below it (8 MiB; 0 lets the disk fill).
+    pub min_free_bytes: u64,
     /// The Qdrant server and collection, when `backend = "qdrant"`.
     pub qdrant: QdrantSettings,
 }
@@ -424,6 +489,7 @@ impl Default for StoreConfig {
             backend: StoreBackend::Embedded,
             path: PathBuf::from(".ragtune"),
             ann_min_vectors: ragtune_store::AnnConfig::default().min_vectors,
+            min_free_bytes: ragtune_store::StoreOptions::default().min_free_bytes,
             qdrant: QdrantSettings::default(),
         }
     }
@@ -1015,6 +1081,7 @@ impl Config {
         if self.cache.enabled && self.cache.capacity == 0 {
             return Err(Error::invalid_input("[cache] capacity must be at least 1 when the cache is enabled"));
         }
+        self.server.validate()?;
         Ok(())
     }
 
@@ -1071,6 +1138,8 @@ impl Config {
                 .find_map(|k| std::env::var(k).ok().filter(|v| !v.is_empty()))
                 .map(Into::into);
         }
+        // The server's key may come from the environment only now: check it again.
+        cfg.server.validate()?;
         Ok(cfg)
     }
 }

@@ -194,23 +194,21 @@ impl Engine {
     }
 
     /// This engine under a per-request variant of its configuration (`commands::AskOptions`): the caches are
-    /// shared (their keys carry a fingerprint of the configuration), and so is the web stack with its rate limits
-    /// and circuit breakers, unless the request turns web search on where the configuration has it off (then a
-    /// stack is built for the request).
+    /// shared (their keys carry a fingerprint of the configuration), and so is the one web stack of the process
+    /// with its rate limits and circuit breakers. A request can turn web search off, never on where the
+    /// configuration has it off (no request builds a stack of its own).
     pub(crate) fn for_request(&self, config: Config) -> Result<Self> {
         if config.store != self.config.store {
             return Err(Error::invalid_input("a request cannot change the store"));
         }
+        if config.web.settings != self.config.web.settings || (config.web.enabled && !self.config.web.enabled) {
+            return Err(Error::invalid_input("a request cannot turn on or change web search"));
+        }
         config.validate()?;
         let mut engine = self.clone();
-        if config.web.enabled != self.config.web.enabled {
-            if config.web.enabled {
-                engine.multi = config.web.build()?.map(|stack| stack.search);
-                engine.web = engine.multi.clone().map(|m| m as Arc<dyn WebSearch>);
-            } else {
-                engine.multi = None;
-                engine.web = None;
-            }
+        if !config.web.enabled {
+            engine.multi = None;
+            engine.web = None;
         }
         engine.config = config;
         Ok(engine)
@@ -255,6 +253,19 @@ impl Engine {
     #[must_use]
     pub fn store(&self) -> &Arc<dyn VectorStore> {
         &self.store.store
+    }
+
+    /// The store's write generation (see [`crate::stores::OpenStore::generation`]).
+    pub(crate) fn store_generation(&self) -> u64 {
+        self.store.generation()
+    }
+
+    /// Whether the store can serve and take writes now, cheaply (a readiness probe).
+    ///
+    /// # Errors
+    /// Why it cannot.
+    pub async fn ready(&self) -> Result<()> {
+        self.store.store.ready(&Ctx::new()).await
     }
 
     /// The embedded store, when that is the backend.
@@ -401,6 +412,86 @@ impl Engine {
         {
             embedded.optimize().await?;
         }
+        report.store = self.store.store.stats(&ctx).await?;
+        report.seconds = started.elapsed().as_secs_f64();
+        Ok(report)
+    }
+
+    /// Indexes one batch of documents whole, with the configured chunking: the batch is one atomic store write, so
+    /// after an error or a crash either every document of it is indexed (replacing documents with the same ids) or
+    /// none is. A document that cannot be chunked refuses the whole batch. Creates the store's sparse space on
+    /// the first batch (which is why it takes `&mut self`; later batches can use
+    /// [`index_batch_shared`](Self::index_batch_shared) beside readers). The approximate dense index is not
+    /// rebuilt: see [`refresh_dense_index`](Self::refresh_dense_index).
+    ///
+    /// # Errors
+    /// [`InvalidInput`](ragtune_core::ErrorKind::InvalidInput) for an empty batch or a document that cannot be
+    /// chunked; embedding and store errors (nothing of the batch is written then).
+    pub async fn index_batch(&mut self, docs: &[Document]) -> Result<IndexReport> {
+        let per_doc = self.chunk_whole(docs)?;
+        let encoder = self.encoder_for(&per_doc).await?;
+        self.write_whole(&encoder, per_doc).await
+    }
+
+    /// [`index_batch`](Self::index_batch) for a store that already has its sparse space (any batch after the
+    /// first), through a shared reference: the embedding runs while readers go on.
+    ///
+    /// # Errors
+    /// As [`index_batch`](Self::index_batch), and [`Unavailable`](ragtune_core::ErrorKind::Unavailable) when
+    /// nothing was indexed yet (the first batch must go through `index_batch`).
+    pub async fn index_batch_shared(&self, docs: &[Document]) -> Result<IndexReport> {
+        let per_doc = self.chunk_whole(docs)?;
+        let encoder = self.encoder.clone().ok_or_else(|| {
+            Error::unavailable("the store has no sparse space yet: index the first batch with `index_batch`")
+        })?;
+        self.write_whole(&encoder, per_doc).await
+    }
+
+    /// Brings the embedded store's approximate dense index up to date when at least `min_dirty_fraction` of its
+    /// dense vectors changed since it was built (a full rebuild: readers go on with the old index meanwhile,
+    /// writers wait). Whether it rebuilt.
+    ///
+    /// # Errors
+    /// IO failures (the previous index stays in use).
+    pub async fn refresh_dense_index(&self, min_dirty_fraction: f64) -> Result<bool> {
+        let Some(embedded) = &self.store.embedded else { return Ok(false) };
+        if self.embedder.is_none() {
+            return Ok(false);
+        }
+        let (vectors, dirty) = embedded.dense_index_state();
+        let stale = match dirty {
+            // No index yet: build one once the store is large enough (optimize decides).
+            None => true,
+            Some(d) => d > 0 && d as f64 >= min_dirty_fraction * vectors as f64,
+        };
+        if !stale {
+            return Ok(false);
+        }
+        Ok(embedded.optimize().await?.rebuilt)
+    }
+
+    fn chunk_whole(&self, docs: &[Document]) -> Result<Vec<(String, Vec<Chunk>)>> {
+        if docs.is_empty() {
+            return Err(Error::invalid_input("there are no documents to index"));
+        }
+        let chunking = Chunking::Auto(self.config.chunking.chunker());
+        docs.iter()
+            .map(|doc| {
+                chunk(doc, chunking)
+                    .map(|chunks| (doc.id.clone(), chunks))
+                    .map_err(|e| e.context(format!("document `{}`; nothing of the batch was written", doc.id)))
+            })
+            .collect()
+    }
+
+    async fn write_whole(&self, encoder: &Bm25Encoder, per_doc: Vec<(String, Vec<Chunk>)>) -> Result<IndexReport> {
+        let started = Instant::now();
+        let ctx = Ctx::new();
+        if let Some(e) = &self.embedder {
+            self.store.store.ensure_spaces(&ctx, Some(e.spec()), None).await?;
+        }
+        let mut report = IndexReport::default();
+        self.write_batch(&ctx, encoder, per_doc, &mut report).await?;
         report.store = self.store.store.stats(&ctx).await?;
         report.seconds = started.elapsed().as_secs_f64();
         Ok(report)

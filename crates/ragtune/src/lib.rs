@@ -48,9 +48,9 @@ pub mod stores;
 
 pub use config::{
     Bm25Settings, CacheSettings, ChunkingSettings, Config, ContextMode, CragSettings, EmbeddingMode, EmbeddingSettings,
-    EvaluatorKind, FusionMethod, HybridSettings, LlmEndpoint, LlmSettings, PipelineSettings, QdrantSettings,
-    RerankSettings, RouteSetting, RouteSettings, ScorerKind, SearchSettings, ServerSettings, StoreBackend, StoreConfig,
-    Strategy, Transform, TransformSettings, WebConfig, ragtune_home,
+    EvaluatorKind, FusionMethod, HybridSettings, LlmEndpoint, LlmSettings, MIN_API_KEY_CHARS, PipelineSettings,
+    QdrantSettings, RerankSettings, RouteSetting, RouteSettings, ScorerKind, SearchSettings, ServerSettings,
+    StoreBackend, StoreConfig, Strategy, Transform, TransformSettings, WebConfig, ragtune_home,
 };
 pub use engine::{Chunking, Engine, IndexReport, SearchResponse};
 pub use models::{QUANTIZED_MODEL_ID, QueryCache, RequestVectors, load_embedder, load_llm, local_llm_url};

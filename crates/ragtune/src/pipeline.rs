@@ -316,8 +316,9 @@ impl AttemptResult {
     }
 }
 
-/// Caches of the answer pipeline: bounded, with a time to live, keyed by the normalised query and a fingerprint
-/// of the configuration.
+/// Caches of the answer pipeline: bounded, with a time to live, keyed by the normalised query, a fingerprint of the
+/// configuration and the store's write generation ([`crate::stores::OpenStore::generation`]), so that no answer
+/// computed before a write (a deleted or replaced document) is served after it.
 #[derive(Debug, Clone)]
 pub(crate) struct PipelineCaches {
     retrieval: moka::sync::Cache<String, Arc<Vec<Candidate>>>,

@@ -1,8 +1,13 @@
 //! Opening the configured store: the embedded store, or a Qdrant server when built with the `qdrant` feature.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
-use ragtune_core::{Error, Result, VectorStore};
+use async_trait::async_trait;
+use ragtune_core::{
+    Chunk, Ctx, EmbeddingSpec, Error, Record, Result, ScoredHit, SearchRequest, SpanVector, SparseSpec, StoreStats,
+    VectorStore, WriteBatch, WriteReport,
+};
 use ragtune_store::{AnnConfig, EmbeddedStore, StoreOptions};
 
 use crate::config::{StoreBackend, StoreConfig};
@@ -11,10 +16,81 @@ use crate::config::{StoreBackend, StoreConfig};
 /// only it can do, such as `optimize` and `scan`).
 #[derive(Debug, Clone)]
 pub struct OpenStore {
-    /// The store as a [`VectorStore`].
+    /// The store as a [`VectorStore`]: every write through it moves [`generation`](Self::generation) on.
     pub store: Arc<dyn VectorStore>,
     /// The same store when it is the embedded one.
     pub embedded: Option<Arc<EmbeddedStore>>,
+    /// How many writes were tried through `store` in this process.
+    generation: Arc<AtomicU64>,
+}
+
+impl OpenStore {
+    /// Wraps `store` so that its writes are counted.
+    fn new(store: Arc<dyn VectorStore>, embedded: Option<Arc<EmbeddedStore>>) -> Self {
+        let generation = Arc::new(AtomicU64::new(0));
+        let store = Arc::new(Generational { inner: store, generation: generation.clone() });
+        Self { store, embedded, generation }
+    }
+
+    /// A number that changes with every write tried through [`store`](Self::store) (successful or not, so a write
+    /// that failed after changing something still counts): the answer caches key on it, so a question asked
+    /// after a write never gets an answer computed before it. Writes by other processes (a shared Qdrant
+    /// collection) are not seen; the caches' time to live bounds those.
+    #[must_use]
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+}
+
+/// A store whose writes move a generation counter on, before and after each write: a reader that started during
+/// the write caches under a generation no later request uses.
+#[derive(Debug)]
+struct Generational {
+    inner: Arc<dyn VectorStore>,
+    generation: Arc<AtomicU64>,
+}
+
+impl Generational {
+    async fn counted<T>(&self, write: impl Future<Output = Result<T>>) -> Result<T> {
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        let out = write.await;
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        out
+    }
+}
+
+#[async_trait]
+impl VectorStore for Generational {
+    async fn ensure_spaces(&self, ctx: &Ctx, dense: Option<&EmbeddingSpec>, sparse: Option<&SparseSpec>) -> Result<()> {
+        self.inner.ensure_spaces(ctx, dense, sparse).await
+    }
+    async fn write(&self, ctx: &Ctx, batch: WriteBatch) -> Result<WriteReport> {
+        self.counted(self.inner.write(ctx, batch)).await
+    }
+    async fn get(&self, ctx: &Ctx, ids: &[String]) -> Result<Vec<Option<Chunk>>> {
+        self.inner.get(ctx, ids).await
+    }
+    async fn search(&self, ctx: &Ctx, requests: &[SearchRequest]) -> Result<Vec<Vec<ScoredHit>>> {
+        self.inner.search(ctx, requests).await
+    }
+    async fn search_without_text(&self, ctx: &Ctx, requests: &[SearchRequest]) -> Result<Vec<Vec<ScoredHit>>> {
+        self.inner.search_without_text(ctx, requests).await
+    }
+    async fn stats(&self, ctx: &Ctx) -> Result<StoreStats> {
+        self.inner.stats(ctx).await
+    }
+    async fn ready(&self, ctx: &Ctx) -> Result<()> {
+        self.inner.ready(ctx).await
+    }
+    async fn span_vectors(&self, ctx: &Ctx, ids: &[String]) -> Result<Vec<Vec<SpanVector>>> {
+        self.inner.span_vectors(ctx, ids).await
+    }
+    async fn upsert(&self, ctx: &Ctx, records: Vec<Record>) -> Result<WriteReport> {
+        self.counted(self.inner.upsert(ctx, records)).await
+    }
+    async fn delete_documents(&self, ctx: &Ctx, doc_ids: &[String]) -> Result<WriteReport> {
+        self.counted(self.inner.delete_documents(ctx, doc_ids)).await
+    }
 }
 
 /// Opens the store named by `config`.
@@ -25,10 +101,12 @@ pub struct OpenStore {
 pub async fn open_store(config: &StoreConfig) -> Result<OpenStore> {
     match config.backend {
         StoreBackend::Embedded => {
-            let options =
-                StoreOptions { ann: AnnConfig { min_vectors: config.ann_min_vectors, ..AnnConfig::default() } };
+            let options = StoreOptions {
+                ann: AnnConfig { min_vectors: config.ann_min_vectors, ..AnnConfig::default() },
+                min_free_bytes: config.min_free_bytes,
+            };
             let store = Arc::new(EmbeddedStore::open_with(&config.path, options)?);
-            Ok(OpenStore { store: store.clone(), embedded: Some(store) })
+            Ok(OpenStore::new(store.clone(), Some(store)))
         }
         StoreBackend::Qdrant => open_qdrant(config).await,
     }
@@ -37,7 +115,7 @@ pub async fn open_store(config: &StoreConfig) -> Result<OpenStore> {
 #[cfg(feature = "qdrant")]
 async fn open_qdrant(config: &StoreConfig) -> Result<OpenStore> {
     let store = ragtune_store::QdrantStore::connect(config.qdrant.clone()).await?;
-    Ok(OpenStore { store: Arc::new(store), embedded: None })
+    Ok(OpenStore::new(Arc::new(store), None))
 }
 
 #[cfg(not(feature = "qdrant"))]
@@ -123,12 +201,7 @@ impl Source {
     }
 
     /// One page and the cursor of the next (`None` after the last page).
-    async fn page(
-        &self,
-        ctx: &ragtune_core::Ctx,
-        cursor: Option<String>,
-        limit: usize,
-    ) -> Result<(Vec<ragtune_core::Record>, Option<String>)> {
+    async fn page(&self, ctx: &Ctx, cursor: Option<String>, limit: usize) -> Result<(Vec<Record>, Option<String>)> {
         match self {
             Self::Embedded(s) => {
                 let _ = ctx;

@@ -1716,6 +1716,12 @@ impl VectorStore for QdrantStore {
     async fn stats(&self, ctx: &Ctx) -> Result<StoreStats> {
         self.inner.stats(ctx).await
     }
+
+    /// One health check of the server (no counts: `stats` costs four calls, one a facet over every document).
+    async fn ready(&self, ctx: &Ctx) -> Result<()> {
+        let inner = &self.inner;
+        inner.call(ctx, "checking the server (health check)", || inner.client.health_check()).await.map(drop)
+    }
 }
 
 #[cfg(test)]

@@ -68,7 +68,9 @@ impl Engine {
         use_cache: bool,
         transform: Transform,
     ) -> Result<Retrieved> {
-        let key = self.caches().map(|c| format!("{}|{}|{k}|{}", c.fingerprint, transform, normalize_query(text)));
+        let key = self.caches().map(|c| {
+            format!("{}|{}|{}|{k}|{}", c.fingerprint, self.store_generation(), transform, normalize_query(text))
+        });
         if use_cache
             && let (Some(c), Some(key)) = (self.caches(), &key)
             && let Some(hit) = c.retrieval.get(key)
@@ -126,7 +128,14 @@ impl Engine {
     ) -> Result<RelevanceJudgement> {
         let key = self.caches().map(|c| {
             let ids: Vec<&str> = candidates.iter().map(|c| c.chunk.id.as_str()).collect();
-            format!("{}|{}|{}|{}", c.fingerprint, self.evaluator_name(), normalize_query(question), ids.join(","))
+            format!(
+                "{}|{}|{}|{}|{}",
+                c.fingerprint,
+                self.store_generation(),
+                self.evaluator_name(),
+                normalize_query(question),
+                ids.join(",")
+            )
         });
         if let (Some(c), Some(key)) = (self.caches(), &key)
             && let Some(hit) = c.evaluation.get(key)
