@@ -96,6 +96,7 @@ impl OpenAiClient {
         let base = if trimmed.ends_with("/v1") { trimmed.to_owned() } else { format!("{trimmed}/v1") };
         let http = reqwest::Client::builder()
             .connect_timeout(config.connect_timeout)
+            .redirect(same_origin_redirects())
             .build()
             .map_err(|e| Error::permanent("cannot start the HTTP client").with_source(e))?;
         Ok(Self { config, base, http })
@@ -110,7 +111,7 @@ impl OpenAiClient {
     /// Checks that the server answers (`GET /v1/models`) within the connect timeout.
     ///
     /// # Errors
-    /// [`ErrorKind::Unavailable`] when it does not.
+    /// [`ErrorKind::Unavailable`] when it does not; [`ErrorKind::Permanent`] when it redirects to another origin.
     pub async fn ping(&self) -> Result<()> {
         let mut req = self.http.get(format!("{}/models", self.base)).timeout(self.config.connect_timeout * 2);
         if let Some(key) = &self.config.api_key {
@@ -119,6 +120,7 @@ impl OpenAiClient {
         match req.send().await {
             Ok(r) if r.status().is_success() => Ok(()),
             Ok(r) => Err(Error::unavailable(format!("the LLM at {} answered {} to a ping", self.base, r.status()))),
+            Err(e) if e.is_redirect() => Err(self.transport_error(&e, self.config.connect_timeout * 2)),
             Err(e) => Err(Error::unavailable(format!("cannot reach the LLM at {}: {}", self.base, describe(&e)))),
         }
     }
@@ -241,6 +243,13 @@ impl OpenAiClient {
     fn transport_error(&self, e: &reqwest::Error, timeout: Duration) -> Error {
         if e.is_timeout() {
             Error::transient(format!("the LLM at {} did not answer within {:.1} s", self.base, timeout.as_secs_f64()))
+        } else if e.is_redirect() {
+            // The redirect policy's reason (another origin, too many hops): retrying would only repeat it.
+            Error::permanent(format!(
+                "the LLM at {} answered with a redirect that was not followed: {}",
+                self.base,
+                describe(e)
+            ))
         } else if e.is_connect() {
             Error::unavailable(format!("cannot reach the LLM at {}: {}", self.base, describe(e)))
         } else {
@@ -322,6 +331,34 @@ impl Llm for OpenAiClient {
         }
         Ok(out)
     }
+}
+
+/// The most redirects one request follows.
+const MAX_REDIRECTS: usize = 3;
+
+/// Follows at most [`MAX_REDIRECTS`] redirects, all within the first request's origin (scheme, host and port).
+///
+/// reqwest already drops `Authorization` when a redirect leaves the host, but a 307 or 308 would still carry the
+/// prompt (documents included) to wherever the answer points, and that server's reply would be taken for the
+/// model's. An LLM API has no reason to send its clients elsewhere, so such a redirect is an error.
+fn same_origin_redirects() -> reqwest::redirect::Policy {
+    reqwest::redirect::Policy::custom(|attempt| {
+        let Some(first) = attempt.previous().first() else { return attempt.follow() };
+        let (from, to) = (first.origin(), attempt.url().origin());
+        if from != to {
+            let message = format!(
+                "refused to follow a redirect from {} to {}, another origin: the request carries the API key and \
+                 the prompt; set the LLM URL to the server that answers",
+                from.ascii_serialization(),
+                to.ascii_serialization()
+            );
+            attempt.error(message)
+        } else if attempt.previous().len() > MAX_REDIRECTS {
+            attempt.error(format!("more than {MAX_REDIRECTS} redirects"))
+        } else {
+            attempt.follow()
+        }
+    })
 }
 
 /// The messages as one plain prompt for `/v1/completions`.

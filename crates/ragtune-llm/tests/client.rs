@@ -246,6 +246,39 @@ async fn the_disk_cache_answers_repeated_requests_without_calling() {
     assert_eq!(server.requests.lock().unwrap().len(), 2);
 }
 
+/// An LLM server redirecting to another origin (here another port) never gets the key, nor the prompt, sent there:
+/// the redirect is refused with a permanent error naming both origins. Within the origin a redirect is followed.
+#[tokio::test]
+async fn a_redirect_to_another_origin_is_refused_and_nothing_crosses() {
+    let b = serve(vec![ok("from b", "stop")]).await;
+    for code in [301, 302, 303, 307, 308] {
+        let mut moved = status(code, "moved");
+        moved.headers.push(("location", format!("{}/v1/chat/completions", b.url)));
+        let a = serve(vec![moved]).await;
+        let llm = client(&a.url);
+        let err = llm.generate(&Ctx::new(), &[simple()]).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Permanent, "HTTP {code}: {err}");
+        let refused = format!("refused to follow a redirect from {} to {}, another origin", a.url, b.url);
+        assert!(err.to_string().contains(&refused), "HTTP {code}: {err}");
+        assert!(!err.to_string().contains("sk-secret-key"), "{err}");
+        assert_eq!(a.requests.lock().unwrap().len(), 1, "a permanent failure is not retried");
+        let err = llm.ping().await.unwrap_err();
+        assert!(err.to_string().contains(&refused), "the ping refuses it too: {err}");
+    }
+    let seen = b.requests.lock().unwrap().clone();
+    assert!(seen.is_empty(), "B received: {seen:?}");
+
+    // Same origin: followed, key included (it goes to the same server).
+    let mut moved = status(307, "moved");
+    moved.headers.push(("location", "/v2/chat/completions".to_owned()));
+    let relative = serve(vec![moved, ok("followed", "stop")]).await;
+    let out = client(&relative.url).generate(&Ctx::new(), &[simple()]).await.unwrap();
+    assert_eq!(out[0].text, "followed");
+    let requests = relative.requests.lock().unwrap().clone();
+    assert!(requests[1].starts_with("POST /v2/chat/completions"), "{}", requests[1]);
+    assert!(requests[1].to_ascii_lowercase().contains("authorization: bearer sk-secret-key"), "{}", requests[1]);
+}
+
 /// The local LLM server, when one runs (`cargo xtask llm start` exports `RAGTUNE_LLM_URL`; CI requires it).
 fn local_llm() -> Option<OpenAiClient> {
     let url = std::env::var("RAGTUNE_LLM_URL").ok().filter(|u| !u.is_empty());

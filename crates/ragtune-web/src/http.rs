@@ -98,14 +98,44 @@ fn parse_retry_after(value: &str) -> Option<Duration> {
     value.trim().parse::<f64>().ok().filter(|s| s.is_finite() && *s >= 0.0).map(Duration::from_secs_f64)
 }
 
-/// A plain HTTP client with the endpoint's connect timeout and no automatic redirects to other hosts' APIs.
+/// The most redirects a provider call follows.
+const MAX_REDIRECTS: usize = 3;
+
+/// A plain HTTP client with the endpoint's connect timeout that follows redirects only within the origin (scheme,
+/// host and port) of the request: [`same_origin_redirects`].
 pub(crate) fn client(endpoint: &Endpoint) -> Result<reqwest::Client> {
     reqwest::Client::builder()
         .connect_timeout(endpoint.connect_timeout)
-        .redirect(reqwest::redirect::Policy::limited(3))
+        .redirect(same_origin_redirects())
         .user_agent(concat!("ragtune/", env!("CARGO_PKG_VERSION")))
         .build()
         .map_err(|e| Error::permanent("cannot start the HTTP client").with_source(e))
+}
+
+/// Follows at most [`MAX_REDIRECTS`] redirects, all within the first request's origin.
+///
+/// Providers take their keys in headers, and reqwest strips only `Authorization` and cookies when a redirect
+/// leaves the host: a custom header such as Exa's and Semantic Scholar's `x-api-key` would be sent to whatever
+/// host the answer names. An API has no reason to send its clients elsewhere, so such a redirect is an error
+/// (see [`transport_error`]) rather than a request.
+fn same_origin_redirects() -> reqwest::redirect::Policy {
+    reqwest::redirect::Policy::custom(|attempt| {
+        let Some(first) = attempt.previous().first() else { return attempt.follow() };
+        let (from, to) = (first.origin(), attempt.url().origin());
+        if from != to {
+            let message = format!(
+                "refused to follow a redirect from {} to {}, another origin: the request carries the API key; \
+                 set the base URL to the server that answers",
+                from.ascii_serialization(),
+                to.ascii_serialization()
+            );
+            attempt.error(message)
+        } else if attempt.previous().len() > MAX_REDIRECTS {
+            attempt.error(format!("more than {MAX_REDIRECTS} redirects"))
+        } else {
+            attempt.follow()
+        }
+    })
 }
 
 /// Sends `request` within the endpoint's timeout and the context's deadline, and returns the body of a 2xx answer
@@ -157,6 +187,9 @@ pub(crate) async fn send(
 fn transport_error(provider: &str, e: &reqwest::Error, timeout: Duration) -> Error {
     if e.is_timeout() {
         Error::transient(format!("{provider} did not answer within {:.1} s", timeout.as_secs_f64()))
+    } else if e.is_redirect() {
+        // The redirect policy's reason: another origin, or too many hops. Retrying would only repeat it.
+        Error::permanent(format!("{provider} answered with a redirect that was not followed: {}", describe(e)))
     } else if e.is_connect() {
         Error::unavailable(format!("cannot reach {provider}: {}", describe(e)))
     } else {

@@ -348,3 +348,65 @@ async fn arxiv_errors_and_garbage() {
     assert!(one(&arxiv, "what is it?", 5).await.unwrap().is_empty());
     assert_eq!(server.requests().len(), 3);
 }
+
+/// A provider's API redirecting to another origin (host or port) never takes the key along: the redirect is not
+/// followed and the call fails with a permanent error saying why. A redirect within the same origin still works.
+#[tokio::test]
+async fn a_redirect_to_another_origin_is_refused_and_no_key_crosses() {
+    // B records what reaches it and would answer like a real API.
+    let b = serve(|_, _| Reply::json(&json!({"results": [], "data": []}))).await;
+    let target = format!("{}/elsewhere", b.url);
+    for status in [301, 302, 303, 307, 308] {
+        let to = target.clone();
+        let a = serve(move |_, _| Reply::raw(status, "text/plain", "moved").header("location", &to)).await;
+        let providers: Vec<(Box<dyn WebSearch>, &str)> = vec![
+            (Box::new(Exa::new(Endpoint::new(&a.url).with_key("exa-secret")).unwrap()), "exa"),
+            (Box::new(SemanticScholar::new(Endpoint::new(&a.url).with_key("s2-secret")).unwrap()), "semantic_scholar"),
+            (Box::new(Tavily::new(Endpoint::new(&a.url).with_key("tvly-secret")).unwrap()), "tavily"),
+            (Box::new(Perplexity::new(Endpoint::new(&a.url).with_key("pplx-secret")).unwrap()), "perplexity"),
+            (Box::new(SearxNg::new(Endpoint::new(&a.url)).unwrap()), "searxng"),
+        ];
+        for (provider, name) in providers {
+            let err = one(provider.as_ref(), "q", 3).await.unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::Permanent, "{name} after HTTP {status}: {err}");
+            let message = err.message();
+            assert!(
+                message.contains(name) && message.contains("redirect") && message.contains("another origin"),
+                "{name} after HTTP {status}: {err}"
+            );
+            let refused = format!("refused to follow a redirect from {} to {}, another origin", a.url, b.url);
+            assert!(message.contains(&refused), "the message names both origins: {err}");
+            assert!(!message.contains("secret"), "{err}");
+        }
+        assert_eq!(a.requests().len(), 5, "each provider asked A once, without retrying a permanent failure");
+    }
+    let seen = b.requests();
+    assert!(
+        seen.is_empty(),
+        "B received {} requests, headers {:?}",
+        seen.len(),
+        seen.iter().map(|r| &r.headers).collect::<Vec<_>>()
+    );
+
+    // Within one origin a redirect is followed (with the key: it goes to the same server).
+    let same = serve(|request, _| {
+        if request.target.starts_with("/search") {
+            Reply::raw(307, "text/plain", "moved").header("location", "/v2/search")
+        } else {
+            Reply::json(&json!({"results": []}))
+        }
+    })
+    .await;
+    let exa = Exa::new(Endpoint::new(&same.url).with_key("exa-secret")).unwrap();
+    assert!(one(&exa, "q", 3).await.unwrap().is_empty());
+    let requests = same.requests();
+    assert_eq!(requests.len(), 2);
+    assert_eq!((requests[1].target.as_str(), requests[1].header("x-api-key")), ("/v2/search", Some("exa-secret")));
+
+    // A loop within the origin ends after 3 redirects.
+    let looping = serve(|_, _| Reply::raw(302, "text/plain", "again").header("location", "/search")).await;
+    let err = one(&SearxNg::new(Endpoint::new(&looping.url)).unwrap(), "q", 3).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Permanent, "{err}");
+    assert!(err.message().contains("more than 3 redirects"), "{err}");
+    assert_eq!(looping.requests().len(), 4);
+}
