@@ -41,7 +41,14 @@ pub struct LlmConfig {
     pub max_retries: u32,
     /// The first backoff; it doubles with every retry (a server's `Retry-After` wins, up to 10 s).
     pub initial_backoff: Duration,
+    /// The largest response body read ([`DEFAULT_MAX_RESPONSE_BYTES`] by default): a longer one is a permanent
+    /// error rather than a memory spike.
+    pub max_response_bytes: usize,
 }
+
+/// The default [`LlmConfig::max_response_bytes`], 8 MiB: a completion of a few thousand tokens is a few tens of
+/// kilobytes, so only a broken or hostile server comes near it.
+pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 8 << 20;
 
 impl Default for LlmConfig {
     fn default() -> Self {
@@ -54,6 +61,7 @@ impl Default for LlmConfig {
             connect_timeout: Duration::from_secs(5),
             max_retries: 2,
             initial_backoff: Duration::from_millis(250),
+            max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
         }
     }
 }
@@ -233,11 +241,43 @@ impl OpenAiClient {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.trim().parse::<u64>().ok())
             .map(Duration::from_secs);
-        let text = response.text().await.map_err(|e| (self.transport_error(&e, timeout), None))?;
+        let (body, complete) =
+            self.read_capped(response).await.map_err(|e| (self.transport_error(&e, timeout), None))?;
+        let text = String::from_utf8_lossy(&body);
         if !status.is_success() {
+            // The start of an oversized error body is enough for its message.
             return Err((self.status_error(status.as_u16(), &text), retry_after));
         }
+        if !complete {
+            return Err((self.too_large(), None));
+        }
         self.parse(&text, request).map_err(|e| (e, None))
+    }
+
+    /// The body, read chunk by chunk up to `max_response_bytes`, and whether it was read whole. A body that
+    /// announces more is not read at all; one that streams past the limit is read no further.
+    async fn read_capped(&self, mut response: reqwest::Response) -> reqwest::Result<(Vec<u8>, bool)> {
+        let limit = self.config.max_response_bytes;
+        if response.content_length().is_some_and(|n| n > limit as u64) {
+            return Ok((Vec::new(), false));
+        }
+        let mut body = Vec::new();
+        while let Some(chunk) = response.chunk().await? {
+            if body.len() + chunk.len() > limit {
+                let room = limit - body.len();
+                body.extend_from_slice(&chunk[..room]);
+                return Ok((body, false));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok((body, true))
+    }
+
+    fn too_large(&self) -> Error {
+        Error::permanent(format!(
+            "the LLM at {} sent a response larger than the limit of {} bytes (`max_response_bytes`)",
+            self.base, self.config.max_response_bytes
+        ))
     }
 
     fn transport_error(&self, e: &reqwest::Error, timeout: Duration) -> Error {

@@ -30,5 +30,5 @@ pub mod prompts;
 mod structured;
 
 pub use cache::CachedLlm;
-pub use client::{Endpoint, LlmConfig, OpenAiClient, plain_prompt};
+pub use client::{DEFAULT_MAX_RESPONSE_BYTES, Endpoint, LlmConfig, OpenAiClient, plain_prompt};
 pub use structured::{JsonAnswer, RawOutput, chat, generate_json, parse_json_text, raw_output};

@@ -279,6 +279,99 @@ async fn a_redirect_to_another_origin_is_refused_and_nothing_crosses() {
     assert!(requests[1].to_ascii_lowercase().contains("authorization: bearer sk-secret-key"), "{}", requests[1]);
 }
 
+/// A real HTTP/1.1 server on 127.0.0.1 that answers every connection with `head` and then `body`, `repeat` times
+/// over (stopping early when the client hangs up), then keeps the connection open without closing it when `hang`;
+/// it counts connections.
+async fn streaming(head: &'static str, body: Vec<u8>, repeat: usize, hang: bool) -> (String, Arc<Mutex<usize>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let count = Arc::new(Mutex::new(0));
+    let seen = Arc::clone(&count);
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut sock, _)) = listener.accept().await else { return };
+            *seen.lock().unwrap() += 1;
+            let body = body.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0_u8; 4096];
+                while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match sock.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(k) => buf.extend_from_slice(&chunk[..k]),
+                    }
+                }
+                if sock.write_all(head.as_bytes()).await.is_err() {
+                    return;
+                }
+                for _ in 0..repeat {
+                    if sock.write_all(&body).await.is_err() {
+                        return;
+                    }
+                }
+                if hang {
+                    tokio::time::sleep(Duration::from_secs(30)).await;
+                }
+                let _ = sock.shutdown().await;
+            });
+        }
+    });
+    (url, count)
+}
+
+fn capped(url: &str, max_response_bytes: usize) -> OpenAiClient {
+    OpenAiClient::new(LlmConfig {
+        base_url: url.to_owned(),
+        timeout: Duration::from_secs(20),
+        max_response_bytes,
+        initial_backoff: Duration::from_millis(10),
+        ..LlmConfig::default()
+    })
+    .unwrap()
+}
+
+/// A body over the limit is a permanent error naming the limit, whether it announces its length (then nothing of
+/// it is read: this server never finishes it, so only the announced length can end the call with this error) or
+/// streams without one until the client stops reading (this server would send 64 MiB).
+#[tokio::test]
+async fn a_response_over_the_size_limit_is_a_permanent_error_naming_it() {
+    assert_eq!(ragtune_llm::DEFAULT_MAX_RESPONSE_BYTES, 8 << 20);
+    assert_eq!(LlmConfig::default().max_response_bytes, 8 << 20);
+    let announced = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 1048577\r\n\r\n";
+    let (url, connections) = streaming(announced, b"{\"choices\": [".to_vec(), 1, true).await;
+    let err = capped(&url, 1 << 20).generate(&Ctx::new(), &[simple()]).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Permanent, "{err}");
+    assert!(err.to_string().contains("larger than the limit of 1048576 bytes (`max_response_bytes`)"), "{err}");
+    assert!(err.to_string().contains(&url), "{err}");
+    assert_eq!(*connections.lock().unwrap(), 1, "not retried");
+
+    let unannounced = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n";
+    let (url, connections) = streaming(unannounced, vec![b' '; 64 * 1024], 1024, false).await;
+    let err = capped(&url, 256 * 1024).generate(&Ctx::new(), &[simple()]).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Permanent, "{err}");
+    assert!(err.to_string().contains("larger than the limit of 262144 bytes"), "{err}");
+    assert_eq!(*connections.lock().unwrap(), 1, "not retried");
+
+    // Chunked, and an answer just under the limit is read as usual.
+    let answer =
+        serde_json::json!({"choices": [{"message": {"content": "fine"}, "finish_reason": "stop"}]}).to_string();
+    let chunked = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n";
+    let body = format!("{:x}\r\n{answer}\r\n0\r\n\r\n", answer.len()).into_bytes();
+    let (url, _) = streaming(chunked, body.clone(), 1, false).await;
+    assert_eq!(capped(&url, answer.len()).generate(&Ctx::new(), &[simple()]).await.unwrap()[0].text, "fine");
+    let (url, _) = streaming(chunked, body, 1, false).await;
+    let err = capped(&url, answer.len() - 1).generate(&Ctx::new(), &[simple()]).await.unwrap_err();
+    assert!(err.to_string().contains("larger than the limit"), "{err}");
+
+    // An error status with an oversized body keeps its status in the message.
+    let failing = "HTTP/1.1 500 Internal Server Error\r\nconnection: close\r\n\r\n";
+    let (url, _) = streaming(failing, vec![b'x'; 64 * 1024], 64, false).await;
+    let llm = OpenAiClient::new(LlmConfig { max_retries: 0, ..capped(&url, 1024).config().clone() }).unwrap();
+    let err = llm.generate(&Ctx::new(), &[simple()]).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Transient, "{err}");
+    assert!(err.to_string().contains("HTTP 500"), "{err}");
+}
+
 /// The local LLM server, when one runs (`cargo xtask llm start` exports `RAGTUNE_LLM_URL`; CI requires it).
 fn local_llm() -> Option<OpenAiClient> {
     let url = std::env::var("RAGTUNE_LLM_URL").ok().filter(|u| !u.is_empty());

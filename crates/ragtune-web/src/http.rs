@@ -163,13 +163,20 @@ pub(crate) async fn send(
             .get(reqwest::header::RETRY_AFTER)
             .and_then(|v| v.to_str().ok())
             .and_then(parse_retry_after);
+        let too_large = || {
+            Error::permanent(format!(
+                "{provider} sent a response larger than {} bytes (`max_body_bytes`)",
+                endpoint.max_body_bytes
+            ))
+        };
+        // A body that announces more than the limit is not read at all; one that streams past it, no further.
+        if response.content_length().is_some_and(|n| n > endpoint.max_body_bytes as u64) {
+            return Err(too_large());
+        }
         let mut body = Vec::new();
         while let Some(chunk) = response.chunk().await.map_err(|e| transport_error(provider, &e, timeout))? {
             if body.len() + chunk.len() > endpoint.max_body_bytes {
-                return Err(Error::permanent(format!(
-                    "{provider} sent a response larger than {} bytes",
-                    endpoint.max_body_bytes
-                )));
+                return Err(too_large());
             }
             body.extend_from_slice(&chunk);
         }

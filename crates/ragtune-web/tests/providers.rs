@@ -410,3 +410,68 @@ async fn a_redirect_to_another_origin_is_refused_and_no_key_crosses() {
     assert!(err.message().contains("more than 3 redirects"), "{err}");
     assert_eq!(looping.requests().len(), 4);
 }
+
+/// A real HTTP/1.1 server on 127.0.0.1 that answers every connection with `head`, then `body` `repeat` times
+/// (stopping when the client hangs up), then holds the connection open when `hang`.
+async fn streaming(head: &'static str, body: Vec<u8>, repeat: usize, hang: bool) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut sock, _)) = listener.accept().await else { return };
+            let body = body.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0_u8; 4096];
+                while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match sock.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(k) => buf.extend_from_slice(&chunk[..k]),
+                    }
+                }
+                if sock.write_all(head.as_bytes()).await.is_err() {
+                    return;
+                }
+                for _ in 0..repeat {
+                    if sock.write_all(&body).await.is_err() {
+                        return;
+                    }
+                }
+                if hang {
+                    tokio::time::sleep(Duration::from_secs(30)).await;
+                }
+                let _ = sock.shutdown().await;
+            });
+        }
+    });
+    url
+}
+
+/// A body over `max_body_bytes` is a permanent error naming the limit: one that announces a larger length is not
+/// read at all (this server never finishes it, so only the announced length can end the call with this error),
+/// one that streams without a length is read no further than the limit (this server would send 64 MiB).
+#[tokio::test]
+async fn a_body_over_the_limit_is_refused_with_or_without_a_content_length() {
+    let endpoint = |url: &str| {
+        let mut e = Endpoint::new(url).with_timeout(Duration::from_secs(20));
+        e.max_body_bytes = 64 * 1024;
+        e
+    };
+    let announced = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 65537\r\n\r\n";
+    let url = streaming(announced, b"{\"results\": [".to_vec(), 1, true).await;
+    let err = one(&SearxNg::new(endpoint(&url)).unwrap(), "q", 3).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Permanent, "{err}");
+    assert!(err.message().contains("searxng sent a response larger than 65536 bytes (`max_body_bytes`)"), "{err}");
+
+    let unannounced = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n";
+    let url = streaming(unannounced, vec![b' '; 64 * 1024], 1024, false).await;
+    let err = one(&SearxNg::new(endpoint(&url)).unwrap(), "q", 3).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Permanent, "{err}");
+    assert!(err.message().contains("larger than 65536 bytes"), "{err}");
+
+    let chunked = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n";
+    let url = streaming(chunked, format!("10000\r\n{}\r\n", " ".repeat(0x10000)).into_bytes(), 1024, false).await;
+    let err = one(&SearxNg::new(endpoint(&url)).unwrap(), "q", 3).await.unwrap_err();
+    assert!(err.message().contains("larger than 65536 bytes"), "{err}");
+}
