@@ -445,5 +445,16 @@ async fn answers(config: Option<&Path>, qa: QaArgs) -> anyhow::Result<()> {
     };
     let report = ragtune_eval::run_qa_eval(&opts, &mut |line| eprintln!("{line}")).await?;
     print!("{}", ragtune_eval::qa_table(&report));
-    out.write(&report)
+    out.write(&report)?;
+    // What finished is kept (the table above, the report), and the run still fails.
+    let failed: Vec<String> = report.failed_experiments().map(|(e, err)| format!("{e}: {err}")).collect();
+    if !failed.is_empty() {
+        anyhow::bail!(
+            "{} of {} experiments failed part-way (the report keeps the others, and these marked with their error):\n  {}",
+            failed.len(),
+            report.experiments.len(),
+            failed.join("\n  ")
+        );
+    }
+    Ok(())
 }

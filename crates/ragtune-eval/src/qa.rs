@@ -234,6 +234,10 @@ pub struct ExperimentReport {
     /// Every answer, in question order, for reading the failures behind the averages.
     #[serde(default)]
     pub answers: Vec<AnswerRecord>,
+    /// Why the experiment stopped before its last question, when it did: its numbers then cover only the questions
+    /// it answered ([`run_qa_eval`] keeps them and runs the next experiment).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// A knowledge split's scores ([`QaEvalOptions::local_semester`]): local questions (a local article has their
@@ -446,7 +450,7 @@ pub struct QaEvalReport {
     pub dataset_questions: usize,
     /// The settings that change results (baselines compare it).
     pub config: serde_json::Value,
-    /// Headline metrics of the last experiment (baseline comparison in `cargo xtask eval`).
+    /// Headline metrics of the last experiment that finished (baseline comparison in `cargo xtask eval`).
     pub metrics: BTreeMap<String, f64>,
     /// Per experiment.
     pub experiments: Vec<ExperimentReport>,
@@ -459,6 +463,13 @@ pub struct QaEvalReport {
     pub index_cached: bool,
     /// Problems the loader reported.
     pub load_issues: Vec<String>,
+}
+
+impl QaEvalReport {
+    /// The experiments that stopped with an error, with it.
+    pub fn failed_experiments(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.experiments.iter().filter_map(|e| e.error.as_deref().map(|err| (e.experiment.as_str(), err)))
+    }
 }
 
 /// Is `dir` a CMU-QA-style dataset (semester directories with `question_answer_pairs.txt`)?
@@ -607,40 +618,108 @@ pub async fn run_qa_calibration(
     crate::crag::calibrate_evaluator(&opts.config, evaluator, &judged, target_precision).await
 }
 
-/// Runs the evaluation.
-///
-/// # Errors
-/// A missing dataset, an unknown experiment, an experiment that needs an LLM without one, index failures.
-pub async fn run_qa_eval(opts: &QaEvalOptions, log: &mut dyn FnMut(&str)) -> Result<QaEvalReport> {
-    for e in &opts.experiments {
-        apply_experiment(e, &mut opts.config.clone())?;
-    }
-    let Prepared { data, local_titles, name, embedder, store, index_seconds, cached } = prepare(opts, log).await?;
-    let llm = ragtune::load_llm(&opts.config.llm)?;
-    let questions = sample(&data.questions, opts.skip, opts.limit);
-    let lexical_judge = match &embedder {
-        Some(e) => FaithfulnessJudge::new(JudgeConfig::default())?.with_embedder(e.clone()),
-        None => FaithfulnessJudge::new(JudgeConfig::default())?,
-    };
-
-    let mut experiments = Vec::new();
-    for exp in &opts.experiments {
-        let mut cfg = Config { store: store.clone(), ..opts.config.clone() };
-        apply_experiment(exp, &mut cfg)?;
-        let needs_llm = exp != "baseline" && exp != "refined" && exp != "corrective";
-        if needs_llm && llm.is_none() {
-            return Err(Error::invalid_input(format!(
-                "experiment `{exp}` needs an LLM: pass --llm-url URL or set $RAGTUNE_LLM_URL (`cargo xtask llm start`)"
-            )));
-        }
-        let engine = Engine::open_with_embedder(cfg, embedder.clone()).await?.with_llm(llm.clone());
-        log(&format!("experiment {exp}: {} questions", questions.len()));
+/// Runs the experiments one after another with `run` and keeps what each measured: an experiment whose run fails
+/// keeps the answers it had (`run` fills the report as it goes) and is marked with its error, and the experiments
+/// after it still run, so a failure late in a long evaluation does not throw away the ones that finished.
+async fn run_experiments(
+    names: &[String],
+    log: &mut dyn FnMut(&str),
+    mut run: impl AsyncFnMut(&str, &mut ExperimentReport, &mut dyn FnMut(&str)) -> Result<()>,
+) -> Vec<ExperimentReport> {
+    let mut out = Vec::with_capacity(names.len());
+    for exp in names {
         let mut r = ExperimentReport { experiment: exp.clone(), ..ExperimentReport::default() };
-        let (mut correct, mut yn_correct, mut other_correct, mut f1) = (0usize, 0usize, 0usize, 0f64);
-        let (mut faith, mut judge_sum, mut judged, mut cite_sum, mut cite_n, mut cited) =
-            (0f64, 0f64, 0usize, 0f64, 0usize, 0usize);
-        let (mut tokens, mut calls, mut ctx_tokens) = (0u64, 0u64, 0usize);
-        let mut latencies = Vec::new();
+        if let Err(e) = run(exp, &mut r, log).await {
+            log(&format!("experiment {exp} failed after {} questions: {e}", r.questions));
+            r.error = Some(e.to_string());
+        }
+        out.push(r);
+    }
+    out
+}
+
+/// What every experiment of an evaluation shares: the configuration they start from, the index, the models, the
+/// questions and the LLM-free judge that scores every answer alike.
+struct Asker<'a> {
+    base: &'a Config,
+    store: &'a StoreConfig,
+    embedder: &'a Option<Arc<dyn Embedder>>,
+    llm: &'a Option<Arc<dyn ragtune::core::Llm>>,
+    questions: &'a [&'a QaQuestion],
+    judge: &'a FaithfulnessJudge,
+    local_titles: Option<&'a std::collections::BTreeSet<String>>,
+}
+
+/// The sums an experiment's averages are computed from ([`Tally::finish`]), kept outside the question loop so that
+/// an experiment that fails part-way still reports what it measured.
+#[derive(Default)]
+struct Tally {
+    correct: usize,
+    yes_no_correct: usize,
+    other_correct: usize,
+    f1: f64,
+    faithfulness: f64,
+    judge_sum: f64,
+    judged: usize,
+    cite_sum: f64,
+    cite_n: usize,
+    cited: usize,
+    tokens: u64,
+    calls: u64,
+    context_tokens: usize,
+    latencies: Vec<f64>,
+}
+
+impl Tally {
+    /// The averages of the report, over the questions answered so far.
+    fn finish(mut self, r: &mut ExperimentReport) {
+        let n = r.questions.max(1) as f64;
+        r.accuracy = self.correct as f64 / n;
+        r.yes_no_accuracy = self.yes_no_correct as f64 / r.yes_no_questions.max(1) as f64;
+        r.other_accuracy = self.other_correct as f64 / (r.questions - r.yes_no_questions).max(1) as f64;
+        r.token_f1 = self.f1 / n;
+        r.faithfulness = self.faithfulness / n;
+        r.pipeline_judge_supported = (self.judged > 0).then(|| self.judge_sum / self.judged as f64);
+        r.citation_precision = (self.cite_n > 0).then(|| self.cite_sum / self.cite_n as f64);
+        r.cited_share = self.cited as f64 / n;
+        let latencies = &mut self.latencies;
+        latencies.sort_by(f64::total_cmp);
+        let mean = if latencies.is_empty() { 0.0 } else { latencies.iter().sum::<f64>() / latencies.len() as f64 };
+        r.latency_ms = Latency { p50: percentile(latencies, 50.0), p99: percentile(latencies, 99.0), mean };
+        r.tokens_per_question = self.tokens as f64 / n;
+        r.llm_calls_per_question = self.calls as f64 / n;
+        r.context_tokens = self.context_tokens as f64 / n;
+        r.article_in_context = r.answers.iter().filter(|a| a.article_in_context).count() as f64 / n;
+        r.stage_tokens = mean_stage_tokens(&r.answers);
+        let spans: Vec<bool> = r.answers.iter().filter_map(|a| a.answer_in_context).collect();
+        r.answer_in_context = spans.iter().filter(|x| **x).count() as f64 / spans.len().max(1) as f64;
+        r.split = SplitScores::from_answers(&r.answers);
+        r.triangulation = TriangulationCounts::total(r.answers.iter().filter_map(|a| a.triangulation.as_ref()));
+    }
+}
+
+impl Asker<'_> {
+    /// One experiment: every question asked through an engine configured for it, each answer scored into `r`.
+    async fn run(&self, exp: &str, r: &mut ExperimentReport, log: &mut dyn FnMut(&str)) -> Result<()> {
+        let mut cfg = Config { store: self.store.clone(), ..self.base.clone() };
+        apply_experiment(exp, &mut cfg)?;
+        let engine = Engine::open_with_embedder(cfg, self.embedder.clone()).await?.with_llm(self.llm.clone());
+        log(&format!("experiment {exp}: {} questions", self.questions.len()));
+        let mut tally = Tally::default();
+        let outcome = self.ask_all(&engine, exp, r, &mut tally, log).await;
+        tally.finish(r);
+        outcome
+    }
+
+    async fn ask_all(
+        &self,
+        engine: &Engine,
+        exp: &str,
+        r: &mut ExperimentReport,
+        tally: &mut Tally,
+        log: &mut dyn FnMut(&str),
+    ) -> Result<()> {
+        let questions = self.questions;
         for (i, q) in questions.iter().enumerate() {
             let t = Instant::now();
             let response = match engine.ask(&q.question).await {
@@ -651,7 +730,7 @@ pub async fn run_qa_eval(opts: &QaEvalOptions, log: &mut dyn FnMut(&str)) -> Res
                 }
             };
             let latency_ms = t.elapsed().as_secs_f64() * 1e3;
-            latencies.push(latency_ms);
+            tally.latencies.push(latency_ms);
             r.questions += 1;
             r.degraded += usize::from(!response.notes.is_empty());
             let kinds: std::collections::BTreeSet<&str> =
@@ -661,41 +740,41 @@ pub async fn run_qa_eval(opts: &QaEvalOptions, log: &mut dyn FnMut(&str)) -> Res
             }
             let answer = response.answer.clone().unwrap_or_default();
             let score = score_answer(&answer, &q.answers);
-            correct += usize::from(score.correct);
-            f1 += f64::from(score.f1);
+            tally.correct += usize::from(score.correct);
+            tally.f1 += f64::from(score.f1);
             if score.yes_no {
                 r.yes_no_questions += 1;
-                yn_correct += usize::from(score.correct);
+                tally.yes_no_correct += usize::from(score.correct);
             } else {
-                other_correct += usize::from(score.correct);
+                tally.other_correct += usize::from(score.correct);
             }
             let passages: Vec<String> = response.context.iter().map(|p| p.text.clone()).collect();
             if !passages.is_empty() {
-                let f = lexical_judge.judge(&Ctx::new(), &q.question, &answer, &passages).await?;
-                faith += f64::from(f.supported_share);
+                let f = self.judge.judge(&Ctx::new(), &q.question, &answer, &passages).await?;
+                tally.faithfulness += f64::from(f.supported_share);
             }
             if let Some(f) = &response.faithfulness {
-                judged += 1;
-                judge_sum += f64::from(f.supported_share);
+                tally.judged += 1;
+                tally.judge_sum += f64::from(f.supported_share);
             }
             if !response.citations.is_empty() {
-                cited += 1;
+                tally.cited += 1;
                 // The question's article, or an identical copy of it in the other semester (same title).
                 let relevant = response
                     .citations
                     .iter()
                     .filter(|c| c.doc_id == q.article_id || c.title.as_deref() == Some(q.article_title.as_str()))
                     .count();
-                cite_sum += relevant as f64 / response.citations.len() as f64;
-                cite_n += 1;
+                tally.cite_sum += relevant as f64 / response.citations.len() as f64;
+                tally.cite_n += 1;
             }
             *r.decisions.entry(response.crag.category.to_string()).or_default() += 1;
             let kind = serde_json::to_value(response.answer_kind).ok().and_then(|v| v.as_str().map(str::to_owned));
             *r.answer_kinds.entry(kind.unwrap_or_default()).or_default() += 1;
             r.retried += usize::from(response.attempts.len() > 1);
-            tokens += response.cost.tokens;
-            calls += response.cost.llm_calls;
-            ctx_tokens += response.context_report.tokens_after;
+            tally.tokens += response.cost.tokens;
+            tally.calls += response.cost.llm_calls;
+            tally.context_tokens += response.context_report.tokens_after;
             let context_method = response.context_report.method.to_string();
             *r.context_methods.entry(context_method.clone()).or_default() += 1;
             let article_in_context = response
@@ -725,7 +804,7 @@ pub async fn run_qa_eval(opts: &QaEvalOptions, log: &mut dyn FnMut(&str)) -> Res
                 attempts: response.attempts.len(),
                 article_in_context,
                 answer_in_context,
-                local: local_titles.as_ref().map(|titles| titles.contains(&q.article_title)),
+                local: self.local_titles.map(|titles| titles.contains(&q.article_title)),
                 web_used: response.crag.web_search_used,
                 stage_tokens: response
                     .cost
@@ -741,33 +820,93 @@ pub async fn run_qa_eval(opts: &QaEvalOptions, log: &mut dyn FnMut(&str)) -> Res
                     "  {exp}: {} of {} questions, accuracy so far {:.3}",
                     i + 1,
                     questions.len(),
-                    correct as f64 / r.questions as f64
+                    tally.correct as f64 / r.questions as f64
                 ));
             }
         }
-        let n = r.questions.max(1) as f64;
-        r.accuracy = correct as f64 / n;
-        r.yes_no_accuracy = yn_correct as f64 / r.yes_no_questions.max(1) as f64;
-        r.other_accuracy = other_correct as f64 / (r.questions - r.yes_no_questions).max(1) as f64;
-        r.token_f1 = f1 / n;
-        r.faithfulness = faith / n;
-        r.pipeline_judge_supported = (judged > 0).then(|| judge_sum / judged as f64);
-        r.citation_precision = (cite_n > 0).then(|| cite_sum / cite_n as f64);
-        r.cited_share = cited as f64 / n;
-        latencies.sort_by(f64::total_cmp);
-        let mean = if latencies.is_empty() { 0.0 } else { latencies.iter().sum::<f64>() / latencies.len() as f64 };
-        r.latency_ms = Latency { p50: percentile(&latencies, 50.0), p99: percentile(&latencies, 99.0), mean };
-        r.tokens_per_question = tokens as f64 / n;
-        r.llm_calls_per_question = calls as f64 / n;
-        r.context_tokens = ctx_tokens as f64 / n;
-        r.article_in_context = r.answers.iter().filter(|a| a.article_in_context).count() as f64 / n;
-        r.stage_tokens = mean_stage_tokens(&r.answers);
-        let spans: Vec<bool> = r.answers.iter().filter_map(|a| a.answer_in_context).collect();
-        r.answer_in_context = spans.iter().filter(|x| **x).count() as f64 / spans.len().max(1) as f64;
-        r.split = SplitScores::from_answers(&r.answers);
-        r.triangulation = TriangulationCounts::total(r.answers.iter().filter_map(|a| a.triangulation.as_ref()));
-        experiments.push(r);
+        Ok(())
     }
+}
+
+/// The experiments that answer without an LLM (extractively, with the LLM-free judge); every other one needs one.
+pub const ANSWER_WITHOUT_LLM: [&str; 3] = ["baseline", "refined", "corrective"];
+
+/// Checks every requested experiment against what the run has, before any of them runs (and before the index is
+/// built): a known name, a configuration the engine accepts once the experiment is applied, an LLM when the
+/// experiment needs one (`has_llm`), and with a knowledge split a web search for the experiments that fall back to
+/// the web. A long evaluation must not spend minutes on its first experiments and then fail on a later one.
+///
+/// # Errors
+/// [`InvalidInput`](ragtune::core::ErrorKind::InvalidInput) naming every experiment that cannot run here and why.
+pub fn check_experiments(opts: &QaEvalOptions, has_llm: bool) -> Result<()> {
+    let mut problems = Vec::new();
+    let mut llm_missing = false;
+    for exp in &opts.experiments {
+        let mut cfg = opts.config.clone();
+        if let Err(e) = apply_experiment(exp, &mut cfg) {
+            problems.push(format!("{exp}: {}", e.message()));
+            continue;
+        }
+        if let Err(e) = cfg.validate() {
+            problems.push(format!("{exp}: its configuration is invalid: {e}"));
+        }
+        if !has_llm && !ANSWER_WITHOUT_LLM.contains(&exp.as_str()) {
+            llm_missing = true;
+            problems.push(format!("{exp}: needs an LLM, and this run has none"));
+        }
+        if opts.local_semester.is_some() && cfg.crag.enabled && !cfg.web.enabled {
+            problems.push(format!(
+                "{exp}: falls back to the web search for the questions of the other semesters, and the configuration \
+                 has no [web] section enabled (`cargo xtask eval qa --web-corpus DIR` adds one)"
+            ));
+        }
+    }
+    if problems.is_empty() {
+        return Ok(());
+    }
+    let mut text = format!(
+        "{} of the {} experiments requested cannot run, so none was started:\n  {}",
+        problems.len(),
+        opts.experiments.len(),
+        problems.join("\n  ")
+    );
+    if llm_missing {
+        text.push_str(&format!(
+            "\nPass --llm-url URL or set $RAGTUNE_LLM_URL (`cargo xtask llm start` runs a local one), or ask only for \
+             the experiments that answer without an LLM: {}",
+            ANSWER_WITHOUT_LLM.join(", ")
+        ));
+    }
+    Err(Error::invalid_input(text))
+}
+
+/// Runs the evaluation.
+///
+/// Every experiment is checked first ([`check_experiments`]). An experiment that then fails part-way (its engine
+/// cannot open, the judge fails) keeps what it measured, with the error in [`ExperimentReport::error`], and the
+/// ones after it still run: the report holds every experiment ([`QaEvalReport::failed_experiments`]).
+///
+/// # Errors
+/// A missing dataset, an experiment that cannot run here (before any runs), index failures.
+pub async fn run_qa_eval(opts: &QaEvalOptions, log: &mut dyn FnMut(&str)) -> Result<QaEvalReport> {
+    let llm = ragtune::load_llm(&opts.config.llm)?;
+    check_experiments(opts, llm.is_some())?;
+    let Prepared { data, local_titles, name, embedder, store, index_seconds, cached } = prepare(opts, log).await?;
+    let questions = sample(&data.questions, opts.skip, opts.limit);
+    let lexical_judge = match &embedder {
+        Some(e) => FaithfulnessJudge::new(JudgeConfig::default())?.with_embedder(e.clone()),
+        None => FaithfulnessJudge::new(JudgeConfig::default())?,
+    };
+    let asker = Asker {
+        base: &opts.config,
+        store: &store,
+        embedder: &embedder,
+        llm: &llm,
+        questions: &questions,
+        judge: &lexical_judge,
+        local_titles: local_titles.as_ref(),
+    };
+    let experiments = run_experiments(&opts.experiments, log, async |exp, r, log| asker.run(exp, r, log).await).await;
 
     let refinement = if opts.refinement_check {
         Some(refinement_check(&opts.config, &store, embedder.clone(), &questions, log).await?)
@@ -775,7 +914,7 @@ pub async fn run_qa_eval(opts: &QaEvalOptions, log: &mut dyn FnMut(&str)) -> Res
         None
     };
     let mut metrics = BTreeMap::new();
-    if let Some(last) = experiments.last() {
+    if let Some(last) = experiments.iter().rfind(|e| e.error.is_none()) {
         metrics.insert("accuracy".to_owned(), last.accuracy);
         metrics.insert("token_f1".to_owned(), last.token_f1);
         metrics.insert("faithfulness".to_owned(), last.faithfulness);
@@ -976,6 +1115,9 @@ pub fn qa_table(r: &QaEvalReport) -> String {
             e.degraded
         ));
     }
+    for (exp, error) in r.failed_experiments() {
+        out.push_str(&format!("{exp:<20} FAILED (its numbers cover only the questions before the error): {error}\n"));
+    }
     for e in &r.experiments {
         if let Some(s) = &e.split {
             out.push_str(&format!(
@@ -1120,6 +1262,86 @@ mod tests {
         let mut short = new.clone();
         short.answers.truncate(6);
         assert!(versus(&base, &short).contains("only answer_first 0 (difference +0.000"), "{}", versus(&base, &short));
+    }
+
+    fn options(experiments: &[&str]) -> QaEvalOptions {
+        QaEvalOptions {
+            dataset: PathBuf::from("qa"),
+            experiments: experiments.iter().map(|e| (*e).to_owned()).collect(),
+            config: Config::default(),
+            limit: None,
+            skip: 0,
+            cache_dir: PathBuf::from("cache"),
+            reindex: false,
+            refinement_check: false,
+            local_semester: None,
+        }
+    }
+
+    #[test]
+    fn every_experiment_is_checked_before_any_runs() {
+        let opts = options(&["baseline", "corrective", "answer_first", "nope", "no_retrieval"]);
+        let err = check_experiments(&opts, false).unwrap_err();
+        assert_eq!(err.kind(), ragtune::core::ErrorKind::InvalidInput);
+        let text = err.to_string();
+        assert!(text.starts_with("3 of the 5 experiments requested cannot run, so none was started:\n"), "{text}");
+        for line in [
+            "\n  answer_first: needs an LLM, and this run has none",
+            "\n  nope: unknown experiment `nope`; available: no_retrieval, baseline",
+            "\n  no_retrieval: needs an LLM, and this run has none",
+            "ask only for the experiments that answer without an LLM: baseline, refined, corrective",
+        ] {
+            assert!(text.contains(line), "{line:?} in {text}");
+        }
+        assert!(!text.contains("  baseline:") && !text.contains("  corrective:"), "{text}");
+        // With an LLM only the unknown name is left, and no LLM hint.
+        let text = check_experiments(&opts, true).unwrap_err().to_string();
+        assert!(text.starts_with("1 of the 5") && text.contains("nope") && !text.contains("--llm-url"), "{text}");
+        check_experiments(&options(&["baseline", "refined", "corrective"]), false).unwrap();
+        // A knowledge split needs the web for the experiments that fall back to it.
+        let mut split = options(&["baseline", "corrective", "answer_first"]);
+        split.local_semester = Some("S08".into());
+        let text = check_experiments(&split, true).unwrap_err().to_string();
+        assert!(text.starts_with("2 of the 3"), "{text}");
+        assert!(
+            text.contains("\n  corrective: falls back to the web search") && text.contains("--web-corpus"),
+            "{text}"
+        );
+        split.config.web.enabled = true;
+        check_experiments(&split, true).unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_failed_experiment_keeps_what_it_measured_and_the_others_still_run() {
+        let names: Vec<String> = ["baseline", "judge", "refined"].map(String::from).to_vec();
+        let mut log = Vec::new();
+        let reports = run_experiments(&names, &mut |line| log.push(line.to_owned()), async |exp, r, _| {
+            // Two questions answered, then the judge experiment's third fails.
+            for id in ["q1", "q2"] {
+                r.questions += 1;
+                r.answers.push(AnswerRecord { id: id.into(), correct: true, ..AnswerRecord::default() });
+            }
+            if exp == "judge" {
+                return Err(Error::unavailable("the judge's model went away"));
+            }
+            Ok(())
+        })
+        .await;
+        let summary: Vec<(&str, usize, Option<&str>)> =
+            reports.iter().map(|r| (r.experiment.as_str(), r.answers.len(), r.error.as_deref())).collect();
+        assert_eq!(
+            summary,
+            [("baseline", 2, None), ("judge", 2, Some("the judge's model went away")), ("refined", 2, None)]
+        );
+        assert!(log.contains(&"experiment judge failed after 2 questions: the judge's model went away".to_owned()));
+        let report = QaEvalReport { experiments: reports, ..QaEvalReport::default() };
+        assert_eq!(report.failed_experiments().collect::<Vec<_>>(), [("judge", "the judge's model went away")]);
+        let table = qa_table(&report);
+        assert!(table.contains("judge                FAILED (its numbers cover only the questions before the error): the judge's model went away"), "{table}");
+        // The error is in the JSON report; a finished experiment has none.
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(json["experiments"][1]["error"], "the judge's model went away");
+        assert!(json["experiments"][0].get("error").is_none());
     }
 
     #[test]
