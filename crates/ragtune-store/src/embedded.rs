@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Instant;
 
@@ -93,6 +93,9 @@ struct Inner {
     /// Set by an I/O error of the database (redb then refuses every later operation until it is reopened), cleared
     /// by a successful reopen.
     io_failed: AtomicBool,
+    /// The free bytes seen when a write last failed on a full disk (`u64::MAX`: none since the last successful
+    /// write): the store is not ready until the disk has more than that again.
+    full_at: AtomicU64,
     options: StoreOptions,
     /// Serialises writers (writes, space changes, index builds); readers only take `state`.
     writer: Mutex<()>,
@@ -181,6 +184,7 @@ impl EmbeddedStore {
                 dir,
                 db: RwLock::new(Some(db)),
                 io_failed: AtomicBool::new(false),
+                full_at: AtomicU64::new(u64::MAX),
                 options,
                 writer: Mutex::new(()),
                 state: RwLock::new(state),
@@ -414,6 +418,11 @@ impl Inner {
         if is_io(&e) {
             self.io_failed.store(true, Ordering::Release);
         }
+        if let redb::Error::Io(io) = &e
+            && matches!(io.kind(), std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded)
+        {
+            self.full_at.store(free_bytes(&self.dir).unwrap_or(0), Ordering::Release);
+        }
         db_err(what, &self.dir, e)
     }
 
@@ -489,6 +498,13 @@ impl Inner {
             }
         }
         self.db().map(drop)?;
+        let full_at = self.full_at.load(Ordering::Acquire);
+        if full_at != u64::MAX && free_bytes(&self.dir).is_some_and(|free| free <= full_at.saturating_add(1 << 20)) {
+            return Err(Error::unavailable(format!(
+                "the disk holding the store at {} filled up during a write and has not got space back since",
+                self.dir.display()
+            )));
+        }
         self.check_space(0)
     }
 
@@ -688,6 +704,7 @@ impl Inner {
             }
         }
         tx.commit().map_err(|e| self.err("committing", e))?;
+        self.full_at.store(u64::MAX, Ordering::Release);
 
         for id in removed.iter().map(String::as_str).chain(last.keys().copied()) {
             state.index.mark_dirty(id);
