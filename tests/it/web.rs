@@ -137,3 +137,75 @@ async fn an_invalid_web_section_is_a_config_error_naming_it_and_a_disabled_one_i
 }
 
 const AMBIGUOUS: &str = "Which vitamin do children need?";
+
+/// A page server on 127.0.0.1 answering every request with `html` as `text/html`.
+fn page_server(html: &'static str) -> String {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut s) = stream else { continue };
+            let mut buf = [0_u8; 4096];
+            let mut head = Vec::new();
+            while let Ok(n) = s.read(&mut buf) {
+                head.extend_from_slice(&buf[..n]);
+                if n == 0 || head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    break;
+                }
+            }
+            let _ = write!(
+                s,
+                "HTTP/1.1 200 OK\r\ncontent-type: text/html; charset=utf-8\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{html}",
+                html.len()
+            );
+        }
+    });
+    url
+}
+
+#[tokio::test]
+async fn web_fetch_reads_the_page_of_a_result_whose_snippet_is_too_short() {
+    const PAGE: &str = "<html><head><script>var tracking = 1;</script></head><body><nav>Home News Sport</nav>\
+        <main><p>The football team scored four goals against the ships &amp; crews of the harbour club.</p></main>\
+        <footer>Cookie settings</footer></body></html>";
+    let page = page_server(PAGE);
+    let searx = SearxServer::start(serde_json::json!({
+        "url": format!("{page}/harbour-cup"),
+        "title": "Harbour cup",
+        "content": "Harbour cup.",
+        "engine": "test",
+        "score": 1.0
+    }));
+    let toml = format!(
+        "{}[web.fetch]\nenabled = true\nallow_loopback = true\nmin_snippet_chars = 50\n",
+        web_toml(&searx.url, true)
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = Config::from_toml(&toml).unwrap();
+    cfg.store.path = dir.path().join("store");
+    cfg.embedding.mode = ragtune::EmbeddingMode::Off;
+    let mut engine = Engine::open(cfg).await.unwrap();
+    let docs: Vec<Document> = DOCS.iter().map(|(id, text)| Document::new(*id, *text)).collect();
+    engine.index_documents(&docs, Chunking::WholeDocuments, &mut |_, _| {}).await.unwrap();
+    let r = engine.ask(OFF_TOPIC).await.unwrap();
+    assert!(r.crag.web_search_used, "{:?}", r.crag);
+    let web = r.context.iter().find(|p| p.chunk_id.starts_with("web:")).expect("a web passage");
+    assert!(web.text.contains("scored four goals against the ships & crews"), "the page's text: {}", web.text);
+    assert!(!web.text.contains("tracking") && !web.text.contains("Cookie"), "boilerplate dropped: {}", web.text);
+
+    // The address guards hold: without allow_loopback the page is refused and the snippet stays.
+    let toml = format!("{}[web.fetch]\nenabled = true\nmin_snippet_chars = 50\n", web_toml(&searx.url, true));
+    let mut cfg = Config::from_toml(&toml).unwrap();
+    cfg.store.path = dir.path().join("store");
+    cfg.embedding.mode = ragtune::EmbeddingMode::Off;
+    let engine = engine.reconfigure(cfg).unwrap();
+    let r = engine.ask(&format!("{OFF_TOPIC} (again)")).await.unwrap();
+    assert!(r.crag.web_search_used, "{:?}", r.crag);
+    assert!(!serde_json::to_string(&r.context).unwrap().contains("scored four goals"), "a loopback page is refused");
+    assert!(
+        r.trace.iter().any(|e| e.stage == "web" && e.action == "fetch_refused"),
+        "the refusal is traced: {:?}",
+        r.trace.iter().map(|e| format!("{}/{}", e.stage, e.action)).collect::<Vec<_>>()
+    );
+}

@@ -87,6 +87,9 @@ pub struct Engine {
     /// The multi-provider search built from `[web]`, kept to read who answered and who was skipped; `None` when
     /// `with_web` set another provider.
     multi: Option<Arc<ragtune_web::MultiSearch>>,
+    /// The page fetcher of `[web.fetch]` (when `enabled`): reads the pages of web results whose snippets are too
+    /// short to answer from, with its address guards.
+    fetcher: Option<Arc<ragtune_web::PageFetcher>>,
     /// Retrieval and evaluation caches of the answer pipeline.
     caches: Option<crate::pipeline::PipelineCaches>,
     /// Set once the store has been seen holding dense vectors, after which [`resolve`](Self::resolve) no longer
@@ -94,6 +97,17 @@ pub struct Engine {
     /// document). Dense vectors, once there, are not expected to vanish; if every one is deleted, dense retrieval
     /// returns no hits instead of the explanation.
     dense_seen: Arc<AtomicBool>,
+}
+
+/// The one web stack of an engine, built from `[web]`: the multi-provider search and the page fetcher (when
+/// `[web.fetch] enabled`); neither when the section is off.
+fn web_stack(
+    config: &Config,
+) -> Result<(Option<Arc<ragtune_web::MultiSearch>>, Option<Arc<ragtune_web::PageFetcher>>)> {
+    Ok(match config.web.build()? {
+        Some(stack) => (Some(stack.search), stack.fetcher.map(Arc::new)),
+        None => (None, None),
+    })
 }
 
 impl Engine {
@@ -148,7 +162,7 @@ impl Engine {
             )));
         }
         let caches = crate::pipeline::PipelineCaches::new(&config);
-        let multi = config.web.build()?.map(|stack| stack.search);
+        let (multi, fetcher) = web_stack(&config)?;
         let web = multi.clone().map(|m| m as Arc<dyn WebSearch>);
         Ok(Self {
             config,
@@ -159,6 +173,7 @@ impl Engine {
             notes: Vec::new(),
             web,
             multi,
+            fetcher,
             caches,
             dense_seen: Arc::default(),
         })
@@ -186,7 +201,7 @@ impl Engine {
         config.validate()?;
         self.caches = crate::pipeline::PipelineCaches::new(&config);
         if config.web != self.config.web {
-            self.multi = config.web.build()?.map(|stack| stack.search);
+            (self.multi, self.fetcher) = web_stack(&config)?;
             self.web = self.multi.clone().map(|m| m as Arc<dyn WebSearch>);
         }
         self.config = config;
@@ -223,6 +238,11 @@ impl Engine {
     /// The multi-provider search built from `[web]`, when that is the web provider.
     pub(crate) fn web_multi(&self) -> Option<&Arc<ragtune_web::MultiSearch>> {
         self.multi.as_ref()
+    }
+
+    /// The page fetcher of `[web.fetch]`, when it is enabled.
+    pub(crate) fn page_fetcher(&self) -> Option<&Arc<ragtune_web::PageFetcher>> {
+        self.fetcher.as_ref()
     }
 
     pub(crate) fn caches(&self) -> Option<&crate::pipeline::PipelineCaches> {

@@ -390,7 +390,12 @@ impl Env<'_> {
             }
         };
         match searched {
-            Ok(results) if !results.is_empty() => {
+            Ok(mut results) if !results.is_empty() => {
+                // `[web.fetch]`: results whose snippets are too short to answer from get their page's text
+                // (address guards, size and time limits in the fetcher; a page that fails leaves its snippet).
+                if let Some(fetcher) = self.engine.page_fetcher() {
+                    fetcher.enrich(&self.ctx, &mut results).await;
+                }
                 let found = web_candidates(results);
                 for c in &found {
                     for key in c.sources.keys() {
