@@ -666,3 +666,39 @@ fn eval_qa_refuses_experiments_it_cannot_run_before_running_any() {
     assert_eq!(names, ["baseline", "corrective"]);
     assert!(report["experiments"][0].get("error").is_none(), "{report}");
 }
+
+#[cfg(unix)]
+#[test]
+fn index_skips_symlinks_and_oversized_files_and_indexes_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let docs = dir.path().join("docs");
+    std::fs::create_dir_all(&docs).unwrap();
+    std::fs::write(docs.join("faq.txt"), "Scurvy is caused by a lack of vitamin C in the diet.").unwrap();
+    // Outside the indexed folder: a link must not bring it in.
+    std::fs::write(dir.path().join("secret.txt"), "The vault password is swordfish.").unwrap();
+    std::os::unix::fs::symlink(dir.path().join("secret.txt"), docs.join("linked.txt")).unwrap();
+    std::os::unix::fs::symlink("..", docs.join("parent")).unwrap();
+    // Sparse: 64 MiB and one byte by its metadata, nothing written.
+    let huge = std::fs::File::create(docs.join("huge.txt")).unwrap();
+    huge.set_len(64 * 1024 * 1024 + 1).unwrap();
+
+    let out = ragtune(&["index", "docs", "--store", "s"], dir.path());
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("indexed 1 documents"), "{}", text(&out.stdout));
+    let err = text(&out.stderr);
+    assert!(err.contains("3 problems (the rest was indexed)"), "{err}");
+    for name in ["linked.txt", "parent"] {
+        assert!(err.contains(&format!("{name}: skipped symlink")), "{name}: {err}");
+    }
+    assert!(err.contains("huge.txt: skipped: the file is 67108865 bytes, over the cap of 67108864 bytes"), "{err}");
+
+    // Nothing from outside the folder was indexed: its words match nothing; the folder's own file is there.
+    for (query, expect) in [("vault password swordfish", &[][..]), ("vitamin scurvy", &["faq.txt"][..])] {
+        let out = ragtune(&["search", query, "--store", "s", "--json"], dir.path());
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let ids: Vec<&str> =
+            json["hits"].as_array().unwrap().iter().map(|h| h["chunk"]["doc_id"].as_str().unwrap()).collect();
+        assert_eq!(ids, expect, "{query}");
+    }
+}

@@ -1,5 +1,6 @@
 //! Folders of Markdown and plain-text files.
 
+use std::io::Read;
 use std::path::{Component, Path};
 
 use ragtune_core::{Document, Error, Metadata, Result};
@@ -15,15 +16,26 @@ pub const FORMAT_MARKDOWN: &str = "markdown";
 /// The `format` metadata value of plain-text documents; the chunker does not look for headings in them.
 pub const FORMAT_TEXT: &str = "text";
 
+/// The largest file [`load_folder`] reads, in bytes (64 MiB).
+///
+/// A Markdown or text file this large is almost always a log, a dump or a mistake, and the loader holds each file
+/// in memory whole (and the chunker and the indexer hold copies), so a bigger file is skipped with a
+/// [`LoadIssue`] naming its size and this cap. The size is taken from the file's metadata before anything is read.
+pub const MAX_FILE_BYTES: u64 = 64 * 1024 * 1024;
+
 /// Loads every `.md`/`.markdown` (Markdown) and `.txt` (plain text) file under `path`, recursively.
 ///
 /// Files are visited in file-name order at each level, so the result is the same on every machine.
-/// Hidden files and directories (names starting with `.`) and files with other extensions are skipped;
-/// symbolic links are followed.
+/// Hidden files and directories (names starting with `.`) and files with other extensions are skipped.
 /// A document's id and `source` are its path relative to `path`, with `/` separators (`guide/install.md`).
 /// Its title is the text of the first level-1 heading for Markdown, else the file stem.
 /// Its metadata has `format` = `"markdown"` or `"text"`.
 /// A file that cannot be read or is not UTF-8 becomes a [`LoadIssue`] and the others still load.
+///
+/// Symbolic links inside the folder are not followed, so that indexing never reads outside the tree it was given
+/// (a link to `/etc` or to a home directory) and never loops (a link to `..`): each one is a [`LoadIssue`]
+/// (`skipped symlink`). `path` itself may be a link. Files larger than [`MAX_FILE_BYTES`] are skipped with a
+/// [`LoadIssue`] as well, before any of their bytes are read.
 ///
 /// `path` may also be a single file, which then loads alone (its id is its file name).
 ///
@@ -43,13 +55,16 @@ pub fn load_folder(path: impl AsRef<Path>) -> Result<Loaded<Document>> {
             )));
         };
         let id = root.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        match load_file(root, id, format) {
+        match check_size(root, meta.len()).and_then(|()| load_file(root, id, format)) {
             Ok(doc) => out.items.push(doc),
             Err(issue) => out.issues.push(issue),
         }
     } else {
+        // Links below the root are reported, not followed (see above); the root itself is resolved, since the
+        // caller named it.
         let walk = WalkDir::new(root)
-            .follow_links(true)
+            .follow_links(false)
+            .follow_root_links(true)
             .sort_by_file_name()
             .into_iter()
             .filter_entry(|e| e.depth() == 0 || !e.file_name().to_string_lossy().starts_with('.'));
@@ -62,12 +77,20 @@ pub fn load_folder(path: impl AsRef<Path>) -> Result<Loaded<Document>> {
                     continue;
                 }
             };
+            if entry.depth() > 0 && entry.path_is_symlink() {
+                out.issues.push(LoadIssue::file(entry.path(), SKIPPED_SYMLINK));
+                continue;
+            }
             if !entry.file_type().is_file() {
                 continue;
             }
             let Some(format) = format_of(entry.path()) else { continue };
             let id = relative_id(root, entry.path());
-            match load_file(entry.path(), id, format) {
+            let size = entry.metadata().map_err(|e| LoadIssue::file(entry.path(), format!("cannot read: {e}")));
+            match size
+                .and_then(|m| check_size(entry.path(), m.len()))
+                .and_then(|()| load_file(entry.path(), id, format))
+            {
                 Ok(doc) => out.items.push(doc),
                 Err(issue) => out.issues.push(issue),
             }
@@ -100,8 +123,35 @@ fn relative_id(root: &Path, path: &Path) -> String {
     parts.join("/")
 }
 
+/// The issue message of a symbolic link found inside a folder.
+const SKIPPED_SYMLINK: &str = "skipped symlink (links inside the folder are not followed)";
+
+/// An issue when a file of `size` bytes is over [`MAX_FILE_BYTES`].
+fn check_size(path: &Path, size: u64) -> std::result::Result<(), LoadIssue> {
+    if size > MAX_FILE_BYTES {
+        return Err(LoadIssue::file(path, too_large(size)));
+    }
+    Ok(())
+}
+
+fn too_large(size: u64) -> String {
+    format!(
+        "skipped: the file is {size} bytes, over the cap of {MAX_FILE_BYTES} bytes ({} MiB) on one file",
+        MAX_FILE_BYTES >> 20
+    )
+}
+
 fn load_file(path: &Path, id: String, format: &'static str) -> std::result::Result<Document, LoadIssue> {
-    let bytes = std::fs::read(path).map_err(|e| LoadIssue::file(path, format!("cannot read: {e}")))?;
+    let cannot_read = |e: std::io::Error| LoadIssue::file(path, format!("cannot read: {e}"));
+    // The size was checked from the metadata; reading at most one byte past the cap also stops a file that grew
+    // since then, without holding more than the cap.
+    let mut bytes = Vec::new();
+    std::fs::File::open(path).and_then(|f| f.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes)).map_err(cannot_read)?;
+    if u64::try_from(bytes.len()).unwrap_or(u64::MAX) > MAX_FILE_BYTES {
+        let message =
+            format!("skipped: the file grew past the cap of {MAX_FILE_BYTES} bytes on one file while it was read");
+        return Err(LoadIssue::file(path, message));
+    }
     let text = String::from_utf8(bytes).map_err(|e| {
         LoadIssue::file(path, format!("not valid UTF-8 (invalid byte at offset {})", e.utf8_error().valid_up_to()))
     })?;
@@ -128,12 +178,22 @@ mod tests {
     /// Writes `files` (relative path, bytes) into a temporary folder, loads it, and renders documents and issues.
     fn check(files: &[(&str, &[u8])], expect: &str) {
         let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), files);
+        assert_eq!(render(dir.path()), expect);
+    }
+
+    fn write(root: &Path, files: &[(&str, &[u8])]) {
         for (name, content) in files {
-            let path = dir.path().join(name);
+            let path = root.join(name);
             std::fs::create_dir_all(path.parent().unwrap()).unwrap();
             std::fs::write(path, content).unwrap();
         }
-        let got = match load_folder(dir.path()) {
+    }
+
+    /// Loads `root` and renders one line per document, then `! issue` lines, with `root` written `D`.
+    fn render(root: &Path) -> String {
+        let root_text = root.display().to_string();
+        match load_folder(root) {
             Ok(loaded) => {
                 let mut got = String::new();
                 for d in &loaded.items {
@@ -147,13 +207,12 @@ mod tests {
                     ));
                 }
                 for issue in &loaded.issues {
-                    got.push_str(&format!("! {}\n", issue.to_string().replace(&dir.path().display().to_string(), "D")));
+                    got.push_str(&format!("! {}\n", issue.to_string().replace(&root_text, "D")));
                 }
                 got
             }
-            Err(e) => format!("error {}: {}", e.kind(), e.message().replace(&dir.path().display().to_string(), "D")),
-        };
-        assert_eq!(got, expect);
+            Err(e) => format!("error {}: {}", e.kind(), e.message().replace(&root_text, "D")),
+        }
     }
 
     #[test]
@@ -211,5 +270,73 @@ mod tests {
         let e = load_folder(&missing).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::NotFound);
         assert!(e.message().contains(&missing.display().to_string()), "{}", e.message());
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn symlinks_are_reported_not_followed() {
+        use std::os::unix::fs::symlink;
+        let outside = tempfile::tempdir().unwrap();
+        write(outside.path(), &[("secret.md", b"# Secret\nprivate key material")]);
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), &[("good.md", b"# Good\n"), ("sub/inner.txt", b"inner")]);
+        symlink(outside.path().join("secret.md"), dir.path().join("link.md")).unwrap();
+        symlink(outside.path(), dir.path().join("outside-dir")).unwrap();
+        symlink(dir.path().join("sub/inner.txt"), dir.path().join("sub/same.txt")).unwrap();
+        assert_eq!(
+            render(dir.path()),
+            "good.md source=good.md title=Some(\"Good\") markdown \"# Good\\n\"\n\
+             sub/inner.txt source=sub/inner.txt title=Some(\"inner\") text \"inner\"\n\
+             ! D/link.md: skipped symlink (links inside the folder are not followed)\n\
+             ! D/outside-dir: skipped symlink (links inside the folder are not followed)\n\
+             ! D/sub/same.txt: skipped symlink (links inside the folder are not followed)\n",
+        );
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn symlink_loops_are_reported_and_the_rest_loads() {
+        use std::os::unix::fs::symlink;
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), &[("a/good.md", b"# Good\n")]);
+        symlink("..", dir.path().join("a/up")).unwrap();
+        symlink(dir.path(), dir.path().join("a/root")).unwrap();
+        symlink("self.md", dir.path().join("self.md")).unwrap();
+        assert_eq!(
+            render(dir.path()),
+            "a/good.md source=a/good.md title=Some(\"Good\") markdown \"# Good\\n\"\n\
+             ! D/a/root: skipped symlink (links inside the folder are not followed)\n\
+             ! D/a/up: skipped symlink (links inside the folder are not followed)\n\
+             ! D/self.md: skipped symlink (links inside the folder are not followed)\n",
+        );
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_linked_root_is_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), &[("real/one.md", b"# One\n")]);
+        std::os::unix::fs::symlink(dir.path().join("real"), dir.path().join("alias")).unwrap();
+        let loaded = load_folder(dir.path().join("alias")).unwrap();
+        assert_eq!(loaded.items.iter().map(|d| d.id.as_str()).collect::<Vec<_>>(), ["one.md"]);
+        assert!(loaded.is_clean(), "{:?}", loaded.issues);
+    }
+
+    #[test]
+    fn files_over_the_cap_are_skipped_without_being_read() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), &[("good.md", b"# Good\n")]);
+        // Sparse: the size is in the metadata, no byte is written (and none may be read).
+        let big = dir.path().join("huge.txt");
+        std::fs::File::create(&big).unwrap().set_len(MAX_FILE_BYTES + 1).unwrap();
+        assert_eq!(
+            render(dir.path()),
+            "good.md source=good.md title=Some(\"Good\") markdown \"# Good\\n\"\n\
+             ! D/huge.txt: skipped: the file is 67108865 bytes, over the cap of 67108864 bytes (64 MiB) on one file\n",
+        );
+        // A single file over the cap is an issue too, and then there is nothing to load.
+        let e = load_folder(&big).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidInput);
+        assert!(e.message().contains("huge.txt: skipped: the file is 67108865 bytes"), "{}", e.message());
     }
 }

@@ -33,6 +33,6 @@ mod report;
 
 pub use beir::{BeirDataset, BeirQuery, Qrels, corpus_ids, list_splits, load_beir, load_qrels};
 pub use chunk::{ChunkerConfig, chunk_document, whole_document_chunk};
-pub use folder::{FORMAT_MARKDOWN, FORMAT_TEXT, load_folder};
+pub use folder::{FORMAT_MARKDOWN, FORMAT_TEXT, MAX_FILE_BYTES, load_folder};
 pub use jsonl::load_jsonl_documents;
 pub use report::{LoadIssue, Loaded};
