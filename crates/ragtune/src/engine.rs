@@ -89,7 +89,7 @@ pub struct Engine {
     multi: Option<Arc<ragtune_web::MultiSearch>>,
     /// The page fetcher of `[web.fetch]` (when `enabled`): reads the pages of web results whose snippets are too
     /// short to answer from, with its address guards.
-    fetcher: Option<Arc<ragtune_web::PageFetcher>>,
+    fetcher: Option<Fetcher>,
     /// Retrieval and evaluation caches of the answer pipeline.
     caches: Option<crate::pipeline::PipelineCaches>,
     /// Set once the store has been seen holding dense vectors, after which [`resolve`](Self::resolve) no longer
@@ -99,11 +99,12 @@ pub struct Engine {
     dense_seen: Arc<AtomicBool>,
 }
 
+/// The page fetcher of `[web.fetch]`, shared by the engine's clones.
+type Fetcher = Arc<ragtune_web::PageFetcher>;
+
 /// The one web stack of an engine, built from `[web]`: the multi-provider search and the page fetcher (when
 /// `[web.fetch] enabled`); neither when the section is off.
-fn web_stack(
-    config: &Config,
-) -> Result<(Option<Arc<ragtune_web::MultiSearch>>, Option<Arc<ragtune_web::PageFetcher>>)> {
+fn web_stack(config: &Config) -> Result<(Option<Arc<ragtune_web::MultiSearch>>, Option<Fetcher>)> {
     Ok(match config.web.build()? {
         Some(stack) => (Some(stack.search), stack.fetcher.map(Arc::new)),
         None => (None, None),
@@ -241,7 +242,7 @@ impl Engine {
     }
 
     /// The page fetcher of `[web.fetch]`, when it is enabled.
-    pub(crate) fn page_fetcher(&self) -> Option<&Arc<ragtune_web::PageFetcher>> {
+    pub(crate) fn page_fetcher(&self) -> Option<&Fetcher> {
         self.fetcher.as_ref()
     }
 
