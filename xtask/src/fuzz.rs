@@ -2,7 +2,7 @@
 //! toolchain), each for N seconds (default 60), one after another, with a summary of runs and crashes.
 //!
 //! ```text
-//! cargo xtask fuzz                          # loaders, chunker, config, request_bodies: 60 s each
+//! cargo xtask fuzz                          # loaders, chunker, config, request_bodies, html_text: 60 s each
 //! cargo xtask fuzz chunker --seconds 600    # one target, ten minutes
 //! ```
 //!
@@ -17,7 +17,7 @@ use anyhow::{Context, Result, bail};
 use crate::shell::{self, Shell};
 
 /// The targets in `fuzz/fuzz_targets/`.
-const TARGETS: [&str; 4] = ["loaders", "chunker", "config", "request_bodies"];
+const TARGETS: [&str; 5] = ["loaders", "chunker", "config", "request_bodies", "html_text"];
 
 pub fn run(args: &[String]) -> Result<()> {
     let (targets, seconds) = parse_args(args)?;
@@ -47,7 +47,7 @@ pub fn run(args: &[String]) -> Result<()> {
     }
     println!("\nfuzz summary:");
     for (target, secs, ok) in &summary {
-        println!("  {target:<8} {secs:>5} s  {}", if *ok { "no crash" } else { "CRASH (see fuzz/artifacts)" });
+        println!("  {target:<14} {secs:>5} s  {}", if *ok { "no crash" } else { "CRASH (see fuzz/artifacts)" });
     }
     if summary.iter().any(|(_, _, ok)| !ok) {
         bail!("a fuzz target crashed: the input is under fuzz/artifacts/");

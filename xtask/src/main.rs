@@ -46,7 +46,8 @@ commands:
   demo     build the release `ragtune` binary, index docs/ and answer questions (answer, citations, CRAG
            decision; the local LLM when one runs, else extractive)
   bench    run the benchmarks
-  fuzz     [TARGET ...] [--seconds N]: the cargo-fuzz targets (loaders, chunker, config) on the nightly toolchain";
+  fuzz     [TARGET ...] [--seconds N]: the cargo-fuzz targets (loaders, chunker, config, request_bodies,
+           html_text) on the nightly toolchain";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
