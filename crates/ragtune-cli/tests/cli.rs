@@ -702,3 +702,33 @@ fn index_skips_symlinks_and_oversized_files_and_indexes_the_rest() {
         assert_eq!(ids, expect, "{query}");
     }
 }
+
+#[test]
+fn a_document_whose_id_looks_like_a_chunk_id_does_not_overwrite_that_chunk() {
+    let dir = tempfile::tempdir().unwrap();
+    // `a` is long enough to be chunked (its first passage is `a#0`); `a#0` is short and indexed whole.
+    let long = format!("Aardvarks dig burrows at night. {}", "Filler words about nothing in particular. ".repeat(60));
+    let lines = [
+        serde_json::json!({"id": "a", "text": long}).to_string(),
+        serde_json::json!({"id": "a#0", "text": "Zebras have black and white stripes."}).to_string(),
+    ];
+    std::fs::write(dir.path().join("docs.jsonl"), lines.join("\n") + "\n").unwrap();
+    let out = ragtune(&["index", "docs.jsonl", "--store", "s", "--json"], dir.path());
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["documents"], 2, "{report}");
+    let written = report["passages"].as_u64().unwrap() + report["sections"].as_u64().unwrap();
+    assert!(report["passages"].as_u64().unwrap() >= 3, "`a` is chunked: {report}");
+    assert_eq!(report["store"]["chunks"].as_u64(), Some(written), "no chunk overwrote another: {report}");
+    assert_eq!(report["store"]["documents"], 2, "{report}");
+
+    for (query, doc) in [("aardvarks burrows", "a"), ("zebras stripes", "a#0")] {
+        let out = ragtune(&["search", query, "--store", "s", "--json", "-k", "1"], dir.path());
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let chunk = &json["hits"][0]["chunk"];
+        assert_eq!(chunk["doc_id"], doc, "{query}: {json}");
+        let wanted = if doc == "a" { "Aardvarks" } else { "Zebras" };
+        assert!(chunk["text"].as_str().unwrap().starts_with(wanted), "{query}: {json}");
+    }
+}

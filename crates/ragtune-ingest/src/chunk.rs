@@ -120,11 +120,23 @@ pub fn chunk_document(doc: &Document, cfg: &ChunkerConfig) -> Result<Vec<Chunk>>
     Ok(chunks)
 }
 
-/// The whole document as one passage, for corpora of short documents (BEIR): id and `doc_id` are the document
-/// id, no parent, no header path, title and metadata from the document, position 0.
+/// The whole document as one passage, for corpora of short documents (BEIR): `doc_id` is the document id, no
+/// parent, no header path, title and metadata from the document, position 0.
+///
+/// The chunk id is the document id when it holds no `#`, and the document id followed by `#` when it does
+/// (`a#0` → `a#0#`).
+/// Chunk ids share one namespace in a store, and [`chunk_document`] names chunks `{doc_id}#{n}` and
+/// `{doc_id}#s{n}`: a document `a#0` kept whole under its own id would overwrite the first passage of a document
+/// `a` (JSONL and BEIR ids may hold `#`).
+/// An id ending in `#` is never a chunker id, and appending it only to ids that hold `#` keeps whole-document ids
+/// distinct from each other; ids without `#` (BEIR SciFact's numbers, file paths) keep the chunk ids existing
+/// stores and evaluation runs already have.
+/// Refusing `#` in document ids would refuse real corpora, and escaping it in every chunker id would rename the
+/// chunks of every document that holds one; evaluations map chunks to documents by `doc_id`, never by parsing ids.
 #[must_use]
 pub fn whole_document_chunk(doc: &Document) -> Chunk {
-    make_chunk(doc, doc.id.clone(), ChunkKind::Passage, None, &[], &doc.text, 0)
+    let id = if doc.id.contains('#') { format!("{}#", doc.id) } else { doc.id.clone() };
+    make_chunk(doc, id, ChunkKind::Passage, None, &[], &doc.text, 0)
 }
 
 fn make_chunk(
@@ -521,6 +533,29 @@ mod tests {
     }
 
     #[test]
+    fn whole_document_ids_never_collide_with_chunk_ids() {
+        // `a` is chunked (passages `a#0`, `a#1`, ...); `a#0` and `a#s1` are documents indexed whole beside it.
+        let chunked: Vec<String> = chunk_document(&Document::new("a", "w1 w2 w3 w4 w5"), &cfg(2, 0, 3))
+            .unwrap()
+            .into_iter()
+            .map(|c| c.id)
+            .collect();
+        assert!(chunked.iter().any(|id| id == "a#0") && chunked.iter().any(|id| id == "a#s1"), "{chunked:?}");
+        let whole = |id: &str| {
+            let c = whole_document_chunk(&Document::new(id, "x"));
+            assert_eq!(c.doc_id, id, "the document id is kept as it is");
+            c.id
+        };
+        for id in ["a#0", "a#s1", "a#", "a#0#"] {
+            assert!(!chunked.contains(&whole(id)), "{id} -> {}", whole(id));
+        }
+        assert_eq!(whole("a#0"), "a#0#");
+        // Ids without `#` (BEIR's numeric ids, file paths) keep their whole-document chunk id.
+        assert_eq!(whole("4983"), "4983");
+        assert_eq!(whole("guide/notes.txt"), "guide/notes.txt");
+    }
+
+    #[test]
     fn headings_inside_containers_do_not_split_words() {
         // `>#` is a block quote holding a heading; the cut moves back to the start of the word `>#`.
         let chunks = chunk_document(&Document::new("d", "a\n># b\nc"), &ChunkerConfig::default()).unwrap();
@@ -584,6 +619,26 @@ mod tests {
         #[test]
         fn invariants_on_markdown_like_text(text in "([#`~=>*. \t\n-]|\r\n|[a-c]{1,3}|\u{a0}|é){0,120}", cfg in any_cfg()) {
             check_invariants(&text, &cfg)?;
+        }
+
+        #[test]
+        fn whole_document_ids_are_distinct_from_each_other_and_from_chunk_ids(
+            ids in prop::collection::btree_set("[a#s0-9]{1,5}", 1..12),
+        ) {
+            let mut seen = std::collections::BTreeMap::new();
+            for id in &ids {
+                let whole = whole_document_chunk(&Document::new(id.as_str(), "x")).id;
+                if let Some(other) = seen.insert(whole.clone(), id.clone()) {
+                    prop_assert!(false, "{id} and {other} both give {whole}");
+                }
+            }
+            // Every chunk id of every document cut by the chunker (ids end in `#<n>` or `#s<n>`).
+            for id in &ids {
+                let doc = Document::new(id.as_str(), "w1 w2 w3 w4 w5 w6 w7");
+                for c in chunk_document(&doc, &cfg(2, 0, 3)).unwrap() {
+                    prop_assert!(!seen.contains_key(&c.id), "chunk {} of {id} is the whole chunk of {}", c.id, seen[&c.id]);
+                }
+            }
         }
 
         #[test]
