@@ -205,6 +205,16 @@ pub fn apply_overrides(cfg: &mut Config, o: Overrides) {
     }
 }
 
+/// Stops with a usage error about `subcommand` (exit code 2 and its usage line, like clap's own errors), for
+/// checks that need the configuration file and so cannot run before the command starts.
+pub fn usage_error(subcommand: &str, message: &str) -> ! {
+    use clap::CommandFactory;
+    let mut cli = crate::Cli::command();
+    cli.build();
+    let mut command = cli.find_subcommand_mut(subcommand).cloned().unwrap_or(cli);
+    command.error(clap::error::ErrorKind::ArgumentConflict, message).exit()
+}
+
 /// The configuration file (`--config`, else $RAGTUNE_CONFIG, else defaults) with the overrides applied.
 pub fn load_config(file: Option<&Path>, overrides: Overrides) -> anyhow::Result<Config> {
     let mut cfg = Config::load(file)?;

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use ragtune::Engine;
 
-use crate::args::{LocalLlm, Overrides, QdrantArgs, load_config, snippet};
+use crate::args::{LocalLlm, Overrides, QdrantArgs, load_config, snippet, usage_error};
 
 /// A question for the answer pipeline, with the options that override the configuration file.
 #[derive(Debug, clap::Args)]
@@ -41,6 +41,11 @@ pub struct AskArgs {
     trace: bool,
 }
 
+/// Why `--web` cannot run without a provider, and how to configure one.
+const NO_WEB_PROVIDER: &str = "--web needs a web search provider, and none is configured: add one to the [web] \
+    section of the configuration file (--config or $RAGTUNE_CONFIG), for example\n\n    [web.providers.searxng]\n    \
+    base_url = \"http://127.0.0.1:8888\"\n\n(providers and their keys: docs/web.md)";
+
 /// Runs the pipeline and prints the result: the answer when `generate` (`ask`), else the context (`query`).
 pub async fn run(config: Option<&Path>, args: AskArgs, generate: bool) -> anyhow::Result<()> {
     let AskArgs { question, store, qdrant, llm_url, no_llm, top_k, web, no_web, json, trace } = args;
@@ -54,7 +59,14 @@ pub async fn run(config: Option<&Path>, args: AskArgs, generate: bool) -> anyhow
         web: (web || no_web).then_some(web),
         ..Overrides::default()
     };
-    let engine = Engine::open(load_config(config, overrides)?).await?;
+    let cfg = load_config(config, overrides)?;
+    // `--web` sets `web.enabled` in the configuration rather than going through `AskOptions::use_web` (which would
+    // refuse a configuration with web search off, and which `--web` is for), so its check is here: without a
+    // provider, web search would silently search nothing.
+    if web && cfg.web.settings.providers.is_empty() {
+        usage_error(if generate { "ask" } else { "query" }, NO_WEB_PROVIDER);
+    }
+    let engine = Engine::open(cfg).await?;
     // The options the HTTP API takes per request; here the flags above set them in the configuration instead.
     let options = ragtune::commands::AskOptions { trace, ..Default::default() };
     let r = ragtune::commands::ask(&engine, &question, &options, generate).await?;

@@ -732,3 +732,27 @@ fn a_document_whose_id_looks_like_a_chunk_id_does_not_overwrite_that_chunk() {
         assert!(chunk["text"].as_str().unwrap().starts_with(wanted), "{query}: {json}");
     }
 }
+
+#[test]
+fn web_without_a_configured_provider_is_a_usage_error() {
+    let dir = tempfile::tempdir().unwrap();
+    corpus(dir.path());
+    assert_eq!(ragtune(&["index", "docs", "--store", "s"], dir.path()).status.code(), Some(0));
+    // No config at all, and a `[web]` section that turns web search on but names no provider.
+    std::fs::write(dir.path().join("no-provider.toml"), "[web]\nenabled = true\n").unwrap();
+    for config in [None, Some("no-provider.toml")] {
+        for command in ["ask", "query"] {
+            let mut args: Vec<&str> = config.map_or_else(Vec::new, |c| vec!["--config", c]);
+            args.extend([command, "what causes scurvy?", "--store", "s", "--no-llm", "--web"]);
+            let out = ragtune(&args, dir.path());
+            assert_eq!(out.status.code(), Some(2), "{args:?}: {}", text(&out.stderr));
+            let err = text(&out.stderr);
+            assert!(err.contains("--web needs a web search provider, and none is configured"), "{args:?}: {err}");
+            assert!(err.contains("[web.providers.searxng]") && err.contains("docs/web.md"), "{args:?}: {err}");
+            assert!(text(&out.stdout).is_empty(), "{args:?}: nothing was answered: {}", text(&out.stdout));
+        }
+    }
+    // Without --web the question is answered from the corpus as before.
+    let out = ragtune(&["ask", "what causes scurvy?", "--store", "s", "--no-llm"], dir.path());
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+}
