@@ -22,7 +22,7 @@
 //!                                # embedded store, a Qdrant node and a 3-node Qdrant cluster, side by side (the
 //!                                # Qdrant servers are started from ../shared/qdrant/qdrant and stopped after;
 //!                                # --qdrant-url or $QDRANT_URL measures that server instead)
-//! cargo xtask bench server [--seconds N] [--soak N]
+//! cargo xtask bench server [--seconds N] [--soak N] [--hostile]
 //!                                # ragtune serve under load (oha): search and query at 1/8/32/64 connections
 //! ```
 //!

@@ -7,6 +7,12 @@
 //! the concurrency-8 search run, every acknowledged document searched for afterwards; `/metrics` checked against
 //! the questions served; resident memory before and after, and after a soak of `--soak` seconds (0: none).
 //! `--store DIR` serves a copy of an existing SciFact index (the evaluation cache's) instead of indexing anew.
+//!
+//! `--hostile` measures healthy clients instead while attackers hold the server (issue 42): `oha` on `/v1/search`
+//! at 2 connections, alone and then beside 400 slowloris connections (headers sent a line every second, never
+//! finished; each reconnects when the server closes it) and 64 trickle uploads (a body announced as 1 MiB, sent a
+//! byte every 100 ms), more than the 16 request slots. It prints both p50/p99 and their ratio, and fails when the
+//! healthy p99 under attack is above twice the unloaded p99 or a healthy request got anything but 200.
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -21,14 +27,15 @@ use crate::shell::{self, Shell};
 
 pub fn run(args: &[String]) -> Result<()> {
     let (mut seconds, mut soak, mut from) = (10_u64, 0_u64, None::<std::path::PathBuf>);
-    let mut it = args.iter();
+    let hostile = args.iter().any(|a| a == "--hostile");
+    let mut it = args.iter().filter(|a| *a != "--hostile");
     while let Some(a) = it.next() {
         let v = it.next().with_context(|| format!("{a} needs a value"))?;
         match a.as_str() {
             "--seconds" => seconds = v.parse().context("--seconds")?,
             "--soak" => soak = v.parse().context("--soak")?,
             "--store" => from = Some(v.into()),
-            other => bail!("unknown argument {other} (use --seconds N, --soak N, --store DIR)"),
+            other => bail!("unknown argument {other} (use --seconds N, --soak N, --store DIR, --hostile)"),
         }
     }
     let sh = Shell::new();
@@ -57,17 +64,23 @@ pub fn run(args: &[String]) -> Result<()> {
         println!("bench server: serving a copy of {}", from.display());
     } else {
         let started = Instant::now();
-        shell::run(sh.cmd(&binary).arg("index").arg(dataset.join("corpus.jsonl")).arg("--store").arg(&store))?;
+        let mut index = sh.cmd(&binary);
+        index.arg("index").arg(dataset.join("corpus.jsonl")).arg("--store").arg(&store);
+        if hostile {
+            // The attack is on connections, not on retrieval: BM25 only, indexed in seconds.
+            index.env("RAGTUNE__EMBEDDING__MODE", "off");
+        }
+        shell::run(&mut index)?;
         println!("bench server: indexed SciFact in {:.1} s", started.elapsed().as_secs_f64());
     }
-    let (mut child, url) = serve(&binary, &store, &work)?;
-    let outcome = measure(&url, child.id(), seconds, soak);
+    let (mut child, url) = serve(&binary, &store, &work, hostile)?;
+    let outcome = if hostile { under_attack(&url, seconds) } else { measure(&url, child.id(), seconds, soak) };
     let _ = child.kill();
     let _ = child.wait();
     outcome
 }
 
-fn serve(binary: &Path, store: &Path, work: &Path) -> Result<(Child, String)> {
+fn serve(binary: &Path, store: &Path, work: &Path, lexical: bool) -> Result<(Child, String)> {
     use std::io::BufRead;
     let config = work.join("server.toml");
     std::fs::write(&config, "[server]\nmax_concurrency = 16\n[llm]\nurl = \"\"\n")?;
@@ -77,6 +90,7 @@ fn serve(binary: &Path, store: &Path, work: &Path) -> Result<(Child, String)> {
         .arg("--store")
         .arg(store)
         .env_remove("RAGTUNE_LLM_URL")
+        .env("RAGTUNE__EMBEDDING__MODE", if lexical { "off" } else { "auto" })
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -213,6 +227,84 @@ fn measure(url: &str, pid: u32, seconds: u64, soak: u64) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// Healthy clients' latency alone and beside slowloris and trickle-upload attackers (see the module docs).
+fn under_attack(url: &str, seconds: u64) -> Result<()> {
+    let search =
+        r#"{"query": "vitamin D deficiency and bone density in older adults", "top_k": 10, "strategy": "bm25"}"#;
+    let addr = url.trim_start_matches("http://").to_owned();
+    let report = |what: &str, m: &Measured| {
+        println!("{what:<34} {:>9.1} {:>9.2} {:>9.2}  {:?} (load {})", m.0, m.1, m.2, m.3, load());
+    };
+    println!("{:<34} {:>9} {:>9} {:>9}  statuses", "healthy clients (oha, 2 conns)", "req/s", "p50 ms", "p99 ms");
+    let alone = oha(url, "/v1/search", search, 2, seconds)?;
+    report("alone", &alone);
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut attackers = Vec::new();
+    for i in 0..464 {
+        let (stop, addr) = (Arc::clone(&stop), addr.clone());
+        let slowloris = i < 400;
+        attackers.push(std::thread::spawn(move || attack(&addr, slowloris, &stop)));
+    }
+    // Let every attacker connect and start holding its connection.
+    std::thread::sleep(Duration::from_secs(3));
+    let attacked = oha(url, "/v1/search", search, 2, seconds);
+    stop.store(true, Ordering::Release);
+    let mut closed = 0_u64;
+    for a in attackers {
+        closed += a.join().unwrap_or(0);
+    }
+    let attacked = attacked?;
+    report("beside 400 slowloris + 64 trickles", &attacked);
+    let ratio = attacked.2 / alone.2.max(1e-9);
+    println!("p99 under attack / p99 alone: {ratio:.2}; the server closed attacker connections {closed} times");
+    let bad: u64 =
+        attacked.3.iter().filter(|(c, _)| c != "200" && c != "error: aborted due to deadline").map(|(_, n)| n).sum();
+    if bad > 0 {
+        bail!("{bad} healthy requests got something other than 200 under attack: {:?}", attacked.3);
+    }
+    if ratio > 2.0 {
+        bail!("healthy p99 under attack is {ratio:.2}x the unloaded p99 (goal: at most 2x)");
+    }
+    Ok(())
+}
+
+/// One attacker until `stop`: a slowloris (headers a line a second, never finished) or a trickle upload (a body
+/// of 1 MiB announced, a byte every 100 ms); reconnects whenever the server closes the connection. How many times
+/// the server closed it.
+fn attack(addr: &str, slowloris: bool, stop: &AtomicBool) -> u64 {
+    use std::io::Write;
+    let mut closed = 0;
+    while !stop.load(Ordering::Acquire) {
+        let Ok(mut c) = std::net::TcpStream::connect(addr) else {
+            std::thread::sleep(Duration::from_millis(100));
+            continue;
+        };
+        let head = if slowloris {
+            format!("GET /healthz HTTP/1.1\r\nHost: {addr}\r\n")
+        } else {
+            format!(
+                "POST /v1/search HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: 1048576\r\n\r\n"
+            )
+        };
+        if c.write_all(head.as_bytes()).is_err() {
+            closed += 1;
+            continue;
+        }
+        let (pause, piece): (u64, &[u8]) = if slowloris { (1000, b"X-a: b\r\n") } else { (100, b" ") };
+        loop {
+            if stop.load(Ordering::Acquire) {
+                return closed;
+            }
+            std::thread::sleep(Duration::from_millis(pause));
+            if c.write_all(piece).is_err() {
+                closed += 1;
+                break;
+            }
+        }
+    }
+    closed
 }
 
 /// Streams PUTs of one document each until stopped; the batches acknowledged.
