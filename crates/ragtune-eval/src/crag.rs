@@ -515,7 +515,8 @@ pub async fn run_crag_eval(
     if k == 0 {
         return Err(Error::invalid_input("k must be at least 1"));
     }
-    let (engine, judged, qrels, name) = retrieve_split(opts, config, k, log).await?;
+    // The evaluators are built before anything is indexed or retrieved: a configuration they refuse fails the run
+    // at once, not after every query ran.
     let h = &config.crag.heuristic;
     let m = &config.crag.model;
     // (stats, evaluator, the kind it is): heuristic and model-based always, the learned one when configured.
@@ -537,6 +538,7 @@ pub async fn run_crag_eval(
     } else if config.crag.evaluator == EvaluatorKind::Learned {
         return Err(Error::invalid_input("[crag] evaluator = \"learned\" needs a [crag.learned] section"));
     }
+    let (engine, judged, qrels, name) = retrieve_split(opts, config, k, log).await?;
     let mut verdicts: Vec<Vec<Verdict>> = Vec::with_capacity(judged.len());
     let mut samples: Vec<Vec<(Verdict, bool)>> = vec![Vec::new(); rows.len()];
     let mut scores: Vec<Vec<CalibrationSample>> = vec![Vec::new(); rows.len()];
@@ -653,4 +655,22 @@ pub fn crag_table(r: &CragEvalReport) -> String {
         r.ndcg_without_correction, r.ndcg_with_correction, r.corrected
     ));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_configuration_the_evaluators_refuse_fails_before_anything_is_indexed() {
+        let dir = tempfile::tempdir().unwrap();
+        ragtune_testkit::fixtures::tiny_beir(&dir.path().join("tiny"));
+        let mut opts = EvalOptions::new(dir.path().join("tiny"));
+        opts.cache_dir = dir.path().join("cache");
+        let mut config = ragtune::Config::default();
+        config.crag.evaluator = EvaluatorKind::Learned;
+        let err = run_crag_eval(&opts, &config, 10, &mut |_| {}).await.unwrap_err();
+        assert!(err.to_string().contains("needs a [crag.learned] section"), "{err}");
+        assert!(!opts.cache_dir.exists(), "nothing was indexed or retrieved");
+    }
 }

@@ -42,6 +42,32 @@ impl Default for RerankEvalOptions {
     }
 }
 
+impl RerankEvalOptions {
+    /// Checks the reranker, every budget and the sizes before anything runs: a bad budget found after every query
+    /// was retrieved would waste the whole retrieval.
+    ///
+    /// # Errors
+    /// [`InvalidInput`](ragtune::core::ErrorKind::InvalidInput) naming every setting that is wrong, and why.
+    pub fn validate(&self) -> Result<()> {
+        let mut problems = Vec::new();
+        if self.reranker != "llm" {
+            problems.push(format!("unknown reranker `{}` (available: llm)", self.reranker));
+        }
+        let bad: Vec<String> =
+            self.budgets.iter().filter(|b| !(**b > 0.0 && **b <= 1.0)).map(ToString::to_string).collect();
+        if !bad.is_empty() {
+            problems.push(format!("rerank budgets are fractions in (0, 1], got {}", bad.join(", ")));
+        }
+        if self.budgets.is_empty() || self.policies.is_empty() {
+            problems.push("at least one rerank budget and one policy are needed".to_owned());
+        }
+        if self.pool == 0 || self.batch_size == 0 {
+            problems.push("the rerank pool and batch size must be at least 1".to_owned());
+        }
+        if problems.is_empty() { Ok(()) } else { Err(Error::invalid_input(problems.join("; "))) }
+    }
+}
+
 /// One (policy, budget) result.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RerankPoint {
@@ -98,7 +124,7 @@ fn ndcg10(qrels: &Qrels, runs: &Runs) -> f64 {
 /// Runs the budget-efficiency evaluation over `queries` (id, text, retrieved candidates in retrieval order).
 ///
 /// # Errors
-/// Budgets outside (0, 1], reranker failures during the full rerank.
+/// Invalid options ([`RerankEvalOptions::validate`]), reranker failures during the full rerank.
 pub async fn evaluate_reranking(
     opts: &RerankEvalOptions,
     reranker: Arc<dyn Reranker>,
@@ -106,9 +132,7 @@ pub async fn evaluate_reranking(
     queries: &[(String, String, Vec<Candidate>)],
     log: &mut dyn FnMut(&str),
 ) -> Result<RerankEvalReport> {
-    if let Some(b) = opts.budgets.iter().find(|b| !(**b > 0.0 && **b <= 1.0)) {
-        return Err(Error::invalid_input(format!("rerank budgets are fractions in (0, 1], got {b}")));
-    }
+    opts.validate()?;
     let qrels: Qrels = {
         let ids: HashSet<&str> = queries.iter().map(|(id, _, _)| id.as_str()).collect();
         qrels.iter().filter(|(id, _)| ids.contains(id.as_str())).map(|(k, v)| (k.clone(), v.clone())).collect()
@@ -219,4 +243,23 @@ pub fn rerank_table(r: &RerankEvalReport) -> String {
         ));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_wrong_setting_is_named() {
+        RerankEvalOptions::default().validate().unwrap();
+        let opts = RerankEvalOptions { reranker: "nope".into(), budgets: vec![0.0, 0.5, 1.5], ..Default::default() };
+        let err = opts.validate().unwrap_err();
+        assert_eq!(err.kind(), ragtune::core::ErrorKind::InvalidInput);
+        assert_eq!(
+            err.to_string(),
+            "unknown reranker `nope` (available: llm); rerank budgets are fractions in (0, 1], got 0, 1.5"
+        );
+        let opts = RerankEvalOptions { policies: vec![], pool: 0, ..Default::default() };
+        assert!(opts.validate().unwrap_err().to_string().contains("one policy"));
+    }
 }

@@ -332,10 +332,12 @@ pub async fn run_eval(opts: &EvalOptions, log: &mut dyn FnMut(&str)) -> Result<E
         return Err(Error::invalid_input("--top-k must be at least 1"));
     }
     let transform = opts.transform.kind;
-    if let Some(r) = &opts.rerank
-        && r.pool > opts.top_k
-    {
-        return Err(Error::invalid_input(format!("--rerank-pool {} needs --top-k of at least as much", r.pool)));
+    // The reranking settings are checked before anything is indexed or retrieved, not after every query ran.
+    if let Some(r) = &opts.rerank {
+        r.validate()?;
+        if r.pool > opts.top_k {
+            return Err(Error::invalid_input(format!("--rerank-pool {} needs --top-k of at least as much", r.pool)));
+        }
     }
     let llm = if transform.needs_llm() || opts.rerank.is_some() {
         let llm = ragtune::load_llm(&opts.llm)?.ok_or_else(|| {
@@ -514,9 +516,6 @@ pub async fn run_eval(opts: &EvalOptions, log: &mut dyn FnMut(&str)) -> Result<E
     let n = queries.len().max(1) as f64;
     let rerank = match (&opts.rerank, &llm) {
         (Some(r), Some(llm)) => {
-            if r.reranker != "llm" {
-                return Err(Error::invalid_input(format!("unknown reranker `{}` (available: llm)", r.reranker)));
-            }
             let inner = ragtune::rerank::LlmReranker::new(
                 llm.clone(),
                 ragtune::rerank::LlmRerankerConfig {
@@ -815,6 +814,26 @@ mod tests {
         ("b#2", "b", 0.5),
         ("a#1", "a", 0.1),
     ];
+
+    #[tokio::test]
+    async fn rerank_settings_are_checked_before_anything_is_indexed() {
+        let dir = tempfile::tempdir().unwrap();
+        ragtune_testkit::fixtures::tiny_beir(&dir.path().join("tiny"));
+        let mut opts = EvalOptions::new(dir.path().join("tiny"));
+        opts.cache_dir = dir.path().join("cache");
+        // An LLM is configured (nothing listens there), so only the reranking settings are wrong.
+        opts.llm.url = "http://127.0.0.1:9".into();
+        opts.llm.cache = false;
+        let rerank =
+            crate::rerank::RerankEvalOptions { reranker: "nope".into(), budgets: vec![0.5, 2.0], ..Default::default() };
+        opts.rerank = Some(rerank);
+        let err = run_eval(&opts, &mut |_| {}).await.unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "unknown reranker `nope` (available: llm); rerank budgets are fractions in (0, 1], got 2"
+        );
+        assert!(!opts.cache_dir.exists(), "nothing was indexed or retrieved");
+    }
 
     #[test]
     fn documents_are_scored_from_their_passages() {
