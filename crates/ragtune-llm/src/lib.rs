@@ -29,6 +29,6 @@ mod client;
 pub mod prompts;
 mod structured;
 
-pub use cache::CachedLlm;
+pub use cache::{CacheLimits, CachedLlm};
 pub use client::{DEFAULT_MAX_RESPONSE_BYTES, Endpoint, LlmConfig, OpenAiClient, plain_prompt};
 pub use structured::{JsonAnswer, RawOutput, chat, generate_json, parse_json_text, raw_output};
