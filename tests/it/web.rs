@@ -209,3 +209,21 @@ async fn web_fetch_reads_the_page_of_a_result_whose_snippet_is_too_short() {
         r.trace.iter().map(|e| format!("{}/{}", e.stage, e.action)).collect::<Vec<_>>()
     );
 }
+
+#[tokio::test]
+async fn web_enabled_without_a_provider_says_so_in_every_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = Config::from_toml("[web]\nenabled = true\n").unwrap();
+    cfg.store.path = dir.path().join("store");
+    cfg.embedding.mode = ragtune::EmbeddingMode::Off;
+    let mut engine = Engine::open(cfg).await.unwrap();
+    assert!(engine.notes().iter().any(|n| n.contains("no provider is configured")), "{:?}", engine.notes());
+    let docs: Vec<Document> = DOCS.iter().map(|(id, text)| Document::new(*id, *text)).collect();
+    engine.index_documents(&docs, Chunking::WholeDocuments, &mut |_, _| {}).await.unwrap();
+    let r = engine.ask(OFF_TOPIC).await.unwrap();
+    assert!(
+        r.notes.iter().any(|n| n.as_str().contains("no provider is configured")),
+        "the answer says web search did nothing: {:?}",
+        r.notes
+    );
+}

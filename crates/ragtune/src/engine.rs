@@ -164,6 +164,14 @@ impl Engine {
         }
         let caches = crate::pipeline::PipelineCaches::new(&config);
         let (multi, fetcher) = web_stack(&config)?;
+        let mut notes = Vec::new();
+        if config.web.enabled && config.web.settings.providers.is_empty() {
+            notes.push(
+                "web search is enabled ([web] enabled = true) but no provider is configured: nothing is searched \
+                 (add a [web.providers.NAME] section, docs/web.md)"
+                    .to_owned(),
+            );
+        }
         let web = multi.clone().map(|m| m as Arc<dyn WebSearch>);
         Ok(Self {
             config,
@@ -171,7 +179,7 @@ impl Engine {
             encoder,
             embedder,
             llm: None,
-            notes: Vec::new(),
+            notes,
             web,
             multi,
             fetcher,
