@@ -578,3 +578,15 @@ async fn a_server_gone_mid_run_is_a_clear_error_and_nothing_is_written_half() {
     let hits = direct.search(&ctx, &[dense(vec![1.0, 0.0], 1, None)]).await.unwrap();
     assert_eq!(hits[0][0].chunk.id, "u#0", "u#0 keeps its old vector");
 }
+
+/// The readiness probe of `ragtune serve` (`/readyz`) asks `ready`: one health check, answered whatever the
+/// collection holds, and an error once the server is gone (here: a store whose server never existed cannot even
+/// connect, so the check is of a live one).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a Qdrant server: cargo xtask qdrant start, then set QDRANT_URL and QDRANT_API_KEY"]
+async fn ready_is_one_cheap_health_check() {
+    let store = fresh_store(&server_url(), "ready").await;
+    store.ready(&Ctx::new()).await.expect("a live server is ready");
+    store.ensure_spaces(&Ctx::new(), Some(&dense_spec(2)), Some(&sparse_spec())).await.unwrap();
+    store.ready(&Ctx::new()).await.expect("still ready with a collection");
+}
