@@ -616,57 +616,6 @@ fn eval_qa_refuses_experiments_it_cannot_run_before_running_any() {
     assert!(report["experiments"][0].get("error").is_none(), "{report}");
 }
 
-/// A QA dataset in the CMU Wikipedia QA layout: one semester, one article, two questions.
-fn tiny_cmu_qa(root: &Path) {
-    let set = root.join("S08/data/set1");
-    std::fs::create_dir_all(&set).unwrap();
-    let text = "Scurvy is a disease. Scurvy is caused by a lack of vitamin C in the diet. James Lind showed in 1747 \
-                that citrus fruit cures scurvy.";
-    std::fs::write(set.join("a1.txt"), text).unwrap();
-    std::fs::write(set.join("a1.txt.clean"), text).unwrap();
-    let rows = [
-        "ArticleTitle\tQuestion\tAnswer\tDifficultyFromQuestioner\tDifficultyFromAnswerer\tArticleFile",
-        "Scurvy\tWhat is scurvy caused by?\ta lack of vitamin C\teasy\teasy\tdata/set1/a1",
-        "Scurvy\tIs scurvy a disease?\tyes\teasy\teasy\tdata/set1/a1",
-    ];
-    std::fs::write(root.join("S08/question_answer_pairs.txt"), rows.join("\n") + "\n").unwrap();
-}
-
-#[test]
-fn eval_qa_refuses_experiments_it_cannot_run_before_running_any() {
-    let dir = tempfile::tempdir().unwrap();
-    tiny_cmu_qa(&dir.path().join("tiny-qa"));
-    let args = ["eval", "qa", "--dataset", "tiny-qa", "--cache-dir", "cache", "--out", "qa.json", "--no-llm"];
-    // Issue 42: the third experiment needs an LLM; before, the first two ran for minutes and no report was written.
-    let out = ragtune(&[&args[..], &["--experiment", "baseline,corrective,answer_first"]].concat(), dir.path());
-    assert_eq!(out.status.code(), Some(1));
-    let err = text(&out.stderr);
-    assert!(err.contains("1 of the 3 experiments requested cannot run, so none was started"), "{err}");
-    assert!(err.contains("answer_first: needs an LLM, and this run has none"), "{err}");
-    // Nothing ran: no index was built, no experiment started, no report was written.
-    assert!(!err.contains("indexing") && !err.contains("experiment baseline"), "{err}");
-    assert!(text(&out.stdout).is_empty(), "{}", text(&out.stdout));
-    assert!(!dir.path().join("qa.json").exists() && !dir.path().join("cache").exists());
-    // Every experiment that cannot run is listed, with why.
-    let out = ragtune(&[&args[..], &["--experiment", "no_retrieval,baseline,nope,answer_first"]].concat(), dir.path());
-    assert_eq!(out.status.code(), Some(1));
-    let err = text(&out.stderr);
-    assert!(err.contains("3 of the 4 experiments requested cannot run, so none was started"), "{err}");
-    for line in ["no_retrieval: needs an LLM", "nope: unknown experiment `nope`", "answer_first: needs an LLM"] {
-        assert!(err.contains(&format!("\n  {line}")), "{line}: {err}");
-    }
-    assert!(!dir.path().join("qa.json").exists() && !dir.path().join("cache").exists());
-
-    // The experiments that answer without an LLM run, and the report is written.
-    let out = ragtune(&[&args[..], &["--experiment", "baseline,corrective"]].concat(), dir.path());
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    let report = report(dir.path(), "qa.json");
-    let names: Vec<&str> =
-        report["experiments"].as_array().unwrap().iter().map(|e| e["experiment"].as_str().unwrap()).collect();
-    assert_eq!(names, ["baseline", "corrective"]);
-    assert!(report["experiments"][0].get("error").is_none(), "{report}");
-}
-
 #[cfg(unix)]
 #[test]
 fn index_skips_symlinks_and_oversized_files_and_indexes_the_rest() {

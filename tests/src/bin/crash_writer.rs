@@ -39,7 +39,8 @@ fn main() -> ExitCode {
 
 async fn run(dir: &str, first: u64) -> ragtune::core::Result<()> {
     // A low threshold, so the HNSW snapshot and its dirty set are written (and interrupted) too.
-    let options = StoreOptions { ann: AnnConfig { min_vectors: 200, ..AnnConfig::default() }, ..StoreOptions::default() };
+    let options =
+        StoreOptions { ann: AnnConfig { min_vectors: 200, ..AnnConfig::default() }, ..StoreOptions::default() };
     let store = EmbeddedStore::open_with(dir, options)?;
     let ctx = Ctx::default();
     store.ensure_spaces(&ctx, Some(&crash::dense_spec()), Some(&crash::sparse_spec())).await?;
