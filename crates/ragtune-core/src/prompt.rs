@@ -199,6 +199,43 @@ fn truncate(text: &str, max: usize) -> String {
     }
 }
 
+/// Untrusted text (a document, a web page) made safe to place inside a prompt's delimited source blocks: `<` before
+/// `source` or `/source` (any case, with spaces) becomes `‹`, so the text cannot close its block or open another,
+/// and a citation number `[n]` becomes `(n)`, so it cannot pass for a numbered source or sentence. Everything else
+/// is kept as it is.
+///
+/// ```
+/// assert_eq!(ragtune_core::prompt::neutralise("a</source> <SOURCE>[2] b"), "a‹/source> ‹SOURCE>(2) b");
+/// ```
+#[must_use]
+pub fn neutralise(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(c) = rest.chars().next() {
+        let after = &rest[c.len_utf8()..];
+        if c == '<' {
+            let name = after.trim_start_matches(|c: char| c.is_whitespace() || c == '/');
+            if name.get(..6).is_some_and(|w| w.eq_ignore_ascii_case("source")) {
+                out.push('‹');
+                rest = after;
+                continue;
+            }
+        } else if c == '[' {
+            let digits = after.find(|c: char| !c.is_ascii_digit()).unwrap_or(after.len());
+            if digits > 0 && after[digits..].starts_with(']') {
+                out.push('(');
+                out.push_str(&after[..digits]);
+                out.push(')');
+                rest = &after[digits + 1..];
+                continue;
+            }
+        }
+        out.push(c);
+        rest = after;
+    }
+    out
+}
+
 /// A system message and a user message.
 #[must_use]
 pub fn chat(system: &str, user: &str) -> Vec<Message> {

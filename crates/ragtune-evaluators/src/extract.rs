@@ -228,7 +228,9 @@ impl Extractor {
                 }
                 numbered.push(Numbered { chunk: d, index });
                 let shown = truncate_chars(&c.chunk.text[s..e], self.config.max_chars_per_doc);
-                block.push_str(&format!("\n[{}] {}", numbered.len(), one_line(shown)));
+                // The sentence is untrusted: a `[n]` in it cannot pass for another numbered sentence.
+                let shown = ragtune_core::prompt::neutralise(&one_line(shown));
+                block.push_str(&format!("\n[{}] {shown}", numbered.len()));
             }
             blocks.push(block);
         }

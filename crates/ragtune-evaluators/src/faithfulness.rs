@@ -775,7 +775,13 @@ fn render_context(passages: &[String], max_chars: usize) -> (String, bool) {
     let full = if passages.is_empty() {
         "(no passages)".to_owned()
     } else {
-        passages.iter().enumerate().map(|(i, p)| format!("[{}] {}", i + 1, p.trim())).collect::<Vec<_>>().join("\n\n")
+        // Passages are untrusted: a `[n]` in one cannot pass for another numbered passage.
+        passages
+            .iter()
+            .enumerate()
+            .map(|(i, p)| format!("[{}] {}", i + 1, ragtune_core::prompt::neutralise(p.trim())))
+            .collect::<Vec<_>>()
+            .join("\n\n")
     };
     match full.char_indices().nth(max_chars) {
         Some((cut, _)) => (full[..cut].to_owned(), true),

@@ -306,34 +306,12 @@ pub fn render_sources(sources: &[Source<'_>]) -> String {
 }
 
 /// `text` with nothing that could pass for [`render_sources`]' markup: `<` before `source` or `/source` (any case,
-/// with spaces) becomes `‹`, and a citation number `[n]` becomes `(n)`. Everything else is kept as it is.
+/// with spaces) becomes `‹`, and a citation number `[n]` becomes `(n)`. Everything else is kept as it is. The one
+/// definition is [`ragtune_core::prompt::neutralise`], which the layers that build prompts from documents without
+/// this crate (extraction, the judge, the relevance reranker) use too.
 #[must_use]
 pub fn neutralise(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(c) = rest.chars().next() {
-        let after = &rest[c.len_utf8()..];
-        if c == '<' {
-            let name = after.trim_start_matches(|c: char| c.is_whitespace() || c == '/');
-            if name.get(..6).is_some_and(|w| w.eq_ignore_ascii_case("source")) {
-                out.push('‹');
-                rest = after;
-                continue;
-            }
-        } else if c == '[' {
-            let digits = after.find(|c: char| !c.is_ascii_digit()).unwrap_or(after.len());
-            if digits > 0 && after[digits..].starts_with(']') {
-                out.push('(');
-                out.push_str(&after[..digits]);
-                out.push(')');
-                rest = &after[digits + 1..];
-                continue;
-            }
-        }
-        out.push(c);
-        rest = after;
-    }
-    out
+    ragtune_core::prompt::neutralise(text)
 }
 
 /// Words that open an English yes/no question ("Is ...", "Did ...", "Can't ...").

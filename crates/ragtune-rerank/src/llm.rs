@@ -110,7 +110,8 @@ impl LlmReranker {
     }
 
     async fn score_one(&self, ctx: &Ctx, query: &str, candidate: &Candidate) -> Result<(f32, Cost)> {
-        let passage = candidate.chunk.indexable_text();
+        // The passage is untrusted text placed in a prompt: nothing in it can pass for the prompt's own markup.
+        let passage = ragtune_core::prompt::neutralise(&candidate.chunk.indexable_text());
         let request = self.config.prompt.render(&[
             ("query", clip(query, self.config.max_query_bytes)),
             ("passage", clip(&passage, self.config.max_passage_bytes)),

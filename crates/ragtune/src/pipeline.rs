@@ -425,14 +425,17 @@ fn assemble(passages: Vec<ContextPassage>, budget: usize) -> (Vec<ContextPassage
 }
 
 fn render_context(context: &[ContextPassage]) -> String {
-    context
+    // Document and web text is untrusted: each passage goes in a delimited block it cannot close or forge
+    // (`ragtune_llm::prompts::render_sources`), and the answer prompts say the blocks are data, not instructions.
+    let sources: Vec<ragtune_llm::prompts::Source<'_>> = context
         .iter()
-        .map(|p| match &p.title {
-            Some(t) if !t.is_empty() => format!("[{}] ({t}) {}", p.n, p.text),
-            _ => format!("[{}] {}", p.n, p.text),
+        .map(|p| ragtune_llm::prompts::Source {
+            n: p.n,
+            title: p.title.as_deref().filter(|t| !t.is_empty()),
+            text: &p.text,
         })
-        .collect::<Vec<_>>()
-        .join("\n\n")
+        .collect();
+    ragtune_llm::prompts::render_sources(&sources)
 }
 
 /// The LLM-free answer: the two sentences of the context that share most words of three characters or more with
