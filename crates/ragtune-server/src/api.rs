@@ -15,11 +15,13 @@ use ragtune::commands::{self, AskOptions, SearchOptions};
 use ragtune::core::{Document, Error, ErrorKind};
 use serde_json::Value;
 
-use crate::AppState;
+use std::sync::Arc;
+
 use crate::openapi::{
     Deleted, DocumentsBody, ErrorBody, ErrorDetail, Health, Indexed, Ready, SearxResult, SearxResults, Stats,
     openapi_document,
 };
+use crate::{AppState, Collection};
 
 /// The page at `/`: one self-contained file, no build step, no CDN.
 const PAGE: &str = include_str!("page.html");
@@ -34,6 +36,14 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/documents", put(put_documents))
         .route("/v1/documents/{id}", delete(delete_document))
         .route("/v1/stats", get(stats))
+        .route("/v1/collections/{name}/ask", post(collection_ask))
+        .route("/v1/collections/{name}/query", post(collection_query))
+        .route("/v1/collections/{name}/search", post(collection_search))
+        .route("/v1/collections/{name}/documents", put(collection_put_documents))
+        .route("/v1/collections/{name}/documents/{id}", delete(collection_delete_document))
+        .route("/v1/collections/{name}/stats", get(collection_stats))
+        .route("/v1/chat/completions", post(crate::openai::chat_completions))
+        .route("/v1/models", get(crate::openai::models))
         .route("/metrics", get(metrics))
         .route("/openapi.json", get(openapi))
         .route("/searxng/search", get(searxng))
@@ -53,19 +63,21 @@ pub fn router(state: AppState) -> Router {
         .layer(middleware::from_fn_with_state(state.clone(), read_body))
         .layer(middleware::from_fn_with_state(state.clone(), check_host))
         .layer(DefaultBodyLimit::max(limit))
+        // Outermost: whatever layer refused a request on the OpenAI routes, the error is in OpenAI's shape.
+        .layer(middleware::from_fn(crate::openai::error_shape))
         .with_state(state)
 }
 
 /// An error as JSON: `{"error": {"kind", "message"}}`.
 #[derive(Debug)]
 pub struct ApiError {
-    status: StatusCode,
-    kind: &'static str,
-    message: String,
+    pub(crate) status: StatusCode,
+    pub(crate) kind: &'static str,
+    pub(crate) message: String,
 }
 
 impl ApiError {
-    fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> Self {
+    pub(crate) fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> Self {
         Self { status, kind, message: message.into() }
     }
 
@@ -102,10 +114,10 @@ impl IntoResponse for ApiError {
     }
 }
 
-type ApiResult<T> = Result<T, ApiError>;
+pub(crate) type ApiResult<T> = Result<T, ApiError>;
 
 /// The body's bytes: 413 above the size limit.
-fn body_bytes(body: Result<Bytes, BytesRejection>) -> ApiResult<Bytes> {
+pub(crate) fn body_bytes(body: Result<Bytes, BytesRejection>) -> ApiResult<Bytes> {
     body.map_err(|rejection| {
         let status = rejection.status();
         if status == StatusCode::PAYLOAD_TOO_LARGE {
@@ -138,14 +150,14 @@ fn options<T: serde::de::DeserializeOwned>(map: serde_json::Map<String, Value>) 
 }
 
 /// The deadline a request gets: what it asks, at most `max_deadline_ms`; that when it asks none.
-fn bounded(mut opts: AskOptions, state: &AppState) -> AskOptions {
+pub(crate) fn bounded(mut opts: AskOptions, state: &AppState) -> AskOptions {
     let max = state.inner.settings.max_deadline_ms;
     opts.deadline_ms = Some(opts.deadline_ms.map_or(max, |d| d.min(max)));
     opts
 }
 
 /// Parses a JSON object from bytes: 400 for anything that is not one.
-fn object_of(bytes: &[u8]) -> ApiResult<serde_json::Map<String, Value>> {
+pub(crate) fn object_of(bytes: &[u8]) -> ApiResult<serde_json::Map<String, Value>> {
     match serde_json::from_slice::<Value>(bytes) {
         Ok(Value::Object(map)) => Ok(map),
         Ok(_) => Err(ApiError::bad_request("the body must be a JSON object")),
@@ -182,26 +194,95 @@ pub fn parse_documents(bytes: &[u8]) -> ApiResult<Vec<Document>> {
     Ok(batch.documents)
 }
 
-async fn answer(state: AppState, body: Result<Bytes, BytesRejection>, generate: bool) -> ApiResult<Response> {
+/// The store `name` names: 404 for any name no collection has.
+pub(crate) fn collection(state: &AppState, name: &str) -> ApiResult<Arc<Collection>> {
+    state.inner.collections.get(name).cloned().ok_or_else(|| {
+        let known: Vec<&str> = state.inner.collections.keys().map(String::as_str).collect();
+        let known = if known.is_empty() { "none is configured".to_owned() } else { known.join(", ") };
+        ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("no collection `{name}` (collections: {known})"))
+    })
+}
+
+async fn collection_ask(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult<Response> {
+    let c = collection(&state, &name)?;
+    answer(&state, &c, body, true).await
+}
+
+async fn collection_query(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult<Response> {
+    let c = collection(&state, &name)?;
+    answer(&state, &c, body, false).await
+}
+
+async fn collection_search(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult<Response> {
+    let c = collection(&state, &name)?;
+    search_in(&c, body).await
+}
+
+async fn collection_put_documents(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult<Response> {
+    let c = collection(&state, &name)?;
+    put_documents_in(&state, &c, body).await
+}
+
+async fn collection_delete_document(
+    State(state): State<AppState>,
+    Path((name, id)): Path<(String, String)>,
+) -> ApiResult<Response> {
+    let c = collection(&state, &name)?;
+    delete_document_in(&state, &c, id).await
+}
+
+async fn collection_stats(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult<Response> {
+    let c = collection(&state, &name)?;
+    stats_in(&state, &c).await
+}
+
+async fn answer(
+    state: &AppState,
+    c: &Collection,
+    body: Result<Bytes, BytesRejection>,
+    generate: bool,
+) -> ApiResult<Response> {
     let (question, opts) = parse_ask(&body_bytes(body)?)?;
-    let opts = bounded(opts, &state);
-    let engine = state.inner.engine.read().await;
+    let opts = bounded(opts, state);
+    let engine = c.engine.read().await;
     let response = commands::ask(&engine, &question, &opts, generate).await?;
     state.inner.metrics.observe_answer(&response);
     Ok(Json(response).into_response())
 }
 
 async fn ask(State(state): State<AppState>, body: Result<Bytes, BytesRejection>) -> ApiResult<Response> {
-    answer(state, body, true).await
+    let c = state.inner.default.clone();
+    answer(&state, &c, body, true).await
 }
 
 async fn query(State(state): State<AppState>, body: Result<Bytes, BytesRejection>) -> ApiResult<Response> {
-    answer(state, body, false).await
+    let c = state.inner.default.clone();
+    answer(&state, &c, body, false).await
 }
 
 async fn search(State(state): State<AppState>, body: Result<Bytes, BytesRejection>) -> ApiResult<Response> {
+    search_in(&state.inner.default, body).await
+}
+
+async fn search_in(c: &Collection, body: Result<Bytes, BytesRejection>) -> ApiResult<Response> {
     let (query, opts) = parse_search(&body_bytes(body)?)?;
-    let engine = state.inner.engine.read().await;
+    let engine = c.engine.read().await;
     Ok(Json(commands::search(&engine, &query, &opts).await?).into_response())
 }
 
@@ -212,6 +293,15 @@ async fn search(State(state): State<AppState>, body: Result<Bytes, BytesRejectio
 /// shows readers a batch whole or not at all. The approximate dense index is rebuilt in the background once enough
 /// of it changed, not within the request.
 async fn put_documents(State(state): State<AppState>, body: Result<Bytes, BytesRejection>) -> ApiResult<Response> {
+    let c = state.inner.default.clone();
+    put_documents_in(&state, &c, body).await
+}
+
+async fn put_documents_in(
+    state: &AppState,
+    c: &Arc<Collection>,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult<Response> {
     let documents = parse_documents(&body_bytes(body)?)?;
     let max = state.inner.settings.max_batch_documents;
     if documents.len() > max {
@@ -225,51 +315,67 @@ async fn put_documents(State(state): State<AppState>, body: Result<Bytes, BytesR
             ),
         ));
     }
-    let _writer = state.inner.writer.lock().await;
-    let engine = state.inner.engine.read().await;
+    let _writer = c.writer.lock().await;
+    let engine = c.engine.read().await;
     let report = if engine.encoder().is_some() {
         commands::index_shared(&engine, &documents).await?
     } else {
         // The store's first batch fixes its sparse space: the only write that takes the engine alone.
         drop(engine);
-        let mut engine = state.inner.engine.write().await;
+        let mut engine = c.engine.write().await;
         commands::index(&mut engine, &documents).await?
     };
-    state.inner.metrics.set_index(report.store.documents, report.store.chunks);
-    refresh_in_background(&state);
+    if c.name.is_none() {
+        state.inner.metrics.set_index(report.store.documents, report.store.chunks);
+    }
+    refresh_in_background(c);
     Ok(Json(Indexed { indexed: report }).into_response())
 }
 
 /// Starts a rebuild of the approximate dense index when a tenth of it changed, unless one runs already.
-fn refresh_in_background(state: &AppState) {
-    if state.inner.refreshing.swap(true, Ordering::AcqRel) {
+fn refresh_in_background(c: &Arc<Collection>) {
+    if c.refreshing.swap(true, Ordering::AcqRel) {
         return;
     }
-    let state = state.clone();
+    let c = c.clone();
     tokio::spawn(async move {
-        let engine = state.inner.engine.read().await.clone();
+        let engine = c.engine.read().await.clone();
         // A failure leaves the previous index in use (exact search covers what changed); the next write retries.
         let _ = engine.refresh_dense_index(0.1).await;
-        state.inner.refreshing.store(false, Ordering::Release);
+        c.refreshing.store(false, Ordering::Release);
     });
 }
 
 async fn delete_document(State(state): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
-    let _writer = state.inner.writer.lock().await;
-    let engine = state.inner.engine.read().await;
+    let c = state.inner.default.clone();
+    delete_document_in(&state, &c, id).await
+}
+
+async fn delete_document_in(state: &AppState, c: &Collection, id: String) -> ApiResult<Response> {
+    let _writer = c.writer.lock().await;
+    let engine = c.engine.read().await;
     if !commands::delete(&engine, &id).await? {
         return Err(ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("no document `{id}` in the index")));
     }
-    if let Ok(s) = commands::stats(&engine).await {
+    if c.name.is_none()
+        && let Ok(s) = commands::stats(&engine).await
+    {
         state.inner.metrics.set_index(s.documents, s.chunks);
     }
     Ok(Json(Deleted { deleted: id }).into_response())
 }
 
 async fn stats(State(state): State<AppState>) -> ApiResult<Response> {
-    let engine = state.inner.engine.read().await;
+    let c = state.inner.default.clone();
+    stats_in(&state, &c).await
+}
+
+async fn stats_in(state: &AppState, c: &Collection) -> ApiResult<Response> {
+    let engine = c.engine.read().await;
     let s = commands::stats(&engine).await?;
-    state.inner.metrics.set_index(s.documents, s.chunks);
+    if c.name.is_none() {
+        state.inner.metrics.set_index(s.documents, s.chunks);
+    }
     Ok(Json(Stats {
         store: engine.store_location(),
         stats: s,
@@ -293,12 +399,18 @@ async fn readyz(State(state): State<AppState>) -> Response {
     let ready = match cached {
         Some((at, ready)) if at.elapsed() < Duration::from_secs(1) => ready,
         _ => {
-            // Not behind the engine's lock: a first batch writing for minutes must not make the probe wait.
-            let engine = state.inner.engine.try_read().map(|e| e.clone());
-            let ready = match engine {
-                Ok(engine) => engine.ready().await.is_ok(),
-                Err(_) => true,
-            };
+            // Not behind the engine's lock: a first batch writing for minutes must not make the probe wait. Ready
+            // when every store is.
+            let mut ready = true;
+            for c in std::iter::once(&state.inner.default).chain(state.inner.collections.values()) {
+                let engine = c.engine.try_read().map(|e| e.clone());
+                if let Ok(engine) = engine
+                    && engine.ready().await.is_err()
+                {
+                    ready = false;
+                    break;
+                }
+            }
             *state.inner.readiness.lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
                 Some((Instant::now(), ready));
             ready
@@ -322,7 +434,7 @@ async fn searxng(
         return Err(ApiError::bad_request("only format=json is served"));
     }
     let q = params.get("q").map(String::as_str).unwrap_or_default();
-    let engine = state.inner.engine.read().await;
+    let engine = state.inner.default.engine.read().await;
     let opts = SearchOptions { top_k: Some(10), ..SearchOptions::default() };
     let hits = commands::search(&engine, q, &opts).await?.hits;
     let results: Vec<SearxResult> = hits

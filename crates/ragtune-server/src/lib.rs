@@ -27,6 +27,7 @@
 
 mod api;
 mod metrics;
+pub mod openai;
 pub mod openapi;
 
 use std::future::Future;
@@ -34,6 +35,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
+
+use std::collections::BTreeMap;
 
 use hyper_util::rt::{TokioIo, TokioTimer};
 use ragtune::core::{Error, Result};
@@ -50,13 +53,32 @@ pub struct AppState {
     inner: Arc<Inner>,
 }
 
+/// One store the server answers for: the default one, or a named collection.
 #[derive(Debug)]
-struct Inner {
+struct Collection {
+    /// `None` for the default store.
+    name: Option<String>,
     /// Readers and writers share the engine (the store serialises its own commits and shows readers a batch whole
     /// or not at all); only the very first batch of a new store takes it alone, to create the store's sparse space.
     engine: RwLock<Engine>,
     /// Writes (`PUT`, `DELETE`) go one at a time.
     writer: Mutex<()>,
+    /// Whether a rebuild of the approximate dense index runs in the background.
+    refreshing: Arc<AtomicBool>,
+}
+
+impl Collection {
+    fn new(name: Option<String>, engine: Engine) -> Arc<Self> {
+        Arc::new(Self { name, engine: RwLock::new(engine), writer: Mutex::new(()), refreshing: Arc::default() })
+    }
+}
+
+#[derive(Debug)]
+struct Inner {
+    /// The store of today's routes (`/v1/ask`, …).
+    default: Arc<Collection>,
+    /// The named collections (`/v1/collections/{name}/…`).
+    collections: BTreeMap<String, Arc<Collection>>,
     settings: ServerSettings,
     /// Whether the server listens on a loopback address: then `Host` and `Origin` must name this machine.
     loopback: bool,
@@ -65,8 +87,6 @@ struct Inner {
     metrics: Metrics,
     /// The last readiness answer and when it was taken: `/readyz` asks the store at most once a second.
     readiness: std::sync::Mutex<Option<(Instant, bool)>>,
-    /// Whether a rebuild of the approximate dense index runs in the background.
-    refreshing: Arc<AtomicBool>,
 }
 
 impl AppState {
@@ -76,20 +96,43 @@ impl AppState {
     /// [`InvalidInput`](ragtune::core::ErrorKind::InvalidInput) for invalid settings (a zero limit, a short API
     /// key, an address that does not parse).
     pub fn new(engine: Engine, settings: ServerSettings) -> Result<Self> {
+        Self::with_collections(engine, Vec::new(), settings)
+    }
+
+    /// The shared state of a server over `engine` (today's routes) and the named `collections`
+    /// (`/v1/collections/{name}/…`, chat models `ragtune:NAME`).
+    ///
+    /// # Errors
+    /// As [`new`](Self::new); a collection name that is not 1 to 64 of `a-z0-9_-`, or given twice.
+    pub fn with_collections(
+        engine: Engine,
+        collections: Vec<(String, Engine)>,
+        settings: ServerSettings,
+    ) -> Result<Self> {
         settings.validate()?;
+        let mut named = BTreeMap::new();
+        for (name, engine) in collections {
+            if !valid_collection_name(&name) {
+                return Err(Error::invalid_input(format!(
+                    "collection `{name}`: a name is 1 to 64 characters of a-z, 0-9, `_` and `-`"
+                )));
+            }
+            if named.insert(name.clone(), Collection::new(Some(name.clone()), engine)).is_some() {
+                return Err(Error::invalid_input(format!("collection `{name}` is given twice")));
+            }
+        }
         let loopback = parse_bind(&settings)?.ip().is_loopback();
         let slots = Arc::new(Semaphore::new(settings.max_concurrency));
         let metrics = Metrics::new()?;
         Ok(Self {
             inner: Arc::new(Inner {
-                engine: RwLock::new(engine),
-                writer: Mutex::new(()),
+                default: Collection::new(None, engine),
+                collections: named,
                 settings,
                 loopback,
                 slots,
                 metrics,
                 readiness: std::sync::Mutex::new(None),
-                refreshing: Arc::default(),
             }),
         })
     }
@@ -124,12 +167,25 @@ impl Server {
     /// # Errors
     /// An address that does not parse; a non-loopback address without `api_key`; a port in use.
     pub async fn bind(engine: Engine, settings: ServerSettings) -> Result<Self> {
+        Self::bind_with_collections(engine, Vec::new(), settings).await
+    }
+
+    /// [`bind`](Self::bind) serving the named `collections` beside the default store (see
+    /// [`open_collections`]).
+    ///
+    /// # Errors
+    /// As [`bind`](Self::bind) and [`AppState::with_collections`].
+    pub async fn bind_with_collections(
+        engine: Engine,
+        collections: Vec<(String, Engine)>,
+        settings: ServerSettings,
+    ) -> Result<Self> {
         let addr = check_bind(&settings)?;
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|e| Error::unavailable(format!("cannot listen on {addr}: {e}")).with_source(e))?;
         let grace = Duration::from_secs(settings.shutdown_grace_secs);
-        Ok(Self { listener, state: AppState::new(engine, settings)?, grace })
+        Ok(Self { listener, state: AppState::with_collections(engine, collections, settings)?, grace })
     }
 
     /// The address it listens on (with the port the OS chose for `:0`).
@@ -202,6 +258,22 @@ impl Server {
         }
         Ok(())
     }
+}
+
+/// The engines of the collections `config` names (`[collections.NAME]`), beside `main`, sharing its models: what
+/// `ragtune serve` passes to [`Server::bind_with_collections`].
+///
+/// # Errors
+/// A collection's store cannot be opened (locked, corrupt, another model), naming the collection.
+pub async fn open_collections(main: &Engine) -> Result<Vec<(String, Engine)>> {
+    ragtune::commands::open_collections(main).await
+}
+
+/// Whether `name` can name a collection: 1 to 64 of `a-z`, `0-9`, `_` and `-`.
+#[must_use]
+pub fn valid_collection_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
 }
 
 /// The address to bind: loopback always; anything else only with an API key.

@@ -12,6 +12,8 @@ use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use crate::openai::{ChatCompletion, ChatRequest, ModelList, OpenAiErrorBody};
+
 /// The body of `POST /v1/ask` and `POST /v1/query`.
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct AskBody {
@@ -164,7 +166,7 @@ fn schema<T: JsonSchema>(generator: &mut SchemaGenerator) -> Schema {
 pub const OPEN_ROUTES: [&str; 3] = ["/healthz", "/readyz", "/"];
 
 /// Every route the router serves.
-pub const ROUTES: [Route; 12] = [
+pub const ROUTES: [Route; 20] = [
     Route {
         method: "post",
         path: "/v1/ask",
@@ -204,6 +206,63 @@ pub const ROUTES: [Route; 12] = [
         method: "get",
         path: "/v1/stats",
         summary: "Counts of the index",
+        request: Body::None,
+        response: Body::Json(schema::<Stats>),
+    },
+    Route {
+        method: "post",
+        path: "/v1/chat/completions",
+        summary: "OpenAI-compatible chat: the last user message answered through the pipeline, with numbered sources \
+                  (`stream: true`: Server-Sent Events of `chat.completion.chunk`); errors in OpenAI's shape",
+        request: Body::Json(schema::<ChatRequest>),
+        response: Body::Json(schema::<ChatCompletion>),
+    },
+    Route {
+        method: "get",
+        path: "/v1/models",
+        summary: "OpenAI-compatible model list: `ragtune` (the default store) and `ragtune:NAME` per collection",
+        request: Body::None,
+        response: Body::Json(schema::<ModelList>),
+    },
+    Route {
+        method: "post",
+        path: "/v1/collections/{name}/ask",
+        summary: "`/v1/ask` on the collection `name`",
+        request: Body::Json(schema::<AskBody>),
+        response: Body::Json(schema::<AskResponse>),
+    },
+    Route {
+        method: "post",
+        path: "/v1/collections/{name}/query",
+        summary: "`/v1/query` on the collection `name`",
+        request: Body::Json(schema::<AskBody>),
+        response: Body::Json(schema::<AskResponse>),
+    },
+    Route {
+        method: "post",
+        path: "/v1/collections/{name}/search",
+        summary: "`/v1/search` on the collection `name`",
+        request: Body::Json(schema::<SearchBody>),
+        response: Body::Json(schema::<SearchResponse>),
+    },
+    Route {
+        method: "put",
+        path: "/v1/collections/{name}/documents",
+        summary: "`PUT /v1/documents` on the collection `name`",
+        request: Body::Json(schema::<DocumentsBody>),
+        response: Body::Json(schema::<Indexed>),
+    },
+    Route {
+        method: "delete",
+        path: "/v1/collections/{name}/documents/{id}",
+        summary: "`DELETE /v1/documents/{id}` on the collection `name`",
+        request: Body::None,
+        response: Body::Json(schema::<Deleted>),
+    },
+    Route {
+        method: "get",
+        path: "/v1/collections/{name}/stats",
+        summary: "`/v1/stats` of the collection `name`",
         request: Body::None,
         response: Body::Json(schema::<Stats>),
     },
@@ -257,6 +316,7 @@ pub fn openapi_document() -> Value {
     let mut generator =
         SchemaSettings::draft2020_12().with(|s| s.definitions_path = "/components/schemas".into()).into_generator();
     let error = schema::<ErrorBody>(&mut generator);
+    let openai_error = schema::<OpenAiErrorBody>(&mut generator);
     let mut paths = serde_json::Map::new();
     for route in ROUTES {
         let content = |body: Body, generator: &mut SchemaGenerator| match body {
@@ -268,6 +328,7 @@ pub fn openapi_document() -> Value {
         if let Some(c) = content(route.response, &mut generator) {
             ok["content"] = c;
         }
+        let error = if matches!(route.path, "/v1/chat/completions" | "/v1/models") { &openai_error } else { &error };
         let mut op = json!({
             "summary": route.summary,
             "responses": {"200": ok, "default": {"description": "An error",
@@ -279,8 +340,15 @@ pub fn openapi_document() -> Value {
         if let Some(c) = content(route.request, &mut generator) {
             op["requestBody"] = json!({"required": true, "content": c});
         }
-        if route.path.contains("{id}") {
-            op["parameters"] = json!([{"name": "id", "in": "path", "required": true, "schema": {"type": "string"}}]);
+        let params: Vec<Value> = route
+            .path
+            .split('{')
+            .skip(1)
+            .filter_map(|p| p.split_once('}').map(|(name, _)| name))
+            .map(|name| json!({"name": name, "in": "path", "required": true, "schema": {"type": "string"}}))
+            .collect();
+        if !params.is_empty() {
+            op["parameters"] = Value::Array(params);
         }
         if route.path == "/searxng/search" {
             op["parameters"] = json!([

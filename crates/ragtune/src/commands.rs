@@ -207,6 +207,30 @@ pub async fn stats(engine: &Engine) -> Result<StoreStats> {
     engine.store().stats(&Ctx::new()).await
 }
 
+/// Opens every collection of `main`'s configuration (`[collections.NAME]`), each the main configuration with its
+/// store replaced, sharing `main`'s embedding model and LLM (loaded once per process), in name order.
+///
+/// Each collection builds its own caches and, when `[web]` is on, uses `main`'s web search provider (so the
+/// process keeps one set of rate limits and circuit breakers).
+///
+/// # Errors
+/// As [`Engine::open`] for any collection's store, naming the collection.
+pub async fn open_collections(main: &Engine) -> Result<Vec<(String, Engine)>> {
+    let mut out = Vec::new();
+    for name in main.config().collections.keys() {
+        let cfg = main.config().collection(name)?;
+        let mut engine = Engine::open_with_embedder(cfg, main.embedder().cloned())
+            .await
+            .map_err(|e| e.context(format!("collection `{name}`")))?
+            .with_llm(main.llm().cloned());
+        if main.web().is_some() {
+            engine = engine.with_web(main.web().cloned());
+        }
+        out.push((name.clone(), engine));
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

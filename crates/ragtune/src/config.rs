@@ -100,6 +100,64 @@ pub struct Config {
     pub web: WebConfig,
     /// The HTTP service (`ragtune serve`).
     pub server: ServerSettings,
+    /// Named stores served beside the main one (`ragtune serve`, `/v1/collections/{name}/…`), each a
+    /// `[collections.NAME.store]` section: the engine of a collection is this configuration with its store
+    /// replaced.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub collections: std::collections::BTreeMap<String, CollectionConfig>,
+}
+
+/// A `[collections.NAME]` section: a store served beside the main one, under the main configuration otherwise.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CollectionConfig {
+    /// Where the collection's index lives (as `[store]`); it must differ from the main store and every other
+    /// collection's.
+    pub store: StoreConfig,
+}
+
+/// Whether `name` can name a collection: 1 to 64 of `a-z`, `0-9`, `_` and `-`.
+#[must_use]
+pub fn valid_collection_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
+}
+
+impl Config {
+    /// The configuration of the collection `name`: this one with the collection's store, and no collections.
+    ///
+    /// # Errors
+    /// [`NotFound`](ragtune_core::ErrorKind::NotFound) when no such collection is configured.
+    pub fn collection(&self, name: &str) -> Result<Self> {
+        let c = self
+            .collections
+            .get(name)
+            .ok_or_else(|| Error::not_found(format!("no collection `{name}` is configured")))?;
+        let mut cfg = self.clone();
+        cfg.store = c.store.clone();
+        cfg.collections.clear();
+        Ok(cfg)
+    }
+
+    fn validate_collections(&self) -> Result<()> {
+        let mut seen = vec![("the main store".to_owned(), self.store.location())];
+        for (name, c) in &self.collections {
+            if !valid_collection_name(name) {
+                return Err(Error::invalid_input(format!(
+                    "[collections.{name}]: a collection name is 1 to 64 characters of a-z, 0-9, `_` and `-`"
+                )));
+            }
+            let location = c.store.location();
+            if let Some((other, _)) = seen.iter().find(|(_, l)| *l == location) {
+                return Err(Error::invalid_input(format!(
+                    "[collections.{name}.store] names the same store as {other} ({location}): give it a path (or a \
+                     Qdrant collection) of its own"
+                )));
+            }
+            seen.push((format!("collection `{name}`"), location));
+        }
+        Ok(())
+    }
 }
 
 /// The `[server]` section: how `ragtune serve` listens and what it accepts (docs/server.md, "Security model").
@@ -1082,6 +1140,7 @@ impl Config {
             return Err(Error::invalid_input("[cache] capacity must be at least 1 when the cache is enabled"));
         }
         self.server.validate()?;
+        self.validate_collections()?;
         Ok(())
     }
 
