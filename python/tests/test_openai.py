@@ -1,8 +1,8 @@
 """`ragtune serve` as an OpenAI-compatible endpoint, driven by the official `openai` client (docs/openai.md).
 
 Starts the binary at $RAGTUNE_BIN on a free loopback port with a fresh store, no dense model and no LLM
-(answers are extractive, so it is fast), PUTs a few documents, then asks through
-`client.chat.completions.create` whole and streamed.
+(answers are extractive, so it is fast) and a collection `med`, PUTs a few documents, then asks through
+`client.chat.completions.create` whole, streamed, and of the collection.
 """
 
 import json
@@ -32,7 +32,8 @@ def server():
     if not binary or not os.path.exists(binary):
         pytest.skip("RAGTUNE_BIN does not name a ragtune binary (cargo build -p ragtune-cli)")
     with tempfile.TemporaryDirectory() as store:
-        env = dict(os.environ, RAGTUNE__EMBEDDING__MODE="off", RAGTUNE_LLM_URL="", RAGTUNE__LLM__URL="")
+        env = dict(os.environ, RAGTUNE__EMBEDDING__MODE="off", RAGTUNE_LLM_URL="", RAGTUNE__LLM__URL="",
+                   RAGTUNE__COLLECTIONS__MED__STORE__PATH=os.path.join(store, "med"))
         env.pop("RAGTUNE_SERVER_API_KEY", None)
         proc = subprocess.Popen(
             [binary, "serve", "--store", os.path.join(store, "store"), "--bind", "127.0.0.1:0"],
@@ -54,9 +55,10 @@ def server():
             proc.wait(timeout=30)
 
 
-def put_documents(url, documents):
+def put_documents(url, documents, collection=None):
+    prefix = f"/v1/collections/{collection}" if collection else "/v1"
     request = urllib.request.Request(
-        url + "/v1/documents", method="PUT", data=json.dumps({"documents": documents}).encode(),
+        url + prefix + "/documents", method="PUT", data=json.dumps({"documents": documents}).encode(),
         headers={"Content-Type": "application/json"},
     )
     with urllib.request.urlopen(request, timeout=60) as response:
@@ -68,7 +70,7 @@ def test_chat_completions_answer_with_citations(server):
     assert put_documents(server, DOCS)["indexed"]["documents"] == 3
     client = openai.OpenAI(base_url=server + "/v1", api_key="unused-without-a-server-key")
 
-    assert [m.id for m in client.models.list().data] == ["ragtune"]
+    assert [m.id for m in client.models.list().data] == ["ragtune", "ragtune:med"]
 
     completion = client.chat.completions.create(
         model="ragtune",
@@ -105,3 +107,15 @@ def test_errors_are_openai_errors(server):
     with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(model="ragtune", messages=[{"role": "user", "content": "q"}], n=2)
     assert e.value.param == "n"
+
+
+def test_the_model_selects_a_collection(server):
+    put_documents(server, [{"id": "lind", "title": "Lind", "text": "James Lind ran a trial of citrus against scurvy."}],
+                  collection="med")
+    client = openai.OpenAI(base_url=server + "/v1", api_key="unused")
+    completion = client.chat.completions.create(
+        model="ragtune:med", messages=[{"role": "user", "content": "Who ran a trial of citrus?"}],
+    )
+    assert completion.model == "ragtune:med"
+    assert "[1] Lind — lind" in completion.choices[0].message.content
+    assert [c["doc_id"] for c in completion.model_extra["ragtune"]["citations"]] == ["lind"]

@@ -4,7 +4,9 @@
 //! Routes (docs/server.md): `POST /v1/ask`, `POST /v1/query`, `POST /v1/search`, `PUT /v1/documents`,
 //! `DELETE /v1/documents/{id}`, `GET /v1/stats`, `GET /healthz`, `GET /readyz`, `GET /metrics` (Prometheus text),
 //! `GET /searxng/search?q=…&format=json` (the index as a SearXNG-compatible search engine, for the web layer's
-//! offline tests), and `GET /` (a page to ask questions and read the trace).
+//! offline tests), and `GET /` (a page to ask questions and read the trace); the OpenAI-compatible
+//! `POST /v1/chat/completions` and `GET /v1/models` ([`openai`], docs/openai.md); and for each collection of the
+//! configuration (`[collections.NAME.store]`) the same routes under `/v1/collections/NAME/`.
 //!
 //! Safe by default (docs/server.md, "Security model"): it binds 127.0.0.1 unless told otherwise, and refuses to
 //! bind anything else without an API key of at least 16 characters (a bearer token, compared in constant time,
@@ -162,16 +164,20 @@ pub struct Server {
 }
 
 impl Server {
-    /// Binds `settings.bind` (after checking that a non-loopback address has an API key).
+    /// Binds `settings.bind` (after checking that a non-loopback address has an API key), serving `engine` and
+    /// the collections its configuration names (`[collections.NAME]`, opened by [`open_collections`]).
     ///
     /// # Errors
-    /// An address that does not parse; a non-loopback address without `api_key`; a port in use.
+    /// An address that does not parse; a non-loopback address without `api_key`; a port in use; a collection's
+    /// store that cannot be opened.
     pub async fn bind(engine: Engine, settings: ServerSettings) -> Result<Self> {
-        Self::bind_with_collections(engine, Vec::new(), settings).await
+        check_bind(&settings)?;
+        let collections = open_collections(&engine).await?;
+        Self::bind_with_collections(engine, collections, settings).await
     }
 
-    /// [`bind`](Self::bind) serving the named `collections` beside the default store (see
-    /// [`open_collections`]).
+    /// [`bind`](Self::bind) serving exactly the named `collections` beside the default store (whatever the
+    /// engine's configuration names).
     ///
     /// # Errors
     /// As [`bind`](Self::bind) and [`AppState::with_collections`].

@@ -31,9 +31,8 @@ async fn start(settings: ServerSettings, names: &[&str]) -> Running {
     cfg.collections = ragtune::Config::from_toml(&toml).unwrap().collections;
     cfg.validate().unwrap();
     let engine = ragtune::Engine::open(cfg).await.unwrap();
-    let collections = ragtune_server::open_collections(&engine).await.unwrap();
-    assert_eq!(collections.len(), names.len());
-    let server = Server::bind_with_collections(engine, collections, settings).await.unwrap();
+    // `bind` opens the collections the engine's configuration names (what `ragtune serve` calls).
+    let server = Server::bind(engine, settings).await.unwrap();
     let port = server.local_addr().port();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(server.run(async move {
@@ -281,6 +280,15 @@ fn collection_configuration_is_validated() {
     let ok = ragtune::Config::from_toml("[collections.docs-2.store]\npath = \"/tmp/a\"\n").unwrap();
     assert_eq!(ok.collection("docs-2").unwrap().store.path, std::path::PathBuf::from("/tmp/a"));
     assert!(ok.collection("nope").is_err());
+    // The example of docs/openai.md.
+    let docs = ragtune::Config::from_toml(
+        "[store]\npath = \"/var/lib/ragtune/main\"\n[collections.handbook.store]\npath = \"/var/lib/ragtune/handbook\"\n\
+         [collections.papers.store]\nbackend = \"qdrant\"\nqdrant.url = \"http://127.0.0.1:6334\"\n\
+         qdrant.collection = \"papers\"\n",
+    )
+    .unwrap();
+    assert_eq!(docs.collection("papers").unwrap().store.qdrant.collection, "papers");
+    assert!(docs.collection("papers").unwrap().collections.is_empty());
     for (toml, says) in [
         ("[collections.Docs.store]\npath = \"/tmp/a\"\n", "a-z"),
         ("[collections.docs]\n", "same store as the main store"),
