@@ -9,7 +9,8 @@ use std::ops::Range;
 use pulldown_cmark::{Event, Options, Parser, Tag, TagEnd};
 use ragtune_core::{Chunk, ChunkKind, Document, Error, Result};
 
-use crate::folder::FORMAT_TEXT;
+use crate::folder::{FORMAT_PDF, FORMAT_TEXT};
+use crate::pdf::PAGE_BREAK;
 
 /// Sizes for [`chunk_document`], in whitespace-separated words.
 ///
@@ -75,6 +76,9 @@ impl ChunkerConfig {
 ///   `parent_id` is the section id.
 /// - Chunk texts are slices of the document (from the first to the last word), not re-joined words. Every chunk
 ///   carries the document's title and a clone of its metadata.
+/// - A PDF's chunks (`format` = `"pdf"`) also carry the page they start on (`page`, from 1) and, when they run
+///   onto a later page, the page they end on (`last_page`); pages are separated by
+///   [`PAGE_BREAK`](crate::PAGE_BREAK) in the text, and a PDF's text is never searched for headings.
 ///
 /// An empty or whitespace-only document gives no chunks.
 ///
@@ -83,16 +87,19 @@ impl ChunkerConfig {
 /// [`ChunkerConfig::validate`]).
 pub fn chunk_document(doc: &Document, cfg: &ChunkerConfig) -> Result<Vec<Chunk>> {
     cfg.validate()?;
-    let markdown = doc.metadata.get("format").and_then(serde_json::Value::as_str) != Some(FORMAT_TEXT);
+    let format = doc.metadata.get("format").and_then(serde_json::Value::as_str);
+    // A PDF's text is extracted, not written: a line starting with `#` there is no heading.
+    let markdown = format != Some(FORMAT_TEXT) && format != Some(FORMAT_PDF);
     let mut chunks = Vec::new();
     let (mut n_sections, mut n_passages) = (0usize, 0usize);
     for section in sections(&doc.text, markdown) {
+        let offset = section.range.start;
         let text = doc.text.get(section.range).unwrap_or_default();
         let spans = word_spans(text);
         for piece in windows(text, &spans, cfg.max_section_size, 0) {
             let piece_spans = spans.get(piece).unwrap_or_default();
             let section_id = format!("{}#s{n_sections}", doc.id);
-            chunks.push(make_chunk(
+            let mut chunk = make_chunk(
                 doc,
                 section_id.clone(),
                 ChunkKind::Section,
@@ -100,11 +107,13 @@ pub fn chunk_document(doc: &Document, cfg: &ChunkerConfig) -> Result<Vec<Chunk>>
                 &section.header_path,
                 span_text(text, piece_spans),
                 n_sections,
-            ));
+            );
+            add_pages(doc, &mut chunk, offset, piece_spans);
+            chunks.push(chunk);
             n_sections += 1;
             for passage in windows(text, piece_spans, cfg.chunk_size, cfg.chunk_overlap) {
                 let passage_spans = piece_spans.get(passage).unwrap_or_default();
-                chunks.push(make_chunk(
+                let mut chunk = make_chunk(
                     doc,
                     format!("{}#{n_passages}", doc.id),
                     ChunkKind::Passage,
@@ -112,7 +121,9 @@ pub fn chunk_document(doc: &Document, cfg: &ChunkerConfig) -> Result<Vec<Chunk>>
                     &section.header_path,
                     span_text(text, passage_spans),
                     n_passages,
-                ));
+                );
+                add_pages(doc, &mut chunk, offset, passage_spans);
+                chunks.push(chunk);
                 n_passages += 1;
             }
         }
@@ -136,7 +147,28 @@ pub fn chunk_document(doc: &Document, cfg: &ChunkerConfig) -> Result<Vec<Chunk>>
 #[must_use]
 pub fn whole_document_chunk(doc: &Document) -> Chunk {
     let id = if doc.id.contains('#') { format!("{}#", doc.id) } else { doc.id.clone() };
-    make_chunk(doc, id, ChunkKind::Passage, None, &[], &doc.text, 0)
+    let mut chunk = make_chunk(doc, id, ChunkKind::Passage, None, &[], &doc.text, 0);
+    add_pages(doc, &mut chunk, 0, &word_spans(&doc.text));
+    chunk
+}
+
+/// For a PDF document, records in `chunk`'s metadata the page its first word is on (`page`, from 1) and, when it
+/// ends on another page, the page of its last word (`last_page`); `spans` are the chunk's words, as byte ranges
+/// `offset` bytes into the document's text. Pages are counted by the [`PAGE_BREAK`]s before each word.
+fn add_pages(doc: &Document, chunk: &mut Chunk, offset: usize, spans: &[Range<usize>]) {
+    if doc.metadata.get("format").and_then(serde_json::Value::as_str) != Some(FORMAT_PDF) {
+        return;
+    }
+    let (Some(first), Some(last)) = (spans.first(), spans.last()) else { return };
+    let page_at = |pos: usize| {
+        let before = doc.text.get(..offset + pos).unwrap_or_default();
+        before.matches(PAGE_BREAK).count() + 1
+    };
+    let (page, last_page) = (page_at(first.start), page_at(last.start));
+    chunk.metadata.insert("page".to_owned(), page.into());
+    if last_page != page {
+        chunk.metadata.insert("last_page".to_owned(), last_page.into());
+    }
 }
 
 fn make_chunk(

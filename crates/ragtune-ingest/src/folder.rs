@@ -1,4 +1,4 @@
-//! Folders of Markdown and plain-text files.
+//! Folders of Markdown, plain-text, HTML and PDF files.
 
 use std::io::Read;
 use std::path::{Component, Path};
@@ -9,12 +9,18 @@ use walkdir::WalkDir;
 use crate::chunk::markdown_headings;
 use crate::jsonl::require_some;
 use crate::lines::io_error;
+use crate::pdf::pdf_text;
 use crate::{LoadIssue, Loaded};
 
 /// The `format` metadata value of Markdown documents.
 pub const FORMAT_MARKDOWN: &str = "markdown";
 /// The `format` metadata value of plain-text documents; the chunker does not look for headings in them.
 pub const FORMAT_TEXT: &str = "text";
+
+/// The `format` metadata value of HTML pages; their text is the page's main content as Markdown-like text.
+pub const FORMAT_HTML: &str = "html";
+/// The `format` metadata value of PDF documents; their text has one [`PAGE_BREAK`](crate::PAGE_BREAK) between pages.
+pub const FORMAT_PDF: &str = "pdf";
 
 /// The largest file [`load_folder`] reads, in bytes (64 MiB).
 ///
@@ -23,14 +29,23 @@ pub const FORMAT_TEXT: &str = "text";
 /// [`LoadIssue`] naming its size and this cap. The size is taken from the file's metadata before anything is read.
 pub const MAX_FILE_BYTES: u64 = 64 * 1024 * 1024;
 
-/// Loads every `.md`/`.markdown` (Markdown) and `.txt` (plain text) file under `path`, recursively.
+/// Loads every `.md`/`.markdown` (Markdown), `.txt` (plain text), `.html`/`.htm`/`.xhtml` (HTML) and `.pdf` file
+/// under `path`, recursively.
 ///
 /// Files are visited in file-name order at each level, so the result is the same on every machine.
 /// Hidden files and directories (names starting with `.`) and files with other extensions are skipped.
 /// A document's id and `source` are its path relative to `path`, with `/` separators (`guide/install.md`).
-/// Its title is the text of the first level-1 heading for Markdown, else the file stem.
-/// Its metadata has `format` = `"markdown"` or `"text"`.
-/// A file that cannot be read or is not UTF-8 becomes a [`LoadIssue`] and the others still load.
+/// Its title is the text of the first level-1 heading for Markdown, the `<title>` (else the first `<h1>`) for HTML,
+/// else the file stem.
+/// Its metadata has `format` = `"markdown"`, `"text"`, `"html"` or `"pdf"`.
+/// An HTML page's text is its main content (`<main>`, else its `<article>`s, else the body) without scripts,
+/// styles, navigation, headers, footers, asides, forms, and elements whose `class`, `id` or `role` mark them as
+/// ads, menus, cookie banners, sidebars, comments or share widgets; headings become `#` lines, so the chunker's
+/// header paths work.
+/// A PDF's text is its pages' texts joined by [`PAGE_BREAK`](crate::PAGE_BREAK); its metadata also has `page_count`, and the
+/// chunker gives each of its chunks `page` (and `last_page` when it runs onto another page).
+/// A file that cannot be read, is not UTF-8 (HTML, Markdown, text), holds NUL bytes (binary content), or is a
+/// corrupt, encrypted or textless PDF becomes a [`LoadIssue`] and the others still load.
 ///
 /// Symbolic links inside the folder are not followed, so that indexing never reads outside the tree it was given
 /// (a link to `/etc` or to a home directory) and never loops (a link to `..`): each one is a [`LoadIssue`]
@@ -50,7 +65,7 @@ pub fn load_folder(path: impl AsRef<Path>) -> Result<Loaded<Document>> {
     if meta.is_file() {
         let Some(format) = format_of(root) else {
             return Err(Error::invalid_input(format!(
-                "{}: unsupported file type (expected .md, .markdown or .txt)",
+                "{}: unsupported file type (expected .md, .markdown, .txt, .html, .htm, .xhtml or .pdf)",
                 root.display()
             )));
         };
@@ -106,6 +121,8 @@ fn format_of(path: &Path) -> Option<&'static str> {
     match ext.as_str() {
         "md" | "markdown" => Some(FORMAT_MARKDOWN),
         "txt" => Some(FORMAT_TEXT),
+        "html" | "htm" | "xhtml" => Some(FORMAT_HTML),
+        "pdf" => Some(FORMAT_PDF),
         _ => None,
     }
 }
@@ -152,6 +169,18 @@ fn load_file(path: &Path, id: String, format: &'static str) -> std::result::Resu
             format!("skipped: the file grew past the cap of {MAX_FILE_BYTES} bytes on one file while it was read");
         return Err(LoadIssue::file(path, message));
     }
+    let mut metadata = Metadata::new();
+    metadata.insert("format".to_owned(), format.into());
+    let stem = || path.file_stem().map(|s| s.to_string_lossy().into_owned());
+    if format == FORMAT_PDF {
+        let (text, pages) = pdf_text(&bytes).map_err(|m| LoadIssue::file(path, m))?;
+        metadata.insert("page_count".to_owned(), pages.into());
+        return Ok(Document { source: Some(id.clone()), id, title: stem(), text, metadata });
+    }
+    // Text formats never hold NUL; a file that does is binary whatever its name (an image saved as `.html`).
+    if let Some(at) = bytes.iter().position(|&b| b == 0) {
+        return Err(LoadIssue::file(path, format!("binary content, not {format} (a NUL byte at offset {at})")));
+    }
     let text = String::from_utf8(bytes).map_err(|e| {
         LoadIssue::file(path, format!("not valid UTF-8 (invalid byte at offset {})", e.utf8_error().valid_up_to()))
     })?;
@@ -159,15 +188,15 @@ fn load_file(path: &Path, id: String, format: &'static str) -> std::result::Resu
         Some(rest) => rest.to_owned(),
         None => text,
     };
-    let title = if format == FORMAT_MARKDOWN {
-        markdown_headings(&text).into_iter().find(|h| h.level == 1).map(|h| h.text)
-    } else {
-        None
+    let (title, text) = match format {
+        FORMAT_MARKDOWN => (markdown_headings(&text).into_iter().find(|h| h.level == 1).map(|h| h.text), text),
+        FORMAT_HTML => {
+            let page = crate::html::extract(&text);
+            (page.title, page.text)
+        }
+        _ => (None, text),
     };
-    let title = title.or_else(|| path.file_stem().map(|s| s.to_string_lossy().into_owned()));
-    let mut metadata = Metadata::new();
-    metadata.insert("format".to_owned(), format.into());
-    Ok(Document { source: Some(id.clone()), id, title, text, metadata })
+    Ok(Document { source: Some(id.clone()), id, title: title.or_else(stem), text, metadata })
 }
 
 #[cfg(test)]
