@@ -225,7 +225,10 @@ fn is_boilerplate(name: &str, tag: &str) -> bool {
     if DROPPED.contains(&name) {
         return true;
     }
-    if tag.contains(" hidden") || tag.contains("aria-hidden=\"true\"") {
+    let hidden = tag
+        .split_ascii_whitespace()
+        .any(|t| matches!(t, "hidden" | "hidden>" | "hidden/>") || t.starts_with("hidden="));
+    if hidden || tag.contains("aria-hidden=\"true\"") {
         return true;
     }
     if let Some(role) = attribute(tag, "role")
@@ -444,6 +447,13 @@ mod tests {
             Some("T"),
             "# T\n\n\\#hashtag text",
         );
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn never_panics_on_any_text(html in "(<[/!a-z]{0,8}( [a-z]{1,5}=['\"a-z ]{0,6})?/?>|&[#a-z0-9]{0,6};?|[a-zé <>\n]{0,5})*") {
+            let _ = extract(&html);
+        }
     }
 
     #[test]

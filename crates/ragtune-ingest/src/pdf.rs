@@ -19,6 +19,13 @@ pub(crate) fn pdf_text(bytes: &[u8]) -> Result<(String, usize), String> {
 }
 
 fn extract(bytes: &[u8]) -> Result<(String, usize), String> {
+    // lopdf rebuilds a missing cross-reference table by scanning objects, so a file cut short (a failed download
+    // or copy) loads with the pages before the cut; it is reported instead, since what is left is not the
+    // document. Writers end every revision with `%%EOF`; some append a few bytes of whitespace or padding after it.
+    let tail = &bytes[bytes.len().saturating_sub(1024)..];
+    if !tail.windows(5).any(|w| w == b"%%EOF") {
+        return Err("truncated PDF (no %%EOF marker at its end)".to_owned());
+    }
     let doc = lopdf::Document::load_mem(bytes).map_err(|e| format!("not a readable PDF ({e})"))?;
     if doc.is_encrypted() {
         return Err("encrypted PDF: ragtune reads only unencrypted PDFs".to_owned());
@@ -41,9 +48,25 @@ fn extract(bytes: &[u8]) -> Result<(String, usize), String> {
         return Err(if failed > 0 {
             format!("no page's text could be read ({failed} of {} failed)", pages.len())
         } else {
-            "the PDF holds no text (a scan? ragtune does not recognise text in images)".to_owned()
+            "no text in the PDF (a scan, or a damaged file? ragtune does not recognise text in images)".to_owned()
         });
     }
     let text = texts.join(&format!("\n{PAGE_BREAK}\n"));
     Ok((text, pages.len()))
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn never_panics_on_any_bytes(body in prop::collection::vec(any::<u8>(), 0..600)) {
+            let mut bytes = b"%PDF-1.4\n".to_vec();
+            bytes.extend(&body);
+            bytes.extend(b"\ntrailer << /Root 1 0 R >>\n%%EOF\n");
+            let _ = super::pdf_text(&bytes);
+            let _ = super::pdf_text(&body);
+        }
+    }
 }

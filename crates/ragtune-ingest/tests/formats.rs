@@ -180,6 +180,12 @@ fn broken_files_are_issues_and_the_rest_loads() {
     write(dir.path(), "good.pdf", &good);
     write(dir.path(), "corrupt.pdf", &good[..good.len() / 3]);
     write(dir.path(), "garbage.pdf", b"%PDF-1.4\n\x00\x01\x02 not really a pdf \xff\xfe");
+    write(dir.path(), "mangled.pdf", b"%PDF-1.4\n1 0 obj << /Type /Catalog /Pages 9 0 R >> endobj\ntrailer\n%%EOF\n");
+    // A whole file with its middle overwritten: the objects are gone, the end is there.
+    let mut middle = good.clone();
+    let (a, b) = (good.len() / 4, good.len() * 3 / 4);
+    middle[a..b].fill(b'#');
+    write(dir.path(), "middle.pdf", &middle);
     write(dir.path(), "x.html", b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00");
     write(dir.path(), "latin1.htm", b"<p>caf\xe9</p>");
     write(dir.path(), "page.html", b"<html><title>Fine</title><body><p>Fine words here.</p></body></html>");
@@ -190,9 +196,11 @@ fn broken_files_are_issues_and_the_rest_loads() {
     let root = dir.path().display().to_string();
     let issues: Vec<String> = loaded.issues.iter().map(|i| i.to_string().replace(&root, "D")).collect();
     println!("{issues:#?}");
-    assert_eq!(issues.len(), 4, "{issues:#?}");
-    assert!(issues[0].starts_with("D/corrupt.pdf: "), "{issues:#?}");
-    assert!(issues[1].starts_with("D/garbage.pdf: not a readable PDF"), "{issues:#?}");
+    assert_eq!(issues.len(), 6, "{issues:#?}");
+    assert_eq!(issues[0], "D/corrupt.pdf: truncated PDF (no %%EOF marker at its end)");
+    assert_eq!(issues[1], "D/garbage.pdf: truncated PDF (no %%EOF marker at its end)");
     assert_eq!(issues[2], "D/latin1.htm: not valid UTF-8 (invalid byte at offset 6)");
-    assert_eq!(issues[3], "D/x.html: binary content, not html (a NUL byte at offset 8)");
+    assert!(issues[3].starts_with("D/mangled.pdf: "), "{issues:#?}");
+    assert!(issues[4].starts_with("D/middle.pdf: "), "{issues:#?}");
+    assert_eq!(issues[5], "D/x.html: binary content, not html (a NUL byte at offset 8)");
 }
