@@ -275,12 +275,8 @@ pub async fn open_collections(main: &Engine) -> Result<Vec<(String, Engine)>> {
     ragtune::commands::open_collections(main).await
 }
 
-/// Whether `name` can name a collection: 1 to 64 of `a-z`, `0-9`, `_` and `-`.
-#[must_use]
-pub fn valid_collection_name(name: &str) -> bool {
-    (1..=64).contains(&name.len())
-        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
-}
+/// Whether `name` can name a collection (the configuration's one rule, re-exported).
+pub use ragtune::valid_collection_name;
 
 /// The address to bind: loopback always; anything else only with an API key.
 ///
