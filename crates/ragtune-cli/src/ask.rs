@@ -88,7 +88,11 @@ fn print_answer(r: &ragtune::AskResponse, show_trace: bool) -> anyhow::Result<()
         writeln!(out, "Sources:")?;
         for c in &r.citations {
             let title = c.title.as_deref().map(|t| format!(" ({t})")).unwrap_or_default();
-            writeln!(out, "  [{}] {}{title}", c.n, c.chunk_id)?;
+            // A paged document (PDF) is cited by document and page: `report.pdf p. 3`.
+            match r.context.iter().find(|p| p.n == c.n).and_then(ragtune::ContextPassage::pages) {
+                Some(pages) => writeln!(out, "  [{}] {} {pages}{title}", c.n, c.doc_id)?,
+                None => writeln!(out, "  [{}] {}{title}", c.n, c.chunk_id)?,
+            }
         }
     }
     if r.answer.is_none() {
@@ -98,7 +102,8 @@ fn print_answer(r: &ragtune::AskResponse, show_trace: bool) -> anyhow::Result<()
             r.context_report.method, r.context_report.tokens_after, r.context_report.tokens_before
         )?;
         for p in &r.context {
-            writeln!(out, "[{}] {}", p.n, p.chunk_id)?;
+            let pages = p.pages().map(|pages| format!(" {pages}")).unwrap_or_default();
+            writeln!(out, "[{}] {}{pages}", p.n, p.chunk_id)?;
             writeln!(out, "    {}", snippet(&p.text, 300))?;
         }
     }

@@ -705,3 +705,98 @@ fn web_without_a_configured_provider_is_a_usage_error() {
     let out = ragtune(&["ask", "what causes scurvy?", "--store", "s", "--no-llm"], dir.path());
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
 }
+
+/// A PDF written by hand (uncompressed, one Helvetica text line per 12 words), one page per entry of `pages`, so
+/// the CLI tests need no PDF library.
+fn hand_written_pdf(pages: &[String]) -> Vec<u8> {
+    let n = pages.len();
+    // Objects: 1 catalog, 2 page tree, 3 font, then a page and its content stream for each page.
+    let kids: Vec<String> = (0..n).map(|i| format!("{} 0 R", 4 + 2 * i)).collect();
+    let mut objects = vec![
+        "<< /Type /Catalog /Pages 2 0 R >>".to_owned(),
+        format!("<< /Type /Pages /Kids [{}] /Count {n} /MediaBox [0 0 595 842] >>", kids.join(" ")),
+        "<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>".to_owned(),
+    ];
+    for (i, text) in pages.iter().enumerate() {
+        let words: Vec<&str> = text.split_whitespace().collect();
+        let lines: String = words.chunks(12).map(|l| format!("({}) Tj T*\n", l.join(" "))).collect();
+        let stream = format!("BT /F1 10 Tf 14 TL 50 780 Td\n{lines}ET");
+        objects.push(format!(
+            "<< /Type /Page /Parent 2 0 R /Resources << /Font << /F1 3 0 R >> >> /Contents {} 0 R >>",
+            5 + 2 * i
+        ));
+        objects.push(format!("<< /Length {} >>\nstream\n{stream}\nendstream", stream.len()));
+    }
+    let mut out = b"%PDF-1.4\n".to_vec();
+    let mut offsets = Vec::new();
+    for (i, body) in objects.iter().enumerate() {
+        offsets.push(out.len());
+        out.extend_from_slice(format!("{} 0 obj\n{body}\nendobj\n", i + 1).as_bytes());
+    }
+    let xref = out.len();
+    out.extend_from_slice(format!("xref\n0 {}\n0000000000 65535 f \n", objects.len() + 1).as_bytes());
+    for o in offsets {
+        out.extend_from_slice(format!("{o:010} 00000 n \n").as_bytes());
+    }
+    let trailer = format!("trailer\n<< /Size {} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n", objects.len() + 1);
+    out.extend_from_slice(trailer.as_bytes());
+    out
+}
+
+#[test]
+fn pdf_and_html_are_indexed_broken_files_reported_and_citations_show_the_page() {
+    let dir = tempfile::tempdir().unwrap();
+    let docs = dir.path().join("docs");
+    std::fs::create_dir_all(&docs).unwrap();
+    let filler = |p: &str, n: usize| (0..n).map(|k| format!("{p}{k}")).collect::<Vec<_>>().join(" ");
+    let pages = [
+        filler("alpha", 250),
+        format!("Scurvy is caused by a lack of vitamin C in the diet. {}", filler("beta", 100)),
+        filler("gamma", 250),
+    ];
+    let pdf = hand_written_pdf(&pages);
+    std::fs::write(docs.join("report.pdf"), &pdf).unwrap();
+    std::fs::write(docs.join("corrupt.pdf"), &pdf[..pdf.len() / 2]).unwrap();
+    std::fs::write(docs.join("x.html"), b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR").unwrap();
+    std::fs::write(
+        docs.join("page.html"),
+        "<html><head><title>Ships</title><script>var navzebra = 1;</script></head><body>\
+         <nav><a href=/>navzebra home</a></nav><div class=\"cookie-banner\">navzebra cookies</div>\
+         <main><h1>Ships</h1><p>Sailors on long voyages carried limes and lemons.</p></main>\
+         <footer>navzebra footer</footer></body></html>",
+    )
+    .unwrap();
+
+    let out = ragtune(&["index", "docs", "--store", "s"], dir.path());
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("indexed 2 documents"), "{}", text(&out.stdout));
+    let err = text(&out.stderr);
+    assert!(err.contains("corrupt.pdf: truncated PDF"), "{err}");
+    assert!(err.contains("x.html: binary content, not html"), "{err}");
+
+    // The PDF's passage carries its pages; the HTML page's text is searchable, its boilerplate is not.
+    let search = |query: &str| {
+        let out = ragtune(&["search", query, "--store", "s", "--json", "-k", "1"], dir.path());
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let hit = search("what causes scurvy vitamin");
+    let chunk = &hit["hits"][0]["chunk"];
+    assert_eq!(chunk["doc_id"], "report.pdf", "{hit}");
+    let page = chunk["metadata"]["page"].as_u64().unwrap();
+    let last_page = chunk["metadata"]["last_page"].as_u64().unwrap_or(page);
+    assert!(page <= 2 && 2 <= last_page, "{hit}");
+    assert_eq!(search("limes lemons voyages")["hits"][0]["chunk"]["doc_id"], "page.html");
+    assert_eq!(search("navzebra")["hits"], serde_json::json!([]));
+
+    // The answer's context and its printed sources name the page.
+    let out = ragtune(&["query", "what causes scurvy?", "--store", "s", "--no-llm", "-k", "1", "--json"], dir.path());
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["context"][0]["page"].as_u64(), Some(page), "{v}");
+    let pages = if last_page > page { format!("pp. {page}\u{2013}{last_page}") } else { format!("p. {page}") };
+    let out = ragtune(&["ask", "what causes scurvy?", "--store", "s", "--no-llm", "-k", "1"], dir.path());
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains(&format!("Sources:\n  [1] report.pdf {pages} (report)")), "{stdout}");
+}

@@ -44,6 +44,24 @@ pub struct ContextPassage {
     /// for corpus passages.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tier: Option<u8>,
+    /// The page the passage starts on, for passages of paged documents (PDF; the chunk's `page` metadata).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub page: Option<u32>,
+    /// The page it ends on, when that is a later page (the chunk's `last_page` metadata).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_page: Option<u32>,
+}
+
+impl ContextPassage {
+    /// The passage's pages as a citation shows them (`p. 3`, `pp. 3–4`); `None` for documents without pages.
+    #[must_use]
+    pub fn pages(&self) -> Option<String> {
+        match (self.page, self.last_page) {
+            (Some(first), Some(last)) if last > first => Some(format!("pp. {first}\u{2013}{last}")),
+            (Some(first), _) => Some(format!("p. {first}")),
+            (None, _) => None,
+        }
+    }
 }
 
 /// A source the answer cites.
@@ -477,7 +495,29 @@ mod tests {
     use super::*;
 
     fn passage(n: usize, id: &str, text: &str) -> ContextPassage {
-        ContextPassage { n, chunk_id: id.into(), doc_id: id.into(), title: None, text: text.into(), tier: None }
+        ContextPassage {
+            n,
+            chunk_id: id.into(),
+            doc_id: id.into(),
+            title: None,
+            text: text.into(),
+            tier: None,
+            page: None,
+            last_page: None,
+        }
+    }
+
+    #[test]
+    fn pages_of_paged_passages() {
+        let mut p = passage(1, "report.pdf#2", "x");
+        assert_eq!(p.pages(), None);
+        p.page = Some(3);
+        assert_eq!(p.pages().as_deref(), Some("p. 3"));
+        p.last_page = Some(4);
+        assert_eq!(p.pages().as_deref(), Some("pp. 3\u{2013}4"));
+        let json = serde_json::to_value(&p).unwrap();
+        assert_eq!((json["page"].as_u64(), json["last_page"].as_u64()), (Some(3), Some(4)));
+        assert!(serde_json::to_value(passage(1, "a", "x")).unwrap().get("page").is_none(), "absent when unpaged");
     }
 
     #[test]

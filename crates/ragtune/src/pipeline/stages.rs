@@ -145,7 +145,8 @@ impl Run<'_> {
             (_, true) => cfg.pipeline.reread_context(),
             (_, false) => cfg.pipeline.retry_context(),
         };
-        let (passages, method, extraction) = self.reduce(&candidates, mode).await;
+        let (mut passages, method, extraction) = self.reduce(&candidates, mode).await;
+        add_pages(&mut passages, &candidates);
         let ledger = &mut self.ledger;
         let budget = cfg.pipeline.max_context_tokens - cfg.pipeline.reserve_tokens;
         let assembled = async { assemble_stage(passages, method, tokens_before, budget) };
@@ -757,6 +758,22 @@ fn passage(chunk_id: &str, doc_id: &str, title: Option<&String>, text: String) -
         title: title.cloned(),
         text,
         tier: None,
+        page: None,
+        last_page: None,
+    }
+}
+
+/// Gives each passage the pages of its chunk (`page`, `last_page` metadata of paged documents), so citations can
+/// show them.
+fn add_pages(passages: &mut [ContextPassage], candidates: &[Candidate]) {
+    let page = |c: &Candidate, key: &str| {
+        c.chunk.metadata.get(key).and_then(serde_json::Value::as_u64).and_then(|p| u32::try_from(p).ok())
+    };
+    for p in passages.iter_mut() {
+        if let Some(c) = candidates.iter().find(|c| c.chunk.id == p.chunk_id) {
+            p.page = page(c, "page");
+            p.last_page = page(c, "last_page");
+        }
     }
 }
 
