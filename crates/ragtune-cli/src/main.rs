@@ -8,6 +8,7 @@
 mod args;
 mod ask;
 mod calibrate;
+mod completions;
 mod eval;
 mod index;
 mod migrate;
@@ -55,6 +56,9 @@ enum Command {
     Migrate(migrate::MigrateArgs),
     /// Serve the HTTP API (ask, query, search, index, metrics, a page at /) until Ctrl-C or SIGTERM.
     Serve(serve::ServeArgs),
+    /// Print the shell completion script: `ragtune completions bash|zsh|fish` (e.g. `ragtune completions bash >
+    /// ~/.local/share/bash-completion/completions/ragtune`).
+    Completions(completions::CompletionsArgs),
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
@@ -68,6 +72,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Calibrate(args) => calibrate::run(config, args).await,
         Command::Migrate(args) => migrate::run(config, args).await,
         Command::Serve(args) => serve::run(config, args).await,
+        Command::Completions(args) => completions::run(Cli::command(), &args),
     }
 }
 

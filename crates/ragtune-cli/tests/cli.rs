@@ -800,3 +800,19 @@ fn pdf_and_html_are_indexed_broken_files_reported_and_citations_show_the_page() 
     let stdout = text(&out.stdout);
     assert!(stdout.contains(&format!("Sources:\n  [1] report.pdf {pages} (report)")), "{stdout}");
 }
+
+#[test]
+fn completions_name_every_subcommand_in_each_shell() {
+    let dir = tempfile::tempdir().unwrap();
+    for shell in ["bash", "zsh", "fish"] {
+        let out = ragtune(&["completions", shell], dir.path());
+        assert!(out.status.success(), "{shell}: {}", text(&out.stderr));
+        let script = text(&out.stdout);
+        assert!(!script.trim().is_empty(), "{shell}: empty script");
+        for sub in ["index", "search", "ask", "query", "eval", "serve", "migrate", "completions"] {
+            assert!(script.contains(sub), "{shell}: the script does not name `{sub}`");
+        }
+    }
+    let out = ragtune(&["completions", "powershell"], dir.path());
+    assert_eq!(out.status.code(), Some(2), "an unknown shell is a usage error");
+}
