@@ -22,6 +22,9 @@ pub const FORMAT_HTML: &str = "html";
 /// The `format` metadata value of PDF documents; their text has one [`PAGE_BREAK`](crate::PAGE_BREAK) between pages.
 pub const FORMAT_PDF: &str = "pdf";
 
+/// The `format` metadata value of Word documents (`.docx`); their text has their headings as `#` lines.
+pub const FORMAT_DOCX: &str = "docx";
+
 /// The largest file [`load_folder`] reads, in bytes (64 MiB).
 ///
 /// A Markdown or text file this large is almost always a log, a dump or a mistake, and the loader holds each file
@@ -29,15 +32,17 @@ pub const FORMAT_PDF: &str = "pdf";
 /// [`LoadIssue`] naming its size and this cap. The size is taken from the file's metadata before anything is read.
 pub const MAX_FILE_BYTES: u64 = 64 * 1024 * 1024;
 
-/// Loads every `.md`/`.markdown` (Markdown), `.txt` (plain text), `.html`/`.htm`/`.xhtml` (HTML) and `.pdf` file
-/// under `path`, recursively.
+/// Loads every `.md`/`.markdown` (Markdown), `.txt` (plain text), `.html`/`.htm`/`.xhtml` (HTML), `.pdf` and
+/// `.docx` (Word) file under `path`, recursively.
 ///
 /// Files are visited in file-name order at each level, so the result is the same on every machine.
 /// Hidden files and directories (names starting with `.`) and files with other extensions are skipped.
 /// A document's id and `source` are its path relative to `path`, with `/` separators (`guide/install.md`).
 /// Its title is the text of the first level-1 heading for Markdown, the `<title>` (else the first `<h1>`) for HTML,
 /// else the file stem.
-/// Its metadata has `format` = `"markdown"`, `"text"`, `"html"` or `"pdf"`.
+/// Its metadata has `format` = `"markdown"`, `"text"`, `"html"`, `"pdf"` or `"docx"`.
+/// A DOCX's text is its paragraphs, with `Heading1`–`Heading6` and `Title` paragraphs as `#` lines; its title is
+/// its `Title` paragraph, else the file stem.
 /// An HTML page's text is its main content (`<main>`, else its `<article>`s, else the body) without scripts,
 /// styles, navigation, headers, footers, asides, forms, and elements whose `class`, `id` or `role` mark them as
 /// ads, menus, cookie banners, sidebars, comments or share widgets; headings become `#` lines, so the chunker's
@@ -45,7 +50,7 @@ pub const MAX_FILE_BYTES: u64 = 64 * 1024 * 1024;
 /// A PDF's text is its pages' texts joined by [`PAGE_BREAK`](crate::PAGE_BREAK); its metadata also has `page_count`, and the
 /// chunker gives each of its chunks `page` (and `last_page` when it runs onto another page).
 /// A file that cannot be read, is not UTF-8 (HTML, Markdown, text), holds NUL bytes (binary content), or is a
-/// corrupt, encrypted or textless PDF becomes a [`LoadIssue`] and the others still load.
+/// corrupt, encrypted or textless PDF or DOCX becomes a [`LoadIssue`] and the others still load.
 ///
 /// Symbolic links inside the folder are not followed, so that indexing never reads outside the tree it was given
 /// (a link to `/etc` or to a home directory) and never loops (a link to `..`): each one is a [`LoadIssue`]
@@ -65,7 +70,7 @@ pub fn load_folder(path: impl AsRef<Path>) -> Result<Loaded<Document>> {
     if meta.is_file() {
         let Some(format) = format_of(root) else {
             return Err(Error::invalid_input(format!(
-                "{}: unsupported file type (expected .md, .markdown, .txt, .html, .htm, .xhtml or .pdf)",
+                "{}: unsupported file type (expected .md, .markdown, .txt, .html, .htm, .xhtml, .pdf or .docx)",
                 root.display()
             )));
         };
@@ -123,6 +128,7 @@ fn format_of(path: &Path) -> Option<&'static str> {
         "txt" => Some(FORMAT_TEXT),
         "html" | "htm" | "xhtml" => Some(FORMAT_HTML),
         "pdf" => Some(FORMAT_PDF),
+        "docx" => Some(FORMAT_DOCX),
         _ => None,
     }
 }
@@ -176,6 +182,10 @@ fn load_file(path: &Path, id: String, format: &'static str) -> std::result::Resu
         let (text, pages) = pdf_text(&bytes).map_err(|m| LoadIssue::file(path, m))?;
         metadata.insert("page_count".to_owned(), pages.into());
         return Ok(Document { source: Some(id.clone()), id, title: stem(), text, metadata });
+    }
+    if format == FORMAT_DOCX {
+        let (title, text) = crate::docx::docx_text(&bytes).map_err(|m| LoadIssue::file(path, m))?;
+        return Ok(Document { source: Some(id.clone()), id, title: title.or_else(stem), text, metadata });
     }
     // Text formats never hold NUL; a file that does is binary whatever its name (an image saved as `.html`).
     if let Some(at) = bytes.iter().position(|&b| b == 0) {

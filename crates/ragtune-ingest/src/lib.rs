@@ -2,7 +2,7 @@
 //! [`Chunk`](ragtune_core::Chunk)s.
 //!
 //! Loaders read BEIR datasets ([`load_beir`]), JSON Lines files ([`load_jsonl_documents`]) and folders of
-//! Markdown, plain text, HTML (main content only) and PDF (text with page numbers) ([`load_folder`]).
+//! Markdown, plain text, HTML (main content only), PDF (text with page numbers) and DOCX ([`load_folder`]).
 //! They step over bad lines and files and report them as [`LoadIssue`]s (`corpus.jsonl:17: expected value at
 //! column 3`) next to what loaded; only problems that make the whole load meaningless (a missing file, an unknown
 //! split, nothing loadable) are errors.
@@ -26,6 +26,7 @@
 
 mod beir;
 mod chunk;
+mod docx;
 mod folder;
 mod html;
 mod jsonl;
@@ -35,7 +36,7 @@ mod report;
 
 pub use beir::{BeirDataset, BeirQuery, Qrels, corpus_ids, list_splits, load_beir, load_qrels};
 pub use chunk::{ChunkerConfig, chunk_document, whole_document_chunk};
-pub use folder::{FORMAT_HTML, FORMAT_MARKDOWN, FORMAT_PDF, FORMAT_TEXT, MAX_FILE_BYTES, load_folder};
+pub use folder::{FORMAT_DOCX, FORMAT_HTML, FORMAT_MARKDOWN, FORMAT_PDF, FORMAT_TEXT, MAX_FILE_BYTES, load_folder};
 pub use jsonl::load_jsonl_documents;
 pub use pdf::PAGE_BREAK;
 pub use report::{LoadIssue, Loaded};

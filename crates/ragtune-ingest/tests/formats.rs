@@ -204,3 +204,54 @@ fn broken_files_are_issues_and_the_rest_loads() {
     assert!(issues[4].starts_with("D/middle.pdf: "), "{issues:#?}");
     assert_eq!(issues[5], "D/x.html: binary content, not html (a NUL byte at offset 8)");
 }
+
+/// A minimal DOCX (the parts Word needs to open it) with a `Title` paragraph, a heading and `paragraphs`.
+fn write_docx(title: &str, heading: &str, paragraphs: &[String]) -> Vec<u8> {
+    use std::io::Write;
+    let para = |style: Option<&str>, text: &str| {
+        let style = style.map(|s| format!("<w:pPr><w:pStyle w:val=\"{s}\"/></w:pPr>")).unwrap_or_default();
+        format!("<w:p>{style}<w:r><w:t xml:space=\"preserve\">{text}</w:t></w:r></w:p>")
+    };
+    let mut body = para(Some("Title"), title) + &para(Some("Heading1"), heading);
+    for p in paragraphs {
+        body.push_str(&para(None, p));
+    }
+    let document = format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\" standalone=\"yes\"?>\
+         <w:document xmlns:w=\"http://schemas.openxmlformats.org/wordprocessingml/2006/main\"><w:body>{body}</w:body></w:document>"
+    );
+    let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    let opts = zip::write::SimpleFileOptions::default();
+    for (name, content) in [
+        (
+            "[Content_Types].xml",
+            "<?xml version=\"1.0\"?><Types xmlns=\"http://schemas.openxmlformats.org/package/2006/content-types\"><Override PartName=\"/word/document.xml\" ContentType=\"application/vnd.openxmlformats-officedocument.wordprocessingml.document.main+xml\"/></Types>",
+        ),
+        ("word/document.xml", document.as_str()),
+    ] {
+        zip.start_file(name, opts).unwrap();
+        zip.write_all(content.as_bytes()).unwrap();
+    }
+    zip.finish().unwrap().into_inner()
+}
+
+#[test]
+fn docx_text_is_recovered_with_headings_and_broken_ones_are_issues() {
+    let dir = tempfile::tempdir().unwrap();
+    let paragraphs: Vec<String> = (0..5).map(|p| words(&format!("docx{p}w"), 80)).collect();
+    write(dir.path(), "memo.docx", &write_docx("Quarterly memo", "Findings", &paragraphs));
+    write(dir.path(), "broken.docx", b"PK\x03\x04 this is no archive");
+    let loaded = load_folder(dir.path()).unwrap();
+    assert_eq!(loaded.items.len(), 1);
+    let d = &loaded.items[0];
+    assert_eq!((d.title.as_deref(), d.metadata["format"].as_str()), (Some("Quarterly memo"), Some("docx")));
+    let recovered = share_kept(&format!("Quarterly memo Findings {}", paragraphs.join(" ")), &d.text);
+    println!("DOCX: source words recovered {recovered:.4}");
+    assert!(recovered >= 0.95, "recovered {recovered}");
+    let chunks = chunk_document(d, &ChunkerConfig::default()).unwrap();
+    assert!(chunks.iter().any(|c| c.header_path == ["Findings"]), "{chunks:#?}");
+    let root = dir.path().display().to_string();
+    let issues: Vec<String> = loaded.issues.iter().map(|i| i.to_string().replace(&root, "D")).collect();
+    assert_eq!(issues.len(), 1, "{issues:#?}");
+    assert!(issues[0].starts_with("D/broken.docx: not a readable DOCX"), "{issues:#?}");
+}
