@@ -799,6 +799,9 @@ fn pdf_and_html_are_indexed_broken_files_reported_and_citations_show_the_page() 
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let stdout = text(&out.stdout);
     assert!(stdout.contains(&format!("Sources:\n  [1] report.pdf {pages} (report)")), "{stdout}");
+    let out = ragtune(&["ask", "what causes scurvy?", "--store", "s", "--no-llm", "-k", "1", "--json"], dir.path());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["citations"][0]["pages"].as_str(), Some(pages.as_str()), "the citation carries its pages: {v}");
 }
 
 #[test]

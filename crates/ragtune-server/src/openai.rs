@@ -430,6 +430,9 @@ pub fn content_with_sources(answer: &str, citations: &[Citation]) -> String {
                 }
                 _ => content.push_str(&c.doc_id),
             }
+            if let Some(pages) = &c.pages {
+                content.push_str(&format!(" {pages}"));
+            }
         }
     }
     content
@@ -609,6 +612,7 @@ mod tests {
             doc_id: doc.into(),
             title: title.map(Into::into),
             tier: None,
+            pages: None,
         };
         let text =
             content_with_sources("Lind [1] and limes [2].", &[c(1, "scurvy", Some("Scurvy")), c(2, "ships", None)]);

@@ -79,6 +79,9 @@ pub struct Citation {
     /// A cited web page's credibility tier; `None` for corpus passages.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tier: Option<u8>,
+    /// The cited passage's pages in a paged document (`p. 3`, `pp. 3–4`; PDF); `None` otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pages: Option<String>,
 }
 
 /// The Corrective-RAG metadata of an answer (the `crag` fields of docs/pipeline.md, "The result").

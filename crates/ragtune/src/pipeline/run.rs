@@ -274,6 +274,7 @@ impl Run<'_> {
                     doc_id: p.doc_id.clone(),
                     title: p.title.clone(),
                     tier: p.tier,
+                    pages: p.pages(),
                 }),
                 None => ledger.note(
                     NoteKind::CitationOutOfContext,
