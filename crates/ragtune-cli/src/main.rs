@@ -11,6 +11,7 @@ mod calibrate;
 mod completions;
 mod eval;
 mod index;
+mod mcp;
 mod migrate;
 mod search;
 mod serve;
@@ -59,6 +60,9 @@ enum Command {
     /// Print the shell completion script: `ragtune completions bash|zsh|fish` (e.g. `ragtune completions bash >
     /// ~/.local/share/bash-completion/completions/ragtune`).
     Completions(completions::CompletionsArgs),
+    /// Serve the store to AI assistants over the Model Context Protocol on stdio: tools search, ask and
+    /// index_documents (docs/mcp.md).
+    Mcp(mcp::McpArgs),
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
@@ -73,6 +77,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Migrate(args) => migrate::run(config, args).await,
         Command::Serve(args) => serve::run(config, args).await,
         Command::Completions(args) => completions::run(Cli::command(), &args),
+        Command::Mcp(args) => mcp::run(config, args).await,
     }
 }
 
