@@ -8,7 +8,9 @@
 //! `RAGTUNE_LLM_URL` and `RAGTUNE_REQUIRE_LLM=1`; a guard stops it after the tests, and also when a step fails.
 //! A single-node Qdrant server (`cargo xtask qdrant`) is started the same way, with `QDRANT_URL` and
 //! `QDRANT_API_KEY` for the tests, and the `#[ignore]`d Qdrant tests run against it in their own step; without the
-//! server binary the step says why and those tests stay listed as skipped. The browser test of the server's page
+//! server binary the step says why and those tests stay listed as skipped. The Python surfaces (`python/`: the
+//! package, its LangChain and LlamaIndex retrievers, the official OpenAI and MCP clients against `ragtune serve` and
+//! `ragtune mcp`) run in their own step, `python-tests`, in a venv of the pins of `python/requirements-test.txt`. The browser test of the server's page
 //! (`#[ignore]`d too) runs in its own step against the Chromium that provisioning installs.
 
 use std::time::{Duration, Instant};
@@ -67,6 +69,17 @@ pub fn run(args: &[String]) -> Result<()> {
             shell::run(cmd.envs(test_env.iter().copied()))
         })?;
     }
+    // The Python surfaces (the `ragtune` package, the official OpenAI and MCP clients, LangChain and LlamaIndex)
+    // against the debug binary the tests above built, in a venv of pinned packages from PyPI.
+    steps.run("python-tests", || {
+        shell::run(&mut shell.cargo(&["build", "-p", "ragtune-cli", "-j2"]))?;
+        let home = ragtune_provision::ragtune_home();
+        let python = crate::python::test_venv(&shell, &home)?;
+        let binary = shell.target_dir().join("debug").join("ragtune");
+        let mut cmd = shell.cmd(&python);
+        cmd.args(["-m", "pytest", "-q", "-p", "no:cacheprovider"]).arg(shell.root().join("python").join("tests"));
+        shell::run(cmd.env("RAGTUNE_BIN", &binary))
+    })?;
     // The page's test in a real headless browser is `#[ignore]`d for plain runs (it needs Debian's Chromium, which
     // provisioning installed above); its screenshot stays in target/tmp/page.png.
     steps.run("browser-tests", || {
