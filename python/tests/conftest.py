@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
@@ -30,7 +31,7 @@ def ragtune_bin() -> str:
                     "RAGTUNE_BIN=target/debug/ragtune", pytrace=False)
     if not Path(path).is_file():
         pytest.fail(f"RAGTUNE_BIN={path} is not a file", pytrace=False)
-    return path
+    return str(Path(path).resolve())
 
 
 def ragtune_env() -> dict[str, str]:
@@ -41,13 +42,19 @@ def ragtune_env() -> dict[str, str]:
     return env
 
 
-@pytest.fixture(scope="session")
-def server_url():
+@contextlib.contextmanager
+def serve(collections: tuple[str, ...] = ()):
+    """Run `ragtune serve` on a free loopback port over a fresh store (and one fresh store per collection
+    name); yields its base URL and stops it on exit."""
     binary = ragtune_bin()
     with tempfile.TemporaryDirectory(prefix="ragtune-py-") as tmp:
+        env = ragtune_env()
+        env.pop("RAGTUNE_SERVER_API_KEY", None)
+        for name in collections:
+            env[f"RAGTUNE__COLLECTIONS__{name.upper()}__STORE__PATH"] = str(Path(tmp) / name)
         proc = subprocess.Popen(
             [binary, "serve", "--bind", "127.0.0.1:0", "--store", str(Path(tmp) / "store")],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ragtune_env(), cwd=tmp,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp,
         )
         stderr: list[str] = []
         threading.Thread(target=lambda: stderr.extend(proc.stderr), daemon=True).start()
@@ -63,7 +70,6 @@ def server_url():
                 pytest.fail(f"ragtune serve exited ({proc.returncode}) without serving:\n{''.join(stderr)}",
                             pytrace=False)
             threading.Thread(target=lambda: [None for _ in proc.stdout], daemon=True).start()
-            Client(url).put_documents(DOCUMENTS)
             yield url
         finally:
             proc.terminate()
@@ -72,6 +78,13 @@ def server_url():
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+@pytest.fixture(scope="session")
+def server_url():
+    with serve() as url:
+        Client(url).put_documents(DOCUMENTS)
+        yield url
 
 
 @pytest.fixture

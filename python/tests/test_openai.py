@@ -1,20 +1,17 @@
 """`ragtune serve` as an OpenAI-compatible endpoint, driven by the official `openai` client (docs/openai.md).
 
-Starts the binary at $RAGTUNE_BIN on a free loopback port with a fresh store, no dense model and no LLM
+Starts the binary at $RAGTUNE_BIN (conftest.serve) on a free loopback port with a fresh store, no dense model and no LLM
 (answers are extractive, so it is fast) and a collection `med`, PUTs a few documents, then asks through
 `client.chat.completions.create` whole, streamed, and of the collection.
 """
 
 import json
-import os
-import re
-import subprocess
-import tempfile
 import urllib.request
 
+import openai
 import pytest
 
-openai = pytest.importorskip("openai")
+from conftest import serve
 
 DOCS = [
     {"id": "scurvy", "title": "Scurvy",
@@ -28,31 +25,8 @@ DOCS = [
 
 @pytest.fixture(scope="module")
 def server():
-    binary = os.environ.get("RAGTUNE_BIN")
-    if not binary or not os.path.exists(binary):
-        pytest.skip("RAGTUNE_BIN does not name a ragtune binary (cargo build -p ragtune-cli)")
-    with tempfile.TemporaryDirectory() as store:
-        env = dict(os.environ, RAGTUNE__EMBEDDING__MODE="off", RAGTUNE_LLM_URL="", RAGTUNE__LLM__URL="",
-                   RAGTUNE__COLLECTIONS__MED__STORE__PATH=os.path.join(store, "med"))
-        env.pop("RAGTUNE_SERVER_API_KEY", None)
-        proc = subprocess.Popen(
-            [binary, "serve", "--store", os.path.join(store, "store"), "--bind", "127.0.0.1:0"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-        )
-        try:
-            url = None
-            for line in proc.stdout:
-                match = re.search(r"ragtune: serving .* on (http://\S+)", line)
-                if match:
-                    url = match.group(1)
-                    break
-            if url is None:
-                proc.wait(timeout=10)
-                pytest.fail(f"ragtune serve did not start: {proc.stderr.read()}")
-            yield url
-        finally:
-            proc.terminate()
-            proc.wait(timeout=30)
+    with serve(collections=("med",)) as url:
+        yield url
 
 
 def put_documents(url, documents, collection=None):
