@@ -16,6 +16,9 @@ use serde::{Deserialize, Serialize};
 /// renamed (re-versioned) reranker never reuses an old score. Each key is one JSON file named by a 128-bit hash
 /// of the key; the file repeats the key, and a file whose key differs (a hash collision) or that does not parse
 /// is a miss and is rewritten. Writes are atomic (temporary file, then rename). Errors are never cached.
+/// A reranker whose name does not change with its weights (a cross-encoder named after its directory) is given
+/// the weights' identity with [`with_model_id`](Self::with_model_id), which joins the key: another `model.onnx`
+/// under the same name never replays the scores of the first.
 ///
 /// **Cost.** The cost model is the inner one (the worst case: every document a miss). Misses are scored by one
 /// inner call whose reported cost (its `rerank` trace events, forwarded unchanged; the declared estimate if it
@@ -27,6 +30,8 @@ use serde::{Deserialize, Serialize};
 pub struct CachedReranker {
     inner: Arc<dyn Reranker>,
     dir: PathBuf,
+    /// What the key calls the reranker: its name, and the identity of its model when one is given.
+    key_name: String,
 }
 
 /// One cached score with its full key.
@@ -74,7 +79,16 @@ impl CachedReranker {
         std::fs::create_dir_all(&dir).map_err(|e| {
             Error::permanent(format!("cannot create the rerank cache directory {}", dir.display())).with_source(e)
         })?;
-        Ok(Self { inner, dir })
+        let key_name = inner.name().to_owned();
+        Ok(Self { inner, dir, key_name })
+    }
+
+    /// Keys the scores by `model_id` (for example `sha256:` and the hash of the model's weights) as well as by the
+    /// reranker's name.
+    #[must_use]
+    pub fn with_model_id(mut self, model_id: &str) -> Self {
+        self.key_name = format!("{}@{model_id}", self.inner.name());
+        self
     }
 
     /// The cache directory.
@@ -87,7 +101,7 @@ impl CachedReranker {
         let text = candidate.chunk.indexable_text();
         let text_hash = format!("{:032x}", fnv1a_128(&[text.as_bytes()]));
         let entry = Entry {
-            reranker: self.inner.name().to_owned(),
+            reranker: self.key_name.clone(),
             query: query.to_owned(),
             doc_id: candidate.chunk.id.clone(),
             text_hash,
@@ -282,6 +296,22 @@ mod tests {
         check(&cache, &inner, "q", std::slice::from_ref(&a), "[0.5] | inner calls 3 | charged 0/1/1");
         let files: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
         assert_eq!(files.len(), 1, "temporary files are renamed into place");
+    }
+
+    #[test]
+    fn another_model_under_the_same_name_never_replays_the_first_ones_scores() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = Arc::new(ScriptedReranker::new().with_default(0.1));
+        let second = Arc::new(ScriptedReranker::new().with_default(0.7));
+        let a = candidate("a", "text");
+        let cache = CachedReranker::new(first.clone(), dir.path()).unwrap().with_model_id("sha256:aa");
+        check(&cache, &first, "q", std::slice::from_ref(&a), "[0.1] | inner calls 1 | charged 0/1/1");
+        // Same name (`scripted`), same directory, other weights: a miss.
+        let other = CachedReranker::new(second.clone(), dir.path()).unwrap().with_model_id("sha256:bb");
+        check(&other, &second, "q", std::slice::from_ref(&a), "[0.7] | inner calls 1 | charged 0/1/1");
+        // The first model's identity again replays its score (and its charge) without calling the model.
+        let again = CachedReranker::new(second.clone(), dir.path()).unwrap().with_model_id("sha256:aa");
+        check(&again, &second, "q", std::slice::from_ref(&a), "[0.1] | inner calls 1 | charged 0/1/1");
     }
 
     #[test]
