@@ -1190,8 +1190,10 @@ impl Reranker for CrossEncoderReranker {
     }
 
     fn cost_model(&self) -> CostModel {
-        // A MiniLM-size cross-encoder costs tens of milliseconds per pair on one CPU thread. Tokens are bounded by
-        // truncation, so `max_length` per pair is an upper bound the reported count never passes.
+        // `ms_per_doc` is a placeholder of the right order for a MiniLM-size model on one CPU thread, not a
+        // measurement: the cross-encoder speed bench of issue 43 measures the time per pair and replaces it. The
+        // controller reads it only to fit a batch before a deadline. Tokens are bounded by truncation, so
+        // `max_length` per pair is an upper bound the reported count never passes.
         let tokens = u64::try_from(self.config.max_length).unwrap_or(u64::MAX);
         CostModel { per_call: Cost::new(0, 0, 1), per_doc: Cost::new(tokens, 1, 0), ms_per_doc: 30.0 }
     }
