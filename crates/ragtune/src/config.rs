@@ -38,6 +38,7 @@ names_from_serde! {
     Strategy: "retrieval strategy" = [Auto, Bm25, Dense, Hybrid],
     EmbeddingMode: "embedding mode" = [Auto, On, Off],
     Transform: "transform" = [None, Hyde, MultiQuery, Rewrite, Expand, Routed, MultiHop],
+    RerankerKind: "reranker" = [Llm, CrossEncoder],
 }
 
 /// The serde name of a unit variant.
@@ -492,8 +493,19 @@ impl Default for CragSettings {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RerankSettings {
-    /// Rerank at all (needs the LLM: the LLM relevance judge is the reranker available offline).
+    /// Rerank at all (off by default). With `reranker = "llm"` it needs the LLM; the cross-encoder needs none.
     pub enabled: bool,
+    /// The reranker: `llm` (the LLM relevance judge, the default) or `cross-encoder` (an ONNX cross-encoder, `model`).
+    pub reranker: RerankerKind,
+    /// The cross-encoder: a local model directory (`model.onnx` with `logits [batch, 1]` and the tokenizer files);
+    /// with the `online` feature also a model fastembed knows by name (`BAAI/bge-reranker-base`), downloaded from
+    /// the Hugging Face hub into `$RAGTUNE_HOME/hub`. Needed when `reranker = "cross-encoder"`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Tokens per query–passage pair of the cross-encoder; longer pairs are truncated and the truncation traced.
+    pub max_length: usize,
+    /// Pairs per inference call of the cross-encoder.
+    pub batch_size: usize,
     /// The most documents reranked per question (the controller's document budget).
     pub max_docs: u64,
     /// The scheduling policy: `greedy`, `dynamic` or `uncertainty`.
@@ -502,8 +514,49 @@ pub struct RerankSettings {
 
 impl Default for RerankSettings {
     fn default() -> Self {
-        Self { enabled: false, max_docs: 3, policy: ragtune_rerank::RerankPolicy::Uncertainty }
+        // The cross-encoder's own batch size; 256 tokens per pair (a question and a 100–200-word passage) rather
+        // than the model's 512, which would double the work of long passages for the tail of their text.
+        let model = ragtune_embed::CrossEncoderConfig::new(PathBuf::new(), PathBuf::new(), "");
+        Self {
+            enabled: false,
+            reranker: RerankerKind::Llm,
+            model: None,
+            max_length: 256,
+            batch_size: model.batch_size,
+            max_docs: 3,
+            policy: ragtune_rerank::RerankPolicy::Uncertainty,
+        }
     }
+}
+
+impl RerankSettings {
+    /// Checks that the cross-encoder has a model and sizes of at least 1.
+    ///
+    /// # Errors
+    /// [`InvalidInput`](ragtune_core::ErrorKind::InvalidInput) naming `[rerank]` and the setting.
+    pub fn validate(&self) -> Result<()> {
+        if self.reranker == RerankerKind::CrossEncoder && self.model.as_deref().is_none_or(|m| m.trim().is_empty()) {
+            return Err(Error::invalid_input(
+                "[rerank] reranker = \"cross-encoder\" needs `model`: the directory of an ONNX cross-encoder \
+                 (model.onnx and its tokenizer files)",
+            ));
+        }
+        if self.max_length == 0 || self.batch_size == 0 {
+            return Err(Error::invalid_input("[rerank] max_length and batch_size must be at least 1"));
+        }
+        Ok(())
+    }
+}
+
+/// Which reranker the `[rerank]` stage uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RerankerKind {
+    /// The LLM relevance judge (pointwise 0–10, `relevance@1`); needs the LLM.
+    #[default]
+    Llm,
+    /// An ONNX cross-encoder (`[rerank] model`), on the embedding model's ONNX Runtime and threads; needs no LLM.
+    CrossEncoder,
 }
 
 /// Retrieval and evaluation caches (in memory, bounded, with a time to live).
@@ -1125,6 +1178,7 @@ impl Config {
         self.judge.validate().map_err(section("judge"))?;
         self.retry.validate().map_err(section("retry"))?;
         self.hybrid.validate().map_err(section("hybrid"))?;
+        self.rerank.validate()?;
         let boost = self.search.header_boost;
         if !boost.is_finite() || !(0.0..=1.0).contains(&boost) {
             return Err(Error::invalid_input(format!("[search] header_boost must be between 0 and 1, got {boost}")));
@@ -1261,6 +1315,7 @@ mod tests {
         check_names(Strategy::ALL, &["auto", "bm25", "dense", "hybrid"]);
         check_names(EmbeddingMode::ALL, &["auto", "on", "off"]);
         check_names(Transform::ALL, &["none", "hyde", "multi-query", "rewrite", "expand", "routed", "multi-hop"]);
+        check_names(RerankerKind::ALL, &["llm", "cross-encoder"]);
         // The old snake_case spellings of two transforms still parse.
         assert_eq!("multi_query".parse::<Transform>().unwrap(), Transform::MultiQuery);
         assert_eq!("multi_hop".parse::<Transform>().unwrap(), Transform::MultiHop);
@@ -1437,6 +1492,11 @@ mod tests {
             ("[crag.heuristic.weights]\ndiversity = 0.9\n", "crag.heuristic"),
             ("[pipeline]\nmax_context_tokens = 100\nreserve_tokens = 200\n", "reserve_tokens"),
             ("[rerank]\npolicy = \"random\"\n", "policy"),
+            ("[rerank]\nreranker = \"colbert\"\n", "reranker"),
+            ("[rerank]\nreranker = \"cross-encoder\"\n", "[rerank] reranker = \"cross-encoder\" needs `model`"),
+            ("[rerank]\nreranker = \"cross-encoder\"\nmodel = \" \"\n", "needs `model`"),
+            ("[rerank]\nmax_length = 0\n", "[rerank] max_length and batch_size must be at least 1"),
+            ("[rerank]\nbatch_size = 0\n", "[rerank] max_length and batch_size"),
             ("[retry]\nunsupported_share = 1.5\n", "retry"),
             ("[refine]\nthreshold = 2.0\n", "refine"),
             ("[hybrid]\ndense_weight = -1.0\n", "[hybrid]: dense_weight must be a finite number >= 0, got -1"),
@@ -1451,6 +1511,42 @@ mod tests {
             let err = Config::from_toml(toml).unwrap_err();
             assert!(err.to_string().contains(expect), "{toml}: {err}");
         }
+    }
+
+    #[test]
+    fn the_cross_encoder_reranker_is_configured_by_file_or_environment() {
+        // The defaults keep today's behaviour: reranking off, and the LLM judge when it is turned on.
+        let d = RerankSettings::default();
+        assert_eq!((d.enabled, d.reranker, d.model.as_deref()), (false, RerankerKind::Llm, None));
+        assert_eq!((d.max_length, d.batch_size), (256, ragtune_embed::CrossEncoderConfig::new("", "", "").batch_size));
+        let toml = "[rerank]\nenabled = true\nreranker = \"cross-encoder\"\nmodel = \"/models/ce\"\n\
+                    max_length = 128\nbatch_size = 4\n";
+        let cfg = Config::from_toml(toml).unwrap();
+        let r = &cfg.rerank;
+        assert_eq!((r.enabled, r.reranker, r.model.as_deref()), (true, RerankerKind::CrossEncoder, Some("/models/ce")));
+        assert_eq!((r.max_length, r.batch_size, r.max_docs), (128, 4, 3));
+        assert_eq!(Config::from_toml(&toml::to_string(&cfg).unwrap()).unwrap(), cfg, "round-trips");
+        let env = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+            pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+        };
+        let cfg = Config::from_toml_with_overrides(
+            "",
+            &env(&[
+                ("RAGTUNE__RERANK__ENABLED", "true"),
+                ("RAGTUNE__RERANK__RERANKER", "cross-encoder"),
+                ("RAGTUNE__RERANK__MODEL", "/models/ce"),
+                ("RAGTUNE__RERANK__MAX_LENGTH", "64"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(cfg.rerank.reranker, RerankerKind::CrossEncoder);
+        assert_eq!((cfg.rerank.model.as_deref(), cfg.rerank.max_length), (Some("/models/ce"), 64));
+        // The model is required by the reranker that uses it, even while reranking is off.
+        let err =
+            Config::from_toml_with_overrides("", &env(&[("RAGTUNE__RERANK__RERANKER", "cross-encoder")])).unwrap_err();
+        assert!(err.to_string().contains("[rerank] reranker = \"cross-encoder\" needs `model`"), "{err}");
+        // The LLM judge needs no model.
+        assert!(Config::from_toml("[rerank]\nenabled = true\nreranker = \"llm\"\n").is_ok());
     }
 
     #[test]

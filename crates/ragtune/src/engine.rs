@@ -7,8 +7,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use ragtune_core::{
-    Candidate, Chunk, ChunkKind, Ctx, Document, Embedder, Error, ErrorKind, Llm, Query, Record, Result, Retriever,
-    SpanVector, SparseEncoder, StoreStats, TextRole, TraceEvent, TraceSink, VectorStore, WebSearch, WriteBatch,
+    Candidate, Chunk, ChunkKind, Ctx, Document, Embedder, Error, ErrorKind, Llm, Query, Record, Reranker, Result,
+    Retriever, SpanVector, SparseEncoder, StoreStats, TextRole, TraceEvent, TraceSink, VectorStore, WebSearch,
+    WriteBatch,
 };
 use ragtune_embed::{Bm25Config, Bm25Encoder};
 use ragtune_ingest::{ChunkerConfig, LoadIssue, Loaded};
@@ -17,7 +18,7 @@ use ragtune_store::EmbeddedStore;
 use serde::{Deserialize, Serialize};
 
 use crate::Config;
-use crate::config::{EmbeddingMode, Strategy, Transform};
+use crate::config::{EmbeddingMode, RerankerKind, Strategy, Transform};
 use crate::models::RequestVectors;
 use crate::stores::{OpenStore, open_store};
 
@@ -80,6 +81,9 @@ pub struct Engine {
     embedder: Option<Arc<dyn Embedder>>,
     /// The language model for query transformations; `None` when no URL is configured.
     llm: Option<Arc<dyn Llm>>,
+    /// The cross-encoder of `[rerank]`, loaded once when reranking is enabled with `reranker = "cross-encoder"`
+    /// (`None` otherwise), or the engine's note saying why it did not load.
+    cross_encoder: Option<CrossEncoderSlot>,
     /// Why a capability is off (for example "dense retrieval is off: models are not provisioned"), shown in traces.
     notes: Vec<String>,
     /// The web search provider Corrective RAG falls back to on INCORRECT; none unless set.
@@ -101,6 +105,41 @@ pub struct Engine {
 
 /// The page fetcher of `[web.fetch]`, shared by the engine's clones.
 type Fetcher = Arc<ragtune_web::PageFetcher>;
+
+/// A loaded cross-encoder, or the note saying why it is not (the engine opens without it and skips reranking).
+type CrossEncoderSlot = std::result::Result<Arc<dyn Reranker>, String>;
+
+/// What loading the cross-encoder depends on (so that a new configuration reloads it only when one changes).
+#[derive(PartialEq)]
+struct CrossEncoderKey<'c> {
+    model: &'c Option<String>,
+    max_length: usize,
+    batch_size: usize,
+    ort_library: &'c Option<PathBuf>,
+    threads: usize,
+}
+
+/// What loading the cross-encoder of `config` depends on: `None` when the configuration asks for none.
+fn cross_encoder_key(config: &Config) -> Option<CrossEncoderKey<'_>> {
+    let (r, e) = (&config.rerank, &config.embedding);
+    (r.enabled && r.reranker == RerankerKind::CrossEncoder).then_some(CrossEncoderKey {
+        model: &r.model,
+        max_length: r.max_length,
+        batch_size: r.batch_size,
+        ort_library: &e.ort_library,
+        threads: e.threads,
+    })
+}
+
+/// Loads the cross-encoder `config` asks for; a model that does not load is the note of the engine that opens
+/// without it (degrade, don't fail).
+fn load_cross_encoder(config: &Config) -> Option<CrossEncoderSlot> {
+    cross_encoder_key(config)?;
+    Some(
+        crate::models::load_cross_encoder(&config.rerank, &config.embedding)
+            .map_err(|e| format!("reranking is off: the cross-encoder did not load: {}", e.message())),
+    )
+}
 
 /// The one web stack of an engine, built from `[web]`: the multi-provider search and the page fetcher (when
 /// `[web.fetch] enabled`); neither when the section is off.
@@ -172,6 +211,10 @@ impl Engine {
                     .to_owned(),
             );
         }
+        let cross_encoder = load_cross_encoder(&config);
+        if let Some(Err(note)) = &cross_encoder {
+            notes.push(note.clone());
+        }
         let web = multi.clone().map(|m| m as Arc<dyn WebSearch>);
         Ok(Self {
             config,
@@ -179,6 +222,7 @@ impl Engine {
             encoder,
             embedder,
             llm: None,
+            cross_encoder,
             notes,
             web,
             multi,
@@ -212,6 +256,15 @@ impl Engine {
         if config.web != self.config.web {
             (self.multi, self.fetcher) = web_stack(&config)?;
             self.web = self.multi.clone().map(|m| m as Arc<dyn WebSearch>);
+        }
+        if cross_encoder_key(&config) != cross_encoder_key(&self.config) {
+            if let Some(Err(old)) = &self.cross_encoder {
+                self.notes.retain(|n| n != old);
+            }
+            self.cross_encoder = load_cross_encoder(&config);
+            if let Some(Err(note)) = &self.cross_encoder {
+                self.notes.push(note.clone());
+            }
         }
         self.config = config;
         Ok(self)
@@ -270,6 +323,12 @@ impl Engine {
     #[must_use]
     pub fn llm(&self) -> Option<&Arc<dyn Llm>> {
         self.llm.as_ref()
+    }
+
+    /// The cross-encoder of `[rerank]`, when reranking is enabled with `reranker = "cross-encoder"`: loaded, or
+    /// the note saying why it did not load.
+    pub(crate) fn cross_encoder(&self) -> Option<&CrossEncoderSlot> {
+        self.cross_encoder.as_ref()
     }
 
     /// The configuration.

@@ -49,10 +49,13 @@ pub mod stores;
 pub use config::{
     Bm25Settings, CacheSettings, ChunkingSettings, CollectionConfig, Config, ContextMode, CragSettings, EmbeddingMode,
     EmbeddingSettings, EvaluatorKind, FusionMethod, HybridSettings, LlmEndpoint, LlmSettings, MIN_API_KEY_CHARS,
-    PipelineSettings, QdrantSettings, RerankSettings, RouteSetting, RouteSettings, ScorerKind, SearchSettings,
-    ServerSettings, StoreBackend, StoreConfig, Strategy, Transform, TransformSettings, WebConfig, ragtune_home,
-    valid_collection_name,
+    PipelineSettings, QdrantSettings, RerankSettings, RerankerKind, RouteSetting, RouteSettings, ScorerKind,
+    SearchSettings, ServerSettings, StoreBackend, StoreConfig, Strategy, Transform, TransformSettings, WebConfig,
+    ragtune_home, valid_collection_name,
 };
 pub use engine::{Chunking, Engine, IndexReport, SearchResponse};
-pub use models::{QUANTIZED_MODEL_ID, QueryCache, RequestVectors, load_embedder, load_llm, local_llm_url};
+pub use models::{
+    QUANTIZED_MODEL_ID, QueryCache, RequestVectors, cross_encoder_fingerprint, load_cross_encoder, load_embedder,
+    load_llm, local_llm_url,
+};
 pub use pipeline::{AnswerKind, AskResponse, Citation, ContextMethod, ContextPassage, CragCategory, CragMetadata};

@@ -5,13 +5,13 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use ragtune_core::{
-    Candidate, Ctx, Embedder, Error, Llm, LlmRequest, LlmResponse, Result, SpanEmbeddings, SpanVector, TextRole,
-    TraceEvent,
+    Candidate, Ctx, Embedder, Error, Llm, LlmRequest, LlmResponse, Reranker, Result, SpanEmbeddings, SpanVector,
+    TextRole, TraceEvent,
 };
-use ragtune_embed::{FastEmbedder, FastEmbedderConfig};
+use ragtune_embed::{CrossEncoderConfig, CrossEncoderReranker, FastEmbedder, FastEmbedderConfig, ModelSource};
 use ragtune_provision::ModelLayout;
 
-use crate::config::{EmbeddingSettings, LlmSettings};
+use crate::config::{EmbeddingSettings, LlmSettings, RerankSettings};
 
 /// The identity of the quantised variant in an index (the default model is `…@int8`: int8 weights, fp32 compute).
 pub const QUANTIZED_MODEL_ID: &str = "sentence-transformers/all-MiniLM-L6-v2@int8-dynamic";
@@ -50,6 +50,82 @@ pub fn load_embedder(settings: &EmbeddingSettings) -> Result<Arc<dyn Embedder>> 
         0 => embedder,
         capacity => Arc::new(QueryCache::new(embedder, capacity)),
     })
+}
+
+/// Loads the cross-encoder `[rerank] model` names, with `[rerank]`'s `max_length` and `batch_size`, on the ONNX
+/// Runtime of `[embedding]` (`ort_library`, else the provisioned one) and with its intra-op `threads`, so that the
+/// reranker and the embedder share one runtime and one thread setting.
+///
+/// Its name in traces is `cross-encoder:<the directory's name>` (or `cross-encoder:<hub name>`).
+///
+/// # Errors
+/// [`InvalidInput`](ragtune_core::ErrorKind::InvalidInput) when no model is named; otherwise as
+/// [`CrossEncoderReranker::new`]: [`Unavailable`](ragtune_core::ErrorKind::Unavailable) when ONNX Runtime or a
+/// model file is missing, or the model does not load.
+pub fn load_cross_encoder(rerank: &RerankSettings, embedding: &EmbeddingSettings) -> Result<Arc<dyn Reranker>> {
+    let model = cross_encoder_model(rerank)?;
+    let ort_library =
+        embedding.ort_library.clone().unwrap_or_else(|| ModelLayout::new(crate::ragtune_home()).onnxruntime_library());
+    let mut cfg = CrossEncoderConfig::new(model, ort_library, cross_encoder_name(model));
+    cfg.model = cross_encoder_source(model);
+    cfg.max_length = rerank.max_length;
+    cfg.batch_size = rerank.batch_size;
+    cfg.intra_threads = embedding.threads;
+    Ok(Arc::new(CrossEncoderReranker::new(cfg)?))
+}
+
+/// What identifies the weights of the cross-encoder `[rerank] model` names, for caches and reports: `sha256:` and
+/// the hash of a local directory's `model.onnx` (another file under the same name is another model), or `hub:` and
+/// the name of a hub model (fastembed pins its files).
+///
+/// # Errors
+/// [`InvalidInput`](ragtune_core::ErrorKind::InvalidInput) when no model is named; a `model.onnx` that cannot be
+/// read.
+pub fn cross_encoder_fingerprint(rerank: &RerankSettings) -> Result<String> {
+    let model = cross_encoder_model(rerank)?;
+    match cross_encoder_source(model) {
+        ModelSource::LocalDir(dir) => {
+            let path = dir.join("model.onnx");
+            let sha = ragtune_provision::models::sha256_file(&path)
+                .map_err(|e| Error::unavailable(format!("cannot read {}: {}", path.display(), e.message())))?;
+            Ok(format!("sha256:{sha}"))
+        }
+        _ => Ok(format!("hub:{model}")),
+    }
+}
+
+/// The model `[rerank]` names, trimmed.
+fn cross_encoder_model(rerank: &RerankSettings) -> Result<&str> {
+    rerank.model.as_deref().map(str::trim).filter(|m| !m.is_empty()).ok_or_else(|| {
+        Error::invalid_input(
+            "[rerank] reranker = \"cross-encoder\" needs `model`: the directory of an ONNX cross-encoder",
+        )
+    })
+}
+
+/// The cross-encoder's short name: the last component of its directory (or the hub name).
+fn cross_encoder_name(model: &str) -> String {
+    match cross_encoder_source(model) {
+        ModelSource::LocalDir(dir) => dir
+            .canonicalize()
+            .ok()
+            .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .unwrap_or_else(|| model.to_owned()),
+        _ => model.to_owned(),
+    }
+}
+
+/// A model setting as a [`ModelSource`]: a directory, or, with the `online` feature, a name fastembed knows when it
+/// is no existing path and not written as one (absolute, or starting with `.` or `~`).
+fn cross_encoder_source(model: &str) -> ModelSource {
+    #[cfg(feature = "online")]
+    {
+        let path = std::path::Path::new(model);
+        if !path.exists() && !path.is_absolute() && !model.starts_with(['.', '~']) {
+            return ModelSource::Named { name: model.to_owned(), cache_dir: crate::ragtune_home().join("hub") };
+        }
+    }
+    ModelSource::LocalDir(model.into())
 }
 
 /// Query embeddings cached by text (bounded; the least recently used go first): a query embedded again — by the

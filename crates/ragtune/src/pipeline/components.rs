@@ -13,7 +13,7 @@ use ragtune_evaluators::faithfulness::FaithfulnessJudge;
 use ragtune_llm::prompts;
 
 use super::normalize_query;
-use crate::config::{EvaluatorKind, ScorerKind, Transform};
+use crate::config::{EvaluatorKind, RerankerKind, ScorerKind, Transform};
 use crate::engine::Engine;
 
 /// What a retrieval produced.
@@ -149,28 +149,42 @@ impl Engine {
         Ok(judgement)
     }
 
-    /// Reranks `candidates` with the budgeted controller and the LLM as reranker; returns them and what it spent.
+    /// Reranks `candidates` with the budgeted controller and the configured reranker (the LLM relevance judge or
+    /// the cross-encoder); returns them, what it spent and the reranker's name.
     pub(super) async fn rerank(
         &self,
         ctx: &Ctx,
         question: &str,
         candidates: Vec<Candidate>,
-    ) -> Result<(Vec<Candidate>, Cost)> {
+    ) -> Result<(Vec<Candidate>, Cost, String)> {
         let cfg = &self.config().rerank;
-        let llm = self.llm().ok_or_else(|| Error::unavailable("reranking needs the LLM (llm.url)"))?;
+        let reranker = match cfg.reranker {
+            RerankerKind::Llm => {
+                let llm = self.llm().ok_or_else(|| Error::unavailable("reranking needs the LLM (llm.url)"))?;
+                llm_reranker(llm.clone())?
+            }
+            RerankerKind::CrossEncoder => match self.cross_encoder() {
+                Some(Ok(reranker)) => reranker.clone(),
+                // The engine's note says why.
+                Some(Err(_)) => {
+                    return Err(Error::unavailable("the cross-encoder did not load (see the engine's note)"));
+                }
+                None => return Err(Error::unavailable("the cross-encoder is not loaded")),
+            },
+        };
+        let name = reranker.name().to_owned();
         let (estimator, scheduler) = cfg.policy.parts(1);
-        let controller = ragtune_rerank::Controller::new(llm_reranker(llm.clone())?)
-            .estimator(estimator)
-            .scheduler(scheduler)
-            .config(ragtune_rerank::ControllerConfig {
+        let controller = ragtune_rerank::Controller::new(reranker).estimator(estimator).scheduler(scheduler).config(
+            ragtune_rerank::ControllerConfig {
                 k: self.config().pipeline.top_k.max(1).min(candidates.len().max(1)),
                 ..Default::default()
-            });
+            },
+        );
         let mut rctx = ctx.clone();
         rctx.budget = Budget::new(Cost::new(u64::MAX, cfg.max_docs, u64::MAX));
-        // The controller traces every batch and why it stopped.
+        // The controller traces every batch and why it stopped; the reranker traces every call it makes.
         let outcome = controller.run(&rctx, question, candidates).await?;
-        Ok((outcome.candidates(), outcome.report.spent))
+        Ok((outcome.candidates(), outcome.report.spent, name))
     }
 }
 

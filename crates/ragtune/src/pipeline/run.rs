@@ -65,13 +65,16 @@ impl Stage {
     }
 }
 
-/// The stages whose costs are LLM calls, for counting an LLM that does not trace its calls.
+/// The stages whose costs are LLM calls, for counting an LLM that does not trace its calls (`rerank` only when the
+/// reranker is the LLM: a cross-encoder's tokens are not the LLM's).
 const LLM_STAGES: [&str; 6] = ["generate", "extract", "judge", "rewrite", "rerank", "triangulate"];
 
-/// The LLM tokens and calls the LLM stages reported (`docs` left at 0), for an LLM that does not trace its calls.
-fn stages_llm_cost(cost: &PipelineCost) -> Cost {
+/// The LLM tokens and calls the LLM stages reported (`docs` left at 0), for an LLM that does not trace its calls;
+/// `llm_rerank`: whether the rerank stage's costs are LLM calls.
+fn stages_llm_cost(cost: &PipelineCost, llm_rerank: bool) -> Cost {
     LLM_STAGES
         .iter()
+        .filter(|s| llm_rerank || **s != "rerank")
         .filter_map(|s| cost.stages.get(*s))
         .fold(Cost::ZERO, |sum, c| sum + Cost::new(c.tokens, 0, c.calls))
 }
@@ -141,6 +144,8 @@ pub(super) struct Ledger {
     /// What was skipped, degraded or fell back, in order.
     pub(super) notes: Vec<Note>,
     started: Instant,
+    /// Whether the rerank stage calls the LLM (`[rerank] reranker = "llm"`).
+    llm_rerank: bool,
 }
 
 /// One question's run: what its stages read and what they spent, kept apart so a stage body (borrowing the
@@ -161,7 +166,8 @@ impl<'e> Run<'e> {
             ctx = ctx.with_timeout(Duration::from_millis(timeout_ms));
         }
         let notes = engine.notes().iter().map(|n| Note::new(NoteKind::Capability, n.clone())).collect();
-        let ledger = Ledger { ctx: ctx.clone(), sink, cost: PipelineCost::default(), notes, started };
+        let llm_rerank = engine.config().rerank.reranker == crate::config::RerankerKind::Llm;
+        let ledger = Ledger { ctx: ctx.clone(), sink, cost: PipelineCost::default(), notes, started, llm_rerank };
         let vectors = engine.embedder().map(|e| Arc::new(RequestVectors::new(e.clone())));
         Self { env: Env { engine, ctx, question, vectors }, ledger }
     }
@@ -193,7 +199,7 @@ impl Ledger {
     /// the costs of the stages that call it.
     pub(super) fn llm_tokens(&self) -> u64 {
         let traced = self.sink.cost_where(TraceEvent::is_llm_call);
-        if traced == Cost::ZERO { stages_llm_cost(&self.cost).tokens } else { traced.tokens }
+        if traced == Cost::ZERO { stages_llm_cost(&self.cost, self.llm_rerank).tokens } else { traced.tokens }
     }
 
     /// Whether another attempt would take the question past `budget` LLM tokens (0: no budget), an attempt costing
@@ -253,7 +259,7 @@ impl Run<'_> {
         if env.engine.llm().is_none() {
             // No LLM: nothing to count (stage costs of embedders are not LLM calls).
         } else if llm_events.is_empty() {
-            let c = stages_llm_cost(&cost);
+            let c = stages_llm_cost(&cost, ledger.llm_rerank);
             cost.tokens += c.tokens;
             cost.llm_calls += c.calls;
         } else {

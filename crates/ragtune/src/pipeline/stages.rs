@@ -425,8 +425,12 @@ impl Env<'_> {
     /// Budgeted reranking; the candidates unchanged when it cannot run.
     async fn rerank(&self, candidates: Vec<Candidate>) -> (Vec<Candidate>, Report) {
         match self.engine.rerank(&self.ctx, &self.question, candidates.clone()).await {
-            Ok((mut reranked, spent)) => {
-                let mut report = Report::new("controller").detail("candidates", reranked.len()).cost(spent);
+            Ok((mut reranked, spent, reranker)) => {
+                let mut report = Report::new("controller")
+                    .detail("candidates", reranked.len())
+                    .detail("reranker", reranker)
+                    .detail("pairs", spent.docs)
+                    .cost(spent);
                 // The header boost comes after reranking too, which reorders the boosted retrieval list.
                 let weight = self.engine.config().search.header_boost;
                 let boosts = ragtune_retrieve::header_boost(
