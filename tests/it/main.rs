@@ -3,6 +3,7 @@
 mod bad_input;
 mod crag_eval;
 mod crash;
+mod cross_encoder;
 mod engine;
 mod eval;
 mod fusion_fit;
@@ -47,6 +48,22 @@ pub fn models_provisioned() -> bool {
         return true;
     }
     let msg = format!("models are not provisioned under {}: run `cargo xtask models`", layout.home().display());
+    let required = std::env::var("RAGTUNE_REQUIRE_MODELS").is_ok_and(|v| v == "1");
+    assert!(!required, "RAGTUNE_REQUIRE_MODELS=1 but {msg}");
+    let _ = writeln!(std::io::stderr(), "SKIPPED: {msg}");
+    false
+}
+
+/// Whether ONNX Runtime is provisioned (the cross-encoder tests bring their own tiny model); prints why a test skips
+/// when it is not, and fails instead when `RAGTUNE_REQUIRE_MODELS=1` (set by `cargo xtask ci` after provisioning).
+pub fn onnx_runtime_provisioned() -> bool {
+    use std::io::Write;
+    let layout = ragtune::provision::ModelLayout::new(ragtune::ragtune_home());
+    let library = layout.onnxruntime_library();
+    if library.is_file() {
+        return true;
+    }
+    let msg = format!("ONNX Runtime is not provisioned at {}: run `cargo xtask models`", library.display());
     let required = std::env::var("RAGTUNE_REQUIRE_MODELS").is_ok_and(|v| v == "1");
     assert!(!required, "RAGTUNE_REQUIRE_MODELS=1 but {msg}");
     let _ = writeln!(std::io::stderr(), "SKIPPED: {msg}");

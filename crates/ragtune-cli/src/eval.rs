@@ -6,7 +6,8 @@
 use std::path::{Path, PathBuf};
 
 use ragtune::rerank::RerankPolicy;
-use ragtune::{Bm25Settings, Config, StoreBackend, Transform};
+use ragtune::{Bm25Settings, Config, RerankSettings, RerankerKind, StoreBackend, Transform};
+use ragtune_eval::rerank::{EvalReranker, FullRerank};
 use ragtune_eval::{DocScore, EvalChunking, EvalOptions, QaEvalOptions, RerankEvalOptions};
 
 use crate::args::{LlmArgs, OutArgs, Overrides, QdrantArgs, RetrievalTuning, load_config};
@@ -47,8 +48,9 @@ impl EvalArgs {
 
 #[derive(Debug, clap::Subcommand)]
 enum EvalKind {
-    /// Retrieval on a BEIR dataset: nDCG, recall, MRR, MAP and latency.
-    Retrieval(RetrievalArgs),
+    /// Retrieval on a BEIR dataset: nDCG, recall, MRR, MAP and latency; with --rerank, of the run whose top
+    /// passages a reranker reordered.
+    Retrieval(RetrievalRerankArgs),
     /// Answers on a QA dataset (the CMU Wikipedia QA set) under named experiments: accuracy, F1, faithfulness,
     /// citation precision, latency and tokens.
     Qa(QaArgs),
@@ -94,6 +96,40 @@ struct BuildCmuSetArgs {
     /// Write the articles as Markdown under a `# title` heading (header paths for the header boost).
     #[arg(long)]
     markdown: bool,
+}
+
+/// `eval retrieval`: a BEIR dataset, and the reranker that reorders the top of every query's passages, if any.
+#[derive(Debug, clap::Args)]
+struct RetrievalRerankArgs {
+    #[command(flatten)]
+    beir: RetrievalArgs,
+    /// Rerank the top --rerank-depth passages of every query fully with this reranker (`cross-encoder` or `llm`)
+    /// and report the metrics of the reranked run; the passages below keep their order after them.
+    #[arg(long, value_name = "NAME")]
+    rerank: Option<RerankerKind>,
+    #[command(flatten)]
+    model: RerankModelArgs,
+    /// Passages reranked per query with --rerank (default: 100, or every passage retrieved when fewer).
+    #[arg(long, value_name = "N", requires = "rerank")]
+    rerank_depth: Option<usize>,
+}
+
+/// The reranker's model.
+#[derive(Debug, clap::Args)]
+struct RerankModelArgs {
+    /// The cross-encoder's model directory (`model.onnx` and its tokenizer files; default: the config's `[rerank]
+    /// model`); its `max_length` and `batch_size` come from the config's `[rerank]`.
+    #[arg(long, value_name = "DIR")]
+    rerank_model: Option<String>,
+}
+
+impl RerankModelArgs {
+    /// The evaluation's reranker `kind`, with this model, else the config's, and the config's sizes.
+    fn reranker(self, kind: RerankerKind, cfg: &RerankSettings) -> EvalReranker {
+        let settings =
+            RerankSettings { reranker: kind, model: self.rerank_model.or_else(|| cfg.model.clone()), ..cfg.clone() };
+        EvalReranker { settings, ..EvalReranker::default() }
+    }
 }
 
 /// A BEIR dataset, how to index and retrieve it, and where the report goes.
@@ -183,9 +219,11 @@ struct CragArgs {
 struct RerankArgs {
     #[command(flatten)]
     beir: RetrievalArgs,
-    /// The reranker: `llm` (the LLM relevance judge).
+    /// The reranker: `llm` (the LLM relevance judge) or `cross-encoder` (with --rerank-model; needs no LLM).
     #[arg(long, value_name = "NAME", default_value = "llm")]
-    reranker: String,
+    reranker: RerankerKind,
+    #[command(flatten)]
+    model: RerankModelArgs,
     #[command(flatten)]
     budget: RerankBudgetArgs,
 }
@@ -252,7 +290,7 @@ struct LegacyArgs {
     flags: BeirFlags,
     /// Deprecated: `ragtune eval rerank --reranker NAME`.
     #[arg(long, value_name = "RERANKER")]
-    rerank: Option<String>,
+    rerank: Option<RerankerKind>,
     #[command(flatten)]
     budget: RerankBudgetArgs,
     /// Deprecated: `ragtune eval qa --experiment LIST`.
@@ -294,10 +332,16 @@ impl LegacyArgs {
             (EvalKind::Crag(CragArgs { beir, k: crag_k }), "ragtune eval crag --dataset DIR [--k K]")
         } else if let Some(reranker) = rerank {
             let beir = RetrievalArgs { dataset, flags };
-            let args = RerankArgs { beir, reranker, budget };
+            let args = RerankArgs { beir, reranker, model: RerankModelArgs { rerank_model: None }, budget };
             (EvalKind::Rerank(args), "ragtune eval rerank --dataset DIR --reranker NAME")
         } else {
-            (EvalKind::Retrieval(RetrievalArgs { dataset, flags }), "ragtune eval retrieval --dataset DIR")
+            let args = RetrievalRerankArgs {
+                beir: RetrievalArgs { dataset, flags },
+                rerank: None,
+                model: RerankModelArgs { rerank_model: None },
+                rerank_depth: None,
+            };
+            (EvalKind::Retrieval(args), "ragtune eval retrieval --dataset DIR")
         })
     }
 }
@@ -315,16 +359,12 @@ pub async fn run(config: Option<&Path>, args: EvalArgs) -> anyhow::Result<()> {
         }
     };
     match kind {
-        EvalKind::Retrieval(beir) => retrieval(config, beir, None).await,
-        EvalKind::Rerank(RerankArgs { beir, reranker, budget }) => {
-            let rerank = RerankEvalOptions {
-                reranker,
-                pool: budget.rerank_pool,
-                budgets: budget.rerank_budget,
-                policies: budget.policy,
-                ..RerankEvalOptions::default()
-            };
-            retrieval(config, beir, Some(rerank)).await
+        EvalKind::Retrieval(RetrievalRerankArgs { beir, rerank, model, rerank_depth }) => {
+            let reranking = rerank.map(|kind| Reranking::Full { kind, model, depth: rerank_depth });
+            retrieval(config, beir, reranking).await
+        }
+        EvalKind::Rerank(RerankArgs { beir, reranker, model, budget }) => {
+            retrieval(config, beir, Some(Reranking::Budgets { kind: reranker, model, budget })).await
         }
         EvalKind::Crag(CragArgs { beir, k }) => {
             let (opts, cfg, out) = beir_options(config, beir, None)?;
@@ -357,12 +397,24 @@ pub async fn run(config: Option<&Path>, args: EvalArgs) -> anyhow::Result<()> {
     }
 }
 
+/// What `eval retrieval --rerank` and `eval rerank` ask of a reranker.
+enum Reranking {
+    /// `eval retrieval --rerank`: the top `depth` passages reranked fully.
+    Full { kind: RerankerKind, model: RerankModelArgs, depth: Option<usize> },
+    /// `eval rerank`: the controller's budget sweep.
+    Budgets { kind: RerankerKind, model: RerankModelArgs, budget: RerankBudgetArgs },
+}
+
+impl Reranking {
+    fn kind(&self) -> RerankerKind {
+        match self {
+            Self::Full { kind, .. } | Self::Budgets { kind, .. } => *kind,
+        }
+    }
+}
+
 /// `eval retrieval` and `eval rerank`: the retrieval report, with the rerank table when there is one.
-async fn retrieval(
-    config: Option<&Path>,
-    beir: RetrievalArgs,
-    rerank: Option<RerankEvalOptions>,
-) -> anyhow::Result<()> {
+async fn retrieval(config: Option<&Path>, beir: RetrievalArgs, rerank: Option<Reranking>) -> anyhow::Result<()> {
     let (opts, _, out) = beir_options(config, beir, rerank)?;
     let report = ragtune_eval::run_eval(&opts, &mut |line| eprintln!("{line}")).await?;
     print!("{}", ragtune_eval::summary_table(&report));
@@ -377,9 +429,10 @@ async fn retrieval(
 fn beir_options(
     config: Option<&Path>,
     RetrievalArgs { dataset, flags: beir }: RetrievalArgs,
-    rerank: Option<RerankEvalOptions>,
+    rerank: Option<Reranking>,
 ) -> anyhow::Result<(EvalOptions, Config, OutArgs)> {
-    let needs_llm = beir.transform.needs_llm() || rerank.is_some();
+    // The cross-encoder needs no LLM, so only the LLM reranker falls back to the local server.
+    let needs_llm = beir.transform.needs_llm() || rerank.as_ref().is_some_and(|r| r.kind() == RerankerKind::Llm);
     let overrides = Overrides {
         qdrant: QdrantArgs { qdrant_url: beir.qdrant_url, collection: None },
         transform: Some(beir.transform),
@@ -405,7 +458,6 @@ fn beir_options(
     }
     opts.store = beir.store;
     opts.limit = beir.limit;
-    opts.rerank = rerank;
     opts.chunking = beir.chunking;
     // Like BM25, the chunk sizes start from the evaluation's defaults (passages that fit the model's window), not
     // the config, so that reports compare with baselines.
@@ -417,6 +469,23 @@ fn beir_options(
     }
     opts.chunker.chunker().validate().map_err(|e| e.context("--chunk-size/--chunk-overlap ([chunking])"))?;
     opts.doc_score = beir.doc_score;
+    match rerank {
+        Some(Reranking::Full { kind, model, depth }) => {
+            // Asked for nothing, rerank 100 passages, or all of them when fewer are retrieved.
+            let depth = depth.unwrap_or_else(|| opts.passage_depth().min(100));
+            opts.full_rerank = Some(FullRerank { reranker: model.reranker(kind, &cfg.rerank), depth });
+        }
+        Some(Reranking::Budgets { kind, model, budget }) => {
+            opts.rerank = Some(RerankEvalOptions {
+                reranker: model.reranker(kind, &cfg.rerank),
+                pool: budget.rerank_pool,
+                budgets: budget.rerank_budget,
+                policies: budget.policy,
+                ..RerankEvalOptions::default()
+            });
+        }
+        None => {}
+    }
     opts.header_boost = beir.header_boost.unwrap_or(cfg.search.header_boost);
     if !(0.0..=1.0).contains(&opts.header_boost) {
         anyhow::bail!("--header-boost must be between 0 and 1, got {}", opts.header_boost);

@@ -303,6 +303,17 @@ fn no_llm_keeps_the_evaluations_off_a_running_local_server() {
     assert_eq!(without.status.code(), Some(1));
     let said = text(&without.stderr);
     assert!(said.contains("need an LLM") && !said.contains("using the local LLM"), "{said}");
+    // The cross-encoder needs no LLM: the local server is not looked for, and its model is what fails.
+    let args = ["eval", "rerank", "--dataset", "tiny", "--reranker", "cross-encoder", "--rerank-model", "nowhere"];
+    let cross = ragtune(&args, dir.path());
+    assert_eq!(cross.status.code(), Some(1));
+    let said = text(&cross.stderr);
+    assert!(said.contains("nowhere") && !said.contains("LLM"), "{said}");
+    let args = ["eval", "retrieval", "--dataset", "tiny", "--rerank", "cross-encoder", "--rerank-model", "nowhere"];
+    let cross = ragtune(&args, dir.path());
+    assert_eq!(cross.status.code(), Some(1));
+    let said = text(&cross.stderr);
+    assert!(said.contains("nowhere") && !said.contains("LLM"), "{said}");
     // Naming an LLM and refusing one is a usage error.
     let both = ragtune(&[&args[..], &["--no-llm", "--llm-url", "http://127.0.0.1:9"]].concat(), dir.path());
     assert_eq!(both.status.code(), Some(2), "{}", text(&both.stderr));
@@ -323,6 +334,9 @@ fn eval_usage_errors_exit_with_2() {
         &["calibrate", "--dataset", "tiny", "--min-gain", "0"],
         &["calibrate", "--dataset", "tiny", "--fit-json", "fit.json"],
         &["calibrate", "--fusion", "--dataset", "tiny", "--min-gain", "none"],
+        &["eval", "retrieval", "--dataset", "tiny", "--rerank-depth", "5"],
+        &["eval", "retrieval", "--dataset", "tiny", "--rerank", "colbert"],
+        &["eval", "rerank", "--dataset", "tiny", "--reranker", "colbert"],
     ] {
         assert_eq!(ragtune(args, dir.path()).status.code(), Some(2), "{args:?}");
     }

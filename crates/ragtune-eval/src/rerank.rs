@@ -2,24 +2,164 @@
 //! budget, the nDCG@10 reached and the pairs scored, beside a full rerank and the fixed "rerank the first B by
 //! retrieval rank" baseline at the same budget.
 //!
-//! The reranker's scores are cached on disk per (reranker, query, passage) (`CachedReranker`): the full rerank
-//! pays for every pair once, and every policy and budget then replays from the cache, so comparing ten settings
-//! costs one model pass.
+//! The reranker's scores are cached on disk per (reranker, model, query, passage) (`CachedReranker`): the full
+//! rerank pays for every pair once, and every policy and budget then replays from the cache, so comparing ten
+//! settings costs one model pass.
+//!
+//! The reranker is the LLM relevance judge or a cross-encoder ([`EvalReranker`]); `eval retrieval --rerank`
+//! reranks the top of every query with it fully ([`FullRerank`]).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use ragtune::core::{Budget, Candidate, Cost, Ctx, Error, Reranker, Result};
+use ragtune::core::{Budget, Candidate, Cost, Ctx, Error, Llm, Reranker, Result};
 use ragtune::evaluators::metrics::{Metric, Qrels, Runs, evaluate};
-use ragtune::rerank::{Controller, ControllerConfig, RerankPolicy};
+use ragtune::rerank::{CachedReranker, Controller, ControllerConfig, RerankPolicy};
+use ragtune::{EmbeddingSettings, LlmSettings, RerankSettings, RerankerKind};
 use serde::{Deserialize, Serialize};
+
+/// The reranker of an evaluation and where its scores are cached.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EvalReranker {
+    /// `reranker` (`llm` or `cross-encoder`) and the cross-encoder's `model`, `max_length` and `batch_size`, as in
+    /// `[rerank]` (its pipeline settings, `enabled`, `max_docs` and `policy`, are not read).
+    pub settings: RerankSettings,
+    /// The score cache (`$RAGTUNE_HOME/rerank-cache` by default).
+    pub score_cache: PathBuf,
+}
+
+impl Default for EvalReranker {
+    fn default() -> Self {
+        Self { settings: RerankSettings::default(), score_cache: ragtune::ragtune_home().join("rerank-cache") }
+    }
+}
+
+impl EvalReranker {
+    /// The reranker `kind` with the model `model` (a cross-encoder's directory).
+    #[must_use]
+    pub fn new(kind: RerankerKind, model: Option<String>) -> Self {
+        let mut r = Self::default();
+        r.settings.reranker = kind;
+        r.settings.model = model;
+        r
+    }
+
+    /// Which reranker.
+    #[must_use]
+    pub fn kind(&self) -> RerankerKind {
+        self.settings.reranker
+    }
+
+    /// What is wrong with the settings, if anything (a cross-encoder without a model, sizes of 0).
+    pub(crate) fn problem(&self) -> Option<String> {
+        if self.kind() == RerankerKind::CrossEncoder
+            && self.settings.model.as_deref().is_none_or(|m| m.trim().is_empty())
+        {
+            return Some("the reranker `cross-encoder` needs a model: pass --rerank-model DIR".to_owned());
+        }
+        self.settings.validate().err().map(|e| e.message().to_owned())
+    }
+
+    /// Builds the reranker behind the score cache, and what the report's `config` records of it (the reranker, its
+    /// model and, for a cross-encoder, the sha256 of its `model.onnx` and its `max_length`: everything that changes
+    /// scores). The cross-encoder runs on `embedding`'s ONNX Runtime and threads.
+    ///
+    /// # Errors
+    /// An `llm` reranker without `llm`; a model that does not load; a score cache that cannot be created.
+    pub fn build(
+        &self,
+        llm: Option<&Arc<dyn Llm>>,
+        llm_settings: &LlmSettings,
+        embedding: &EmbeddingSettings,
+    ) -> Result<(Arc<dyn Reranker>, serde_json::Value)> {
+        match self.kind() {
+            RerankerKind::Llm => {
+                let llm = llm.ok_or_else(|| {
+                    Error::invalid_input(
+                        "the reranker `llm` needs an LLM: pass --llm-url URL or set $RAGTUNE_LLM_URL (`cargo xtask llm start` runs a local one)",
+                    )
+                })?;
+                let inner = ragtune::rerank::LlmReranker::new(
+                    llm.clone(),
+                    ragtune::rerank::LlmRerankerConfig {
+                        repair: Some(ragtune::llm::prompts::REPAIR_JSON),
+                        ..ragtune::rerank::LlmRerankerConfig::new(ragtune::llm::prompts::RELEVANCE)
+                    },
+                )?;
+                let cached = CachedReranker::new(Arc::new(inner), &self.score_cache)?;
+                let config = serde_json::json!({ "reranker": "llm", "llm_model": llm_settings.model });
+                Ok((Arc::new(cached), config))
+            }
+            RerankerKind::CrossEncoder => {
+                let fingerprint = ragtune::cross_encoder_fingerprint(&self.settings)?;
+                let inner = ragtune::load_cross_encoder(&self.settings, embedding)?;
+                let model = inner.name().strip_prefix("cross-encoder:").unwrap_or(inner.name()).to_owned();
+                let cached = CachedReranker::new(inner, &self.score_cache)?.with_model_id(&fingerprint);
+                let mut config = serde_json::json!({
+                    "reranker": "cross-encoder", "model": model, "max_length": self.settings.max_length,
+                });
+                match fingerprint.strip_prefix("sha256:") {
+                    Some(sha) => config["model_sha256"] = sha.into(),
+                    None => config["model_id"] = fingerprint.into(),
+                }
+                Ok((Arc::new(cached), config))
+            }
+        }
+    }
+}
+
+/// `eval retrieval --rerank`: the first `depth` passages of every query reranked fully by `reranker`; the
+/// metrics are those of the reranked run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FullRerank {
+    /// The reranker.
+    pub reranker: EvalReranker,
+    /// Passages reranked per query (from the top of the retrieved list).
+    pub depth: usize,
+}
+
+/// The first `depth` passages of `list` scored by `reranker` and ordered by those scores (ties keep the
+/// retrieval order), and the passages below the depth, unchanged.
+///
+/// # Errors
+/// The reranker's.
+pub async fn rerank_head(
+    reranker: &dyn Reranker,
+    ctx: &Ctx,
+    query: &str,
+    mut list: Vec<Candidate>,
+    depth: usize,
+) -> Result<(Vec<Candidate>, Vec<Candidate>)> {
+    let tail = list.split_off(depth.min(list.len()));
+    let scores = if list.is_empty() { Vec::new() } else { reranker.score(ctx, query, &list).await? };
+    if scores.len() != list.len() {
+        return Err(Error::permanent(format!(
+            "the reranker `{}` returned {} scores for {} passages",
+            reranker.name(),
+            scores.len(),
+            list.len()
+        )));
+    }
+    let mut head: Vec<(usize, Candidate)> = list
+        .into_iter()
+        .zip(scores)
+        .map(|(mut c, s)| {
+            c.score = s;
+            c
+        })
+        .enumerate()
+        .collect();
+    head.sort_by(|a, b| b.1.score.total_cmp(&a.1.score).then(a.0.cmp(&b.0)));
+    Ok((head.into_iter().map(|(_, c)| c).collect(), tail))
+}
 
 /// What to evaluate.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RerankEvalOptions {
-    /// The reranker (`llm`).
-    pub reranker: String,
+    /// The reranker (`llm` by default, or `cross-encoder`).
+    pub reranker: EvalReranker,
     /// Candidates per query taken from retrieval (the pool the controller works on).
     pub pool: usize,
     /// Budgets as fractions of the pool (0.1 = a tenth of the pairs).
@@ -33,7 +173,7 @@ pub struct RerankEvalOptions {
 impl Default for RerankEvalOptions {
     fn default() -> Self {
         Self {
-            reranker: "llm".into(),
+            reranker: EvalReranker::default(),
             pool: 50,
             budgets: vec![0.1, 0.2, 0.3, 0.5, 1.0],
             policies: vec![RerankPolicy::Greedy, RerankPolicy::Uncertainty],
@@ -50,9 +190,7 @@ impl RerankEvalOptions {
     /// [`InvalidInput`](ragtune::core::ErrorKind::InvalidInput) naming every setting that is wrong, and why.
     pub fn validate(&self) -> Result<()> {
         let mut problems = Vec::new();
-        if self.reranker != "llm" {
-            problems.push(format!("unknown reranker `{}` (available: llm)", self.reranker));
-        }
+        problems.extend(self.reranker.problem());
         let bad: Vec<String> =
             self.budgets.iter().filter(|b| !(**b > 0.0 && **b <= 1.0)).map(ToString::to_string).collect();
         if !bad.is_empty() {
@@ -252,14 +390,49 @@ mod tests {
     #[test]
     fn every_wrong_setting_is_named() {
         RerankEvalOptions::default().validate().unwrap();
-        let opts = RerankEvalOptions { reranker: "nope".into(), budgets: vec![0.0, 0.5, 1.5], ..Default::default() };
+        let opts = RerankEvalOptions {
+            reranker: EvalReranker::new(RerankerKind::CrossEncoder, None),
+            budgets: vec![0.0, 0.5, 1.5],
+            ..Default::default()
+        };
         let err = opts.validate().unwrap_err();
         assert_eq!(err.kind(), ragtune::core::ErrorKind::InvalidInput);
         assert_eq!(
             err.to_string(),
-            "unknown reranker `nope` (available: llm); rerank budgets are fractions in (0, 1], got 0, 1.5"
+            "the reranker `cross-encoder` needs a model: pass --rerank-model DIR; rerank budgets are fractions in \
+             (0, 1], got 0, 1.5"
         );
         let opts = RerankEvalOptions { policies: vec![], pool: 0, ..Default::default() };
         assert!(opts.validate().unwrap_err().to_string().contains("one policy"));
+        let mut opts = RerankEvalOptions::default();
+        opts.reranker.settings.max_length = 0;
+        assert!(opts.validate().unwrap_err().to_string().contains("[rerank] max_length"));
+    }
+
+    /// Reranks the first `depth` of `texts` (retrieval order) with scores by text and renders `head | tail`.
+    fn check_head(texts: &[&str], scores: &[(&str, f32)], depth: usize, expect: &str) {
+        use ragtune::core::{Chunk, ScoredHit};
+        let mut reranker = ragtune_testkit::fakes::ScriptedReranker::new().with_default(0.0);
+        for (t, s) in scores {
+            reranker = reranker.with_score(*t, *s);
+        }
+        let list: Vec<Candidate> = texts
+            .iter()
+            .map(|t| Candidate::from_hit(ScoredHit { chunk: Chunk::new(*t, *t, *t), score: 1.0 }, "bm25", 1))
+            .collect();
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let (head, tail) = rt.block_on(rerank_head(&reranker, &Ctx::new(), "q", list, depth)).unwrap();
+        let ids = |l: &[Candidate]| l.iter().map(|c| c.chunk.id.clone()).collect::<Vec<_>>().join(" ");
+        assert_eq!(format!("{} | {}", ids(&head), ids(&tail)), expect);
+        assert!(reranker.calls() <= 1, "one call for the whole head");
+    }
+
+    #[test]
+    fn the_head_is_ordered_by_the_reranker_and_the_tail_keeps_its_order() {
+        check_head(&["a", "b", "c", "d", "e"], &[("c", 3.0), ("b", 2.0), ("e", 9.0)], 3, "c b a | d e");
+        // Ties keep the retrieval order.
+        check_head(&["a", "b", "c"], &[], 3, "a b c | ");
+        check_head(&["a", "b"], &[("b", 1.0)], 10, "b a | ");
+        check_head(&[], &[], 3, " | ");
     }
 }

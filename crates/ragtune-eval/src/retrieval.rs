@@ -11,7 +11,8 @@ use serde::{Deserialize, Serialize};
 
 use ragtune::{
     Bm25Settings, Chunking, ChunkingSettings, Config, EmbeddingMode, EmbeddingSettings, Engine, HybridSettings,
-    LlmSettings, QdrantSettings, SearchSettings, StoreBackend, StoreConfig, Strategy, Transform, TransformSettings,
+    LlmSettings, QdrantSettings, RerankerKind, SearchSettings, StoreBackend, StoreConfig, Strategy, Transform,
+    TransformSettings,
 };
 
 /// The retrievers `eval` knows.
@@ -140,6 +141,9 @@ pub struct EvalOptions {
     pub limit: Option<usize>,
     /// Also measure the budgeted reranking controller on the retrieved candidates.
     pub rerank: Option<crate::rerank::RerankEvalOptions>,
+    /// Rerank the first passages of every query fully and report the metrics of the reranked run
+    /// (`eval retrieval --rerank`).
+    pub full_rerank: Option<crate::rerank::FullRerank>,
     /// Whole documents or passages (the default).
     pub chunking: EvalChunking,
     /// The chunker's sizes for [`EvalChunking::Passages`] (the facade's `[chunking]` settings; by default
@@ -171,6 +175,7 @@ impl EvalOptions {
             llm: LlmSettings::default(),
             limit: None,
             rerank: None,
+            full_rerank: None,
             chunking: EvalChunking::default(),
             chunker: ChunkingSettings {
                 chunk_size: EVAL_CHUNK_WORDS,
@@ -238,7 +243,7 @@ pub struct EvalReport {
     pub config: serde_json::Value,
     /// Mean metrics over the split (`ndcg@10`, `recall@100`, `mrr@10`, `map@100`, and more).
     pub metrics: BTreeMap<String, f64>,
-    /// Per-query retrieval latency.
+    /// Per-query retrieval latency (with `--rerank`, reranking included).
     pub latency_ms: Latency,
     /// Seconds spent indexing in this run (close to 0 when the cached index was used).
     pub index_seconds: f64,
@@ -339,7 +344,23 @@ pub async fn run_eval(opts: &EvalOptions, log: &mut dyn FnMut(&str)) -> Result<E
             return Err(Error::invalid_input(format!("--rerank-pool {} needs --top-k of at least as much", r.pool)));
         }
     }
-    let llm = if transform.needs_llm() || opts.rerank.is_some() {
+    if let Some(f) = &opts.full_rerank {
+        if let Some(problem) = f.reranker.problem() {
+            return Err(Error::invalid_input(problem));
+        }
+        if f.depth == 0 || f.depth > opts.passage_depth() {
+            return Err(Error::invalid_input(format!(
+                "--rerank-depth must be between 1 and the {} passages retrieved per query (--top-k {}{}), got {}",
+                opts.passage_depth(),
+                opts.top_k,
+                if opts.chunking == EvalChunking::Passages { " × 3 passages per document" } else { "" },
+                f.depth
+            )));
+        }
+    }
+    let rerankers = [opts.rerank.as_ref().map(|r| &r.reranker), opts.full_rerank.as_ref().map(|f| &f.reranker)];
+    let llm_reranker = rerankers.iter().flatten().any(|r| r.kind() == RerankerKind::Llm);
+    let llm = if transform.needs_llm() || llm_reranker {
         let llm = ragtune::load_llm(&opts.llm)?.ok_or_else(|| {
             Error::invalid_input(format!(
                 "--transform {transform} and the reranker `llm` need an LLM: pass --llm-url URL or set $RAGTUNE_LLM_URL (`cargo xtask llm start` runs a local one)"
@@ -349,6 +370,10 @@ pub async fn run_eval(opts: &EvalOptions, log: &mut dyn FnMut(&str)) -> Result<E
     } else {
         None
     };
+    // The rerankers are loaded before anything is indexed: a model that does not load ends the run at once.
+    let build = |r: &crate::rerank::EvalReranker| r.build(llm.as_ref(), &opts.llm, &opts.embedding);
+    let budget_reranker = opts.rerank.as_ref().map(|r| build(&r.reranker)).transpose()?;
+    let full_reranker = opts.full_rerank.as_ref().map(|f| build(&f.reranker).map(|b| (b, f.depth))).transpose()?;
     let data = ragtune::ingest::load_beir(&opts.dataset, &opts.split)?;
     let gold_passages = crate::passages::load_passage_qrels(&opts.dataset, &opts.split)?;
     let name = dataset_name(&opts.dataset);
@@ -392,6 +417,11 @@ pub async fn run_eval(opts: &EvalOptions, log: &mut dyn FnMut(&str)) -> Result<E
     }
     if opts.header_boost > 0.0 {
         config["header_boost"] = opts.header_boost.into();
+    }
+    // Only with a full rerank, so that reports without one compare with the baselines made before it existed.
+    if let Some(((_, described), depth)) = &full_reranker {
+        config["rerank"] = described.clone();
+        config["rerank"]["depth"] = (*depth).into();
     }
     if let Some(e) = &embedder {
         // Threads and batch size change speed, not results: they stay out of the config that baselines compare.
@@ -448,6 +478,19 @@ pub async fn run_eval(opts: &EvalOptions, log: &mut dyn FnMut(&str)) -> Result<E
         let ctx = Ctx::new().with_trace(sink.clone());
         let t = Instant::now();
         let result = retriever.retrieve(&ctx, std::slice::from_ref(&query)).await;
+        // The reranked head and the passages below it, with a full rerank.
+        let result = match (result, &full_reranker) {
+            (Ok(mut lists), Some(((reranker, _), depth))) => {
+                let list = lists.pop().unwrap_or_default();
+                let pool = opts.rerank.as_ref().map(|r| list.iter().take(r.pool).cloned().collect::<Vec<_>>());
+                let (head, tail) = crate::rerank::rerank_head(reranker.as_ref(), &ctx, &q.text, list, *depth)
+                    .await
+                    .map_err(|e| e.context(format!("reranking query {}", q.id)))?;
+                Ok((head, tail, pool))
+            }
+            (Ok(mut lists), None) => Ok((lists.pop().unwrap_or_default(), Vec::new(), None)),
+            (Err(e), _) => Err(e),
+        };
         let total = t.elapsed().as_secs_f64() * 1000.0;
         latencies.push(total);
         let mut in_llm = 0.0;
@@ -471,15 +514,20 @@ pub async fn run_eval(opts: &EvalOptions, log: &mut dyn FnMut(&str)) -> Result<E
             log(&format!("{} of {} queries", i + 1, queries.len()));
         }
         match result {
-            Ok(mut lists) => {
-                let list = lists.pop().unwrap_or_default();
+            Ok((head, tail, pool)) => {
                 if let Some(r) = &opts.rerank {
-                    pools.push((q.id.clone(), q.text.clone(), list.iter().take(r.pool).cloned().collect()));
+                    // The controller works on the retrieval order, whatever a full rerank made of it.
+                    let pool = pool.unwrap_or_else(|| head.iter().take(r.pool).cloned().collect());
+                    pools.push((q.id.clone(), q.text.clone(), pool));
                 }
+                let (mut run, list) = if full_reranker.is_some() {
+                    (reranked_document_run(&head, &tail, opts.doc_score), reranked_list(head, tail))
+                } else {
+                    (document_run_with(&head, opts.doc_score), head)
+                };
                 if let Some(g) = gold {
                     passage_runs.insert(q.id.clone(), g.passage_run(&list, &mut locator, opts.top_k));
                 }
-                let mut run = document_run_with(&list, opts.doc_score);
                 run.truncate(opts.top_k);
                 runs.insert(q.id.clone(), run);
             }
@@ -514,20 +562,9 @@ pub async fn run_eval(opts: &EvalOptions, log: &mut dyn FnMut(&str)) -> Result<E
     let latency_ms = summary(&mut latencies);
     let latency_split_ms = LatencySplit { llm: summary(&mut llm_ms), retrieval: summary(&mut rest_ms) };
     let n = queries.len().max(1) as f64;
-    let rerank = match (&opts.rerank, &llm) {
-        (Some(r), Some(llm)) => {
-            let inner = ragtune::rerank::LlmReranker::new(
-                llm.clone(),
-                ragtune::rerank::LlmRerankerConfig {
-                    repair: Some(ragtune::llm::prompts::REPAIR_JSON),
-                    ..ragtune::rerank::LlmRerankerConfig::new(ragtune::llm::prompts::RELEVANCE)
-                },
-            )?;
-            let reranker = ragtune::rerank::CachedReranker::new(
-                std::sync::Arc::new(inner),
-                ragtune::ragtune_home().join("rerank-cache"),
-            )?;
-            Some(crate::rerank::evaluate_reranking(r, std::sync::Arc::new(reranker), &qrels, &pools, log).await?)
+    let rerank = match (&opts.rerank, budget_reranker) {
+        (Some(r), Some((reranker, _))) => {
+            Some(crate::rerank::evaluate_reranking(r, reranker, &qrels, &pools, log).await?)
         }
         _ => None,
     };
@@ -683,6 +720,43 @@ pub(crate) fn document_run(list: &[ragtune::core::Candidate]) -> Vec<(String, f3
     list.iter().filter(|c| seen.insert(c.chunk.doc_id.as_str())).map(|c| (c.chunk.doc_id.clone(), c.score)).collect()
 }
 
+/// The document run of a list whose first passages were reranked (`head`, in the reranker's order, with its
+/// scores) above the passages below the rerank depth (`tail`, in retrieval order with retrieval scores): the
+/// documents with a reranked passage, scored by `how` from their reranked passages only (the two kinds of score
+/// do not mix), then the documents found only below the depth, in the order `how` gives them from their retrieval
+/// scores, scored below every reranked one.
+#[must_use]
+pub fn reranked_document_run(
+    head: &[ragtune::core::Candidate],
+    tail: &[ragtune::core::Candidate],
+    how: DocScore,
+) -> Vec<(String, f32)> {
+    let mut run = document_run_with(head, how);
+    let reranked: HashSet<String> = run.iter().map(|(d, _)| d.clone()).collect();
+    let rest: Vec<ragtune::core::Candidate> =
+        tail.iter().filter(|c| !reranked.contains(&c.chunk.doc_id)).cloned().collect();
+    let floor = run.iter().map(|(_, s)| *s).fold(f32::INFINITY, f32::min);
+    let floor = if floor.is_finite() { floor } else { 0.0 };
+    for (i, (doc, _)) in document_run_with(&rest, how).into_iter().enumerate() {
+        run.push((doc, floor - 1.0 - i as f32));
+    }
+    run
+}
+
+/// The reranked head and the tail as one list whose scores follow its order (the passage-level run reads scores):
+/// the head keeps the reranker's scores, the tail scores below the head's lowest, one apart.
+fn reranked_list(
+    mut head: Vec<ragtune::core::Candidate>,
+    tail: Vec<ragtune::core::Candidate>,
+) -> Vec<ragtune::core::Candidate> {
+    let floor = head.last().map_or(0.0, |c| c.score);
+    head.extend(tail.into_iter().enumerate().map(|(i, mut c)| {
+        c.score = floor - 1.0 - i as f32;
+        c
+    }));
+    head
+}
+
 /// A ranked list of chunks (best first) as a `trec_eval` run of documents scored by `how`: each document once,
 /// ordered by its score, ties by the rank of its best chunk. `Max` is [`document_run`]; `Sum(n)` and `Mean(n)`
 /// aggregate a document's first `n` chunks of the list (its best `n` retrieved passages).
@@ -756,6 +830,14 @@ pub fn summary_table(r: &EvalReport) -> String {
             r.passages.map_or_else(|| "?".to_owned(), |p| p.to_string())
         ));
     }
+    if let Some(rr) = r.config.get("rerank") {
+        let model = rr["model"].as_str().map(|m| format!(" ({m})")).unwrap_or_default();
+        out.push_str(&format!(
+            "reranked     the top {} passages by {}{model}; the metrics are the reranked run's\n",
+            rr["depth"],
+            rr["reranker"].as_str().unwrap_or("?")
+        ));
+    }
     out.push_str(&format!(
         "latency ms   p50 {:.3}  p99 {:.3}  mean {:.3}\nindex        {:.2} s{}\n",
         r.latency_ms.p50,
@@ -824,14 +906,39 @@ mod tests {
         // An LLM is configured (nothing listens there), so only the reranking settings are wrong.
         opts.llm.url = "http://127.0.0.1:9".into();
         opts.llm.cache = false;
-        let rerank =
-            crate::rerank::RerankEvalOptions { reranker: "nope".into(), budgets: vec![0.5, 2.0], ..Default::default() };
+        let cross_encoder = crate::rerank::EvalReranker::new(RerankerKind::CrossEncoder, None);
+        let rerank = crate::rerank::RerankEvalOptions {
+            reranker: cross_encoder.clone(),
+            budgets: vec![0.5, 2.0],
+            ..Default::default()
+        };
         opts.rerank = Some(rerank);
         let err = run_eval(&opts, &mut |_| {}).await.unwrap_err();
         assert_eq!(
             err.to_string(),
-            "unknown reranker `nope` (available: llm); rerank budgets are fractions in (0, 1], got 2"
+            "the reranker `cross-encoder` needs a model: pass --rerank-model DIR; rerank budgets are fractions in \
+             (0, 1], got 2"
         );
+        // A full rerank likewise: its model, then its depth.
+        opts.rerank = None;
+        opts.top_k = 10;
+        opts.full_rerank = Some(crate::rerank::FullRerank { reranker: cross_encoder, depth: 5 });
+        let err = run_eval(&opts, &mut |_| {}).await.unwrap_err();
+        assert!(err.to_string().contains("--rerank-model DIR"), "{err}");
+        let model = Some("/nonexistent/cross-encoder".to_owned());
+        let reranker = crate::rerank::EvalReranker::new(RerankerKind::CrossEncoder, model);
+        opts.full_rerank = Some(crate::rerank::FullRerank { reranker: reranker.clone(), depth: 31 });
+        let err = run_eval(&opts, &mut |_| {}).await.unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "--rerank-depth must be between 1 and the 30 passages retrieved per query (--top-k 10 × 3 passages per \
+             document), got 31"
+        );
+        // A model that does not load ends the run before anything is indexed, and no LLM was asked for.
+        opts.llm.url = String::new();
+        opts.full_rerank = Some(crate::rerank::FullRerank { reranker, depth: 30 });
+        let err = run_eval(&opts, &mut |_| {}).await.unwrap_err();
+        assert!(err.to_string().contains("/nonexistent/cross-encoder"), "{err}");
         assert!(!opts.cache_dir.exists(), "nothing was indexed or retrieved");
     }
 
@@ -845,6 +952,30 @@ mod tests {
         check(&LIST, "mean:2", "b 0.75, c 0.60, a 0.50");
         check(&LIST, "mean:3", "b 0.67, c 0.60, a 0.50");
         check(&[], "sum:2", "");
+    }
+
+    /// Renders the document run of a reranked head over a tail (`(chunk id, doc id, score)`) scored by `how`.
+    fn check_reranked(head: &[(&str, &str, f32)], tail: &[(&str, &str, f32)], how: &str, expect: &str) {
+        let list = |l: &[(&str, &str, f32)]| -> Vec<Candidate> {
+            l.iter()
+                .map(|&(id, doc, score)| Candidate { chunk: Chunk::new(id, doc, "t"), score, sources: BTreeMap::new() })
+                .collect()
+        };
+        let run = reranked_document_run(&list(head), &list(tail), how.parse().unwrap());
+        let got: Vec<String> = run.iter().map(|(d, s)| format!("{d} {s:.2}")).collect();
+        assert_eq!(got.join(", "), expect);
+    }
+
+    #[test]
+    fn reranked_documents_come_first_and_the_rest_keep_their_order_below() {
+        // Logits may be negative; the documents only below the depth score under the lowest reranked one.
+        let head = [("b#0", "b", 2.0), ("a#0", "a", -1.0)];
+        let tail = [("c#0", "c", 9.0), ("b#1", "b", 8.0), ("d#0", "d", 7.0)];
+        check_reranked(&head, &tail, "max", "b 2.00, a -1.00, c -2.00, d -3.00");
+        // With sum:N a document is scored from its reranked passages only: b's passage below the depth (a
+        // retrieval score) is not added to its logit.
+        check_reranked(&head, &tail, "sum:2", "b 2.00, a -1.00, c -2.00, d -3.00");
+        check_reranked(&[], &tail, "max", "c -1.00, b -2.00, d -3.00");
     }
 
     #[test]
