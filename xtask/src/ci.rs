@@ -51,8 +51,12 @@ pub fn run(args: &[String]) -> Result<()> {
     let llm = steps.run("llm", || crate::llm::start_guarded(&shell, crate::llm::model(crate::llm::CI_MODEL)?))?;
     let qdrant = steps.run("qdrant", || crate::qdrant::start_guarded(&shell))?;
     // Models and the LLM were provisioned above: a test that cannot find them must fail, not skip.
-    let mut test_env =
-        vec![("RAGTUNE_REQUIRE_MODELS", "1"), ("RAGTUNE_LLM_URL", llm.url()), ("RAGTUNE_REQUIRE_LLM", "1")];
+    let mut test_env = vec![
+        ("RAGTUNE_REQUIRE_MODELS", "1"),
+        ("RAGTUNE_REQUIRE_TRAINER", "1"),
+        ("RAGTUNE_LLM_URL", llm.url()),
+        ("RAGTUNE_REQUIRE_LLM", "1"),
+    ];
     if let Some(qdrant) = &qdrant {
         test_env.extend([("QDRANT_URL", qdrant.url()), ("QDRANT_API_KEY", qdrant.api_key())]);
     }

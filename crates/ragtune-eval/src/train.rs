@@ -1,0 +1,457 @@
+//! `ragtune train reranker`: fine-tunes a cross-encoder on labelled data, with hard negatives from ragtune's own
+//! hybrid retrieval, and writes an ONNX model that [`CrossEncoderReranker`](ragtune::embed::CrossEncoderReranker)
+//! loads.
+//!
+//! 1. **Mining** ([`mine_groups`]): for every dataset (a BEIR directory; only its `train` qrels are read), the
+//!    corpus is indexed in passages (the evaluation bench's cached index) and each judged query retrieves its top
+//!    [`TrainOptions::pool`] passages with hybrid search. A group is the query, one passage that answers it and
+//!    [`TrainOptions::negatives`] passages that do not, chosen by a seeded hash among the retrieved ones (hard
+//!    negatives). With passage judgements (`qrels/passages/train.tsv`, e.g. the CMU set) the positive is the best
+//!    retrieved passage that holds a judged one, else the judged passage itself; without them, each relevant
+//!    document gives its best retrieved passage, else its opening words. For the CMU set the questions that QA
+//!    evaluations report (the first [`QA_CALIBRATION_FROM`](crate::qa::QA_CALIBRATION_FROM) of the hash order) are
+//!    left out as well.
+//! 2. **Training**: `scripts/train_cross_encoder.py` (embedded in the binary) runs in the trainer's venv
+//!    ([`ragtune_provision::trainer`]) from the provisioned all-MiniLM-L6-v2 fp32 weights; its progress lines come
+//!    back through [`TrainEvent`]s.
+//! 3. **Output**: `model.onnx` (int8, the default the engine loads), `fp32/model.onnx`, the tokenizer files,
+//!    `groups.jsonl` (the mined data) and `provenance.json` (datasets and their hashes, split, seed, recipe, loss
+//!    curve, versions, every file's sha256).
+//!
+//! Same datasets, seed, recipe and thread count give the same model file.
+
+use std::collections::{BTreeMap, HashSet};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use ragtune::core::{Candidate, Ctx, Document, Error, Query, Result};
+use ragtune::{EmbeddingMode, EmbeddingSettings, HybridSettings, Strategy, Transform};
+use serde::{Deserialize, Serialize};
+
+use crate::retrieval::{EvalChunking, EvalOptions, dataset_name, open_index};
+
+/// The trainer script, shipped inside the binary so an installed `ragtune` can train.
+pub const TRAINER_SCRIPT: &str = include_str!("../scripts/train_cross_encoder.py");
+
+/// What to train on and how.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrainOptions {
+    /// BEIR directories (their `train` qrels only).
+    pub datasets: Vec<PathBuf>,
+    /// The model directory to write.
+    pub out: PathBuf,
+    /// Seeds the negatives' choice, the head's initialisation, dropout and the order of the groups.
+    pub seed: u64,
+    /// Optimizer steps; 0 is one pass over the groups.
+    pub steps: usize,
+    /// Queries per optimizer step (each with its positive and negatives).
+    pub queries_per_step: usize,
+    /// Hard negatives per group.
+    pub negatives: usize,
+    /// Passages retrieved per query to draw them from.
+    pub pool: usize,
+    /// At most this many groups per dataset (0: all), taken in a seeded order.
+    pub max_groups: usize,
+    /// Tokens per (query, passage) pair.
+    pub max_length: usize,
+    /// Peak learning rate.
+    pub learning_rate: f64,
+    /// Torch threads.
+    pub threads: usize,
+    /// Where cached indexes live.
+    pub cache_dir: PathBuf,
+    /// The embedding settings of the hybrid retrieval that mines negatives.
+    pub embedding: EmbeddingSettings,
+    /// Its fusion settings.
+    pub hybrid: HybridSettings,
+    /// Stop after writing `groups.jsonl` (no training).
+    pub mine_only: bool,
+}
+
+impl TrainOptions {
+    /// The default recipe (about 50 minutes on 2 cores with SciFact's train split).
+    pub fn new(datasets: Vec<PathBuf>, out: impl Into<PathBuf>) -> Self {
+        Self {
+            datasets,
+            out: out.into(),
+            seed: 13,
+            steps: 0,
+            queries_per_step: 4,
+            negatives: 4,
+            pool: 30,
+            max_groups: 0,
+            max_length: 192,
+            learning_rate: 3e-5,
+            threads: 2,
+            cache_dir: ragtune::ragtune_home().join("eval-cache"),
+            embedding: EmbeddingSettings::default(),
+            hybrid: HybridSettings::default(),
+            mine_only: false,
+        }
+    }
+
+    fn validate(&self) -> Result<()> {
+        let mut problems = Vec::new();
+        if self.datasets.is_empty() {
+            problems.push("at least one --dataset is needed".to_owned());
+        }
+        if self.negatives == 0 || self.queries_per_step == 0 || self.threads == 0 {
+            problems.push("--negatives, --queries-per-step and --threads must be at least 1".to_owned());
+        }
+        if self.pool <= self.negatives {
+            problems.push(format!("--pool {} must exceed --negatives {}", self.pool, self.negatives));
+        }
+        if !(16..=512).contains(&self.max_length) {
+            problems.push(format!("--max-length {} is outside 16..=512", self.max_length));
+        }
+        if !(self.learning_rate > 0.0 && self.learning_rate < 1.0) {
+            problems.push(format!("--learning-rate {} is outside (0, 1)", self.learning_rate));
+        }
+        for d in &self.datasets {
+            let train = d.join("qrels").join("train.tsv");
+            if !train.is_file() {
+                problems.push(format!(
+                    "{} has no train split ({} is missing): the reranker trains on train judgements only",
+                    d.display(),
+                    train.display()
+                ));
+            }
+        }
+        if problems.is_empty() { Ok(()) } else { Err(Error::invalid_input(problems.join("; "))) }
+    }
+}
+
+/// One training group, a line of `groups.jsonl`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Group {
+    /// The query.
+    pub query: String,
+    /// A passage that answers it.
+    pub positive: String,
+    /// Passages that do not, hardest first in no particular sense (a seeded choice among the retrieved).
+    pub negatives: Vec<String>,
+    /// Where it came from: `dataset/query id`.
+    pub source: String,
+}
+
+/// What was mined from one dataset.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct MinedDataset {
+    /// The dataset directory.
+    pub dataset: String,
+    /// The split read (always `train`).
+    pub split: String,
+    /// xxh3 of `corpus.jsonl`, `queries.jsonl` and the split's qrels.
+    pub files_xxh3: BTreeMap<String, String>,
+    /// Judged queries of the split.
+    pub queries: usize,
+    /// Queries left out because QA evaluations report them.
+    pub reserved_for_evaluation: usize,
+    /// Groups written.
+    pub groups: usize,
+    /// Groups whose positive was not retrieved (the judged text, or a relevant document's opening words).
+    pub positives_not_retrieved: usize,
+    /// Groups with fewer negatives than asked (the trainer skips them).
+    pub short_groups: usize,
+}
+
+/// A progress event of [`train_reranker`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum TrainEvent {
+    /// A message.
+    Log(String),
+    /// Training started: the optimizer steps to run.
+    Started {
+        /// Steps.
+        steps: u64,
+        /// Groups used.
+        groups: u64,
+    },
+    /// An optimizer step finished.
+    Step {
+        /// Steps done.
+        step: u64,
+        /// Mean loss since the previous event.
+        loss: f64,
+    },
+    /// Exporting and quantising.
+    Export,
+}
+
+/// What [`train_reranker`] produced.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrainReport {
+    /// The model directory.
+    pub out: PathBuf,
+    /// The datasets mined.
+    pub mined: Vec<MinedDataset>,
+    /// `provenance.json` as written (absent with `mine_only`).
+    pub provenance: Option<serde_json::Value>,
+}
+
+/// Mines the training groups of every dataset and writes them to `out/groups.jsonl`.
+///
+/// # Errors
+/// Datasets without a train split, model or index failures.
+pub async fn mine_groups(opts: &TrainOptions, log: &mut dyn FnMut(&str)) -> Result<(Vec<Group>, Vec<MinedDataset>)> {
+    opts.validate()?;
+    let embedding = EmbeddingSettings { mode: EmbeddingMode::On, ..opts.embedding.clone() };
+    let embedder = ragtune::load_embedder(&embedding)?;
+    let mut groups = Vec::new();
+    let mut mined = Vec::new();
+    for dataset in &opts.datasets {
+        let (g, m) = mine_dataset(opts, dataset, &embedding, embedder.clone(), log).await?;
+        log(&format!(
+            "{}: {} groups from {} judged train queries ({} reserved for evaluation)",
+            dataset.display(),
+            m.groups,
+            m.queries,
+            m.reserved_for_evaluation
+        ));
+        groups.extend(g);
+        mined.push(m);
+    }
+    Ok((groups, mined))
+}
+
+async fn mine_dataset(
+    opts: &TrainOptions,
+    dataset: &Path,
+    embedding: &EmbeddingSettings,
+    embedder: std::sync::Arc<dyn ragtune::core::Embedder>,
+    log: &mut dyn FnMut(&str),
+) -> Result<(Vec<Group>, MinedDataset)> {
+    let data = ragtune::ingest::load_beir(dataset, "train")?;
+    let gold = crate::passages::load_passage_qrels(dataset, "train")?;
+    let name = dataset_name(dataset);
+    let eval = EvalOptions {
+        split: "train".into(),
+        retriever: "hybrid".into(),
+        top_k: opts.pool,
+        embedding: embedding.clone(),
+        hybrid: opts.hybrid,
+        cache_dir: opts.cache_dir.clone(),
+        chunking: EvalChunking::Passages,
+        ..EvalOptions::new(dataset)
+    };
+    let opened = open_index(&eval, &name, &data.corpus, Some(embedder), None, log).await?;
+    let retriever = opened.engine.transformed_retriever(Strategy::Hybrid, Transform::None).await?;
+    let gold = gold.map(|g| g.locate(&data.corpus));
+    let mut locator = crate::passages::Locator::new(&data.corpus);
+    let docs: std::collections::HashMap<&str, &Document> = data.corpus.iter().map(|d| (d.id.as_str(), d)).collect();
+
+    let mut queries = data.queries_with_qrels();
+    // The CMU set's questions are those of the QA evaluations: leave out the ones they report.
+    let reserved: HashSet<String> = if dataset.join("build.json").is_file() {
+        let mut ids: Vec<&str> = data.queries.iter().map(|q| q.id.as_str()).collect();
+        ids.sort_by_key(|id| (xxhash_rust::xxh3::xxh3_64(id.as_bytes()), *id));
+        ids.into_iter().take(crate::qa::QA_CALIBRATION_FROM).map(str::to_owned).collect()
+    } else {
+        HashSet::new()
+    };
+    let before = queries.len();
+    queries.retain(|q| !reserved.contains(&q.id));
+    let mut report = MinedDataset {
+        dataset: dataset.display().to_string(),
+        split: "train".into(),
+        queries: before,
+        reserved_for_evaluation: before - queries.len(),
+        ..MinedDataset::default()
+    };
+    for file in ["corpus.jsonl", "queries.jsonl", "qrels/train.tsv", "qrels/passages/train.tsv", "passages.jsonl"] {
+        if let Ok(bytes) = std::fs::read(dataset.join(file)) {
+            report.files_xxh3.insert(file.to_owned(), format!("{:016x}", xxhash_rust::xxh3::xxh3_64(&bytes)));
+        }
+    }
+
+    let mut groups = Vec::new();
+    for (i, q) in queries.iter().enumerate() {
+        let query = Query { id: Some(q.id.clone()), ..Query::new(q.text.clone()).with_top_k(opts.pool) };
+        let list = retriever.retrieve(&Ctx::new(), std::slice::from_ref(&query)).await?.pop().unwrap_or_default();
+        let judged = data.qrels.get(&q.id);
+        let relevant_doc = |doc: &str| judged.and_then(|j| j.get(doc)).is_some_and(|g| *g > 0);
+        // Positives, and which retrieved passages may not be negatives.
+        let mut positives: Vec<(String, bool)> = Vec::new();
+        let mut not_negative: HashSet<&str> = HashSet::new();
+        if let Some(g) = gold.as_ref().filter(|g| g.judges(&q.id)) {
+            let credited: Vec<&Candidate> = list.iter().filter(|c| g.credits(&q.id, &c.chunk, &mut locator)).collect();
+            not_negative.extend(credited.iter().map(|c| c.chunk.id.as_str()));
+            // A passage of a relevant article that holds no judged passage may still answer: not a negative.
+            not_negative.extend(list.iter().filter(|c| relevant_doc(&c.chunk.doc_id)).map(|c| c.chunk.id.as_str()));
+            match credited.first() {
+                Some(c) => positives.push((c.chunk.indexable_text(), true)),
+                None => {
+                    if let Some(text) = g.first_text(&q.id, &docs) {
+                        positives.push((text, false));
+                    }
+                }
+            }
+        } else {
+            not_negative.extend(list.iter().filter(|c| relevant_doc(&c.chunk.doc_id)).map(|c| c.chunk.id.as_str()));
+            let mut relevant: Vec<&str> = judged
+                .map(|j| j.iter().filter(|(_, g)| **g > 0).map(|(d, _)| d.as_str()).collect())
+                .unwrap_or_default();
+            relevant.sort_unstable();
+            for doc in relevant.into_iter().take(2) {
+                match list.iter().find(|c| c.chunk.doc_id == doc) {
+                    Some(c) => positives.push((c.chunk.indexable_text(), true)),
+                    None => {
+                        if let Some(d) = docs.get(doc) {
+                            positives.push((opening(d, 100), false));
+                        }
+                    }
+                }
+            }
+        }
+        let mut candidates: Vec<&Candidate> =
+            list.iter().filter(|c| !not_negative.contains(c.chunk.id.as_str())).collect();
+        for (n, (positive, retrieved)) in positives.into_iter().enumerate() {
+            candidates.sort_by_key(|c| {
+                (
+                    xxhash_rust::xxh3::xxh3_64(format!("{}\0{}\0{}\0{n}", opts.seed, q.id, c.chunk.id).as_bytes()),
+                    c.chunk.id.clone(),
+                )
+            });
+            let negatives: Vec<String> =
+                candidates.iter().take(opts.negatives).map(|c| c.chunk.indexable_text()).collect();
+            report.positives_not_retrieved += usize::from(!retrieved);
+            report.short_groups += usize::from(negatives.len() < opts.negatives);
+            groups.push(Group { query: q.text.clone(), positive, negatives, source: format!("{name}/{}", q.id) });
+        }
+        if (i + 1) % 200 == 0 {
+            log(&format!("{name}: mined {} of {} queries", i + 1, queries.len()));
+        }
+    }
+    if opts.max_groups > 0 && groups.len() > opts.max_groups {
+        groups.sort_by_key(|g| {
+            (xxhash_rust::xxh3::xxh3_64(format!("{}\0{}", opts.seed, g.source).as_bytes()), g.source.clone())
+        });
+        groups.truncate(opts.max_groups);
+        groups.sort_by(|a, b| a.source.cmp(&b.source));
+    }
+    report.groups = groups.len();
+    Ok((groups, report))
+}
+
+/// A document's title and its first `words` words, as a passage would be shown to the model.
+fn opening(d: &Document, words: usize) -> String {
+    let text: Vec<&str> = d.text.split_whitespace().take(words).collect();
+    match d.title.as_deref().filter(|t| !t.is_empty()) {
+        Some(t) => format!("{t}\n{}", text.join(" ")),
+        None => text.join(" "),
+    }
+}
+
+/// Mines the groups, then trains, exports and quantises the model in the trainer's venv.
+///
+/// # Errors
+/// As [`mine_groups`]; [`Unavailable`](ragtune::core::ErrorKind::Unavailable) when the trainer's environment cannot
+/// be made (no PyTorch: the message names the Debian packages); the trainer's own failure with its last lines.
+pub async fn train_reranker(opts: &TrainOptions, progress: &mut dyn FnMut(TrainEvent)) -> Result<TrainReport> {
+    opts.validate()?;
+    let home = ragtune::ragtune_home();
+    let init = ragtune::provision::ModelLayout::new(&home).minilm_dir();
+    // Fail before the long mining when the trainer cannot run.
+    let python = if opts.mine_only {
+        None
+    } else {
+        if !init.join("model.safetensors").is_file() {
+            return Err(Error::unavailable(format!(
+                "{} is missing: run `cargo xtask models` (it provisions the fp32 weights the reranker starts from)",
+                init.join("model.safetensors").display()
+            )));
+        }
+        Some(ragtune::provision::trainer::trainer_python(&home, &mut |m| progress(TrainEvent::Log(m.to_owned())))?)
+    };
+    let (groups, mined) = mine_groups(opts, &mut |m| progress(TrainEvent::Log(m.to_owned()))).await?;
+    if groups.is_empty() {
+        return Err(Error::invalid_input("no training group could be mined from the datasets"));
+    }
+    let io = |what: String| move |e: std::io::Error| Error::permanent(what).with_source(e);
+    std::fs::create_dir_all(&opts.out).map_err(io(format!("cannot create {}", opts.out.display())))?;
+    let groups_path = opts.out.join("groups.jsonl");
+    let mut text = String::new();
+    for g in &groups {
+        text.push_str(&serde_json::to_string(g).map_err(|e| Error::permanent("groups").with_source(e))?);
+        text.push('\n');
+    }
+    std::fs::write(&groups_path, text).map_err(io(format!("cannot write {}", groups_path.display())))?;
+    let Some(python) = python else {
+        return Ok(TrainReport { out: opts.out.clone(), mined, provenance: None });
+    };
+
+    let described = serde_json::json!({
+        "format": 1,
+        "trainer": "ragtune train reranker",
+        "ragtune": env!("CARGO_PKG_VERSION"),
+        "datasets": mined,
+        "negatives_from": {"retrieval": "hybrid", "pool": opts.pool, "chunking": EvalOptions::new("").chunking_key()},
+        "max_groups": opts.max_groups,
+    });
+    // The script and the data description sit beside the groups while training runs, and are removed after.
+    let script = opts.out.join(".train_cross_encoder.py");
+    std::fs::write(&script, TRAINER_SCRIPT).map_err(io(format!("cannot write {}", script.display())))?;
+    let described_path = opts.out.join(".data.json");
+    std::fs::write(&described_path, described.to_string()).map_err(io("cannot write the data description".into()))?;
+
+    let mut cmd = Command::new(&python);
+    cmd.arg(&script)
+        .arg("--groups")
+        .arg(&groups_path)
+        .arg("--init")
+        .arg(&init)
+        .arg("--out")
+        .arg(&opts.out)
+        .arg("--provenance")
+        .arg(&described_path)
+        .args(["--seed", &opts.seed.to_string(), "--steps", &opts.steps.to_string()])
+        .args(["--queries-per-step", &opts.queries_per_step.to_string()])
+        .args(["--negatives", &opts.negatives.to_string(), "--max-length", &opts.max_length.to_string()])
+        .args(["--lr", &opts.learning_rate.to_string(), "--threads", &opts.threads.to_string()])
+        .env("OMP_NUM_THREADS", opts.threads.to_string())
+        .env("OPENBLAS_NUM_THREADS", opts.threads.to_string())
+        .env("PYTHONUNBUFFERED", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().map_err(|e| Error::unavailable(format!("cannot run {}: {e}", python.display())))?;
+    let stderr = child.stderr.take().map(|s| {
+        std::thread::spawn(move || {
+            let mut lines: Vec<String> = BufReader::new(s).lines().map_while(std::result::Result::ok).collect();
+            let keep = lines.len().saturating_sub(12);
+            lines.drain(..keep);
+            lines
+        })
+    });
+    if let Some(out) = child.stdout.take() {
+        for line in BufReader::new(out).lines().map_while(std::result::Result::ok) {
+            let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
+                progress(TrainEvent::Log(line));
+                continue;
+            };
+            let n = |k: &str| v.get(k).and_then(serde_json::Value::as_u64).unwrap_or(0);
+            match v.get("event").and_then(serde_json::Value::as_str) {
+                Some("start") => progress(TrainEvent::Started { steps: n("steps"), groups: n("groups") }),
+                Some("step") => progress(TrainEvent::Step {
+                    step: n("step"),
+                    loss: v.get("loss").and_then(serde_json::Value::as_f64).unwrap_or(f64::NAN),
+                }),
+                Some("export") => progress(TrainEvent::Export),
+                _ => {}
+            }
+        }
+    }
+    let status = child.wait().map_err(|e| Error::permanent("the trainer vanished").with_source(e))?;
+    let tail = stderr.and_then(|h| h.join().ok()).unwrap_or_default();
+    let _ = std::fs::remove_file(&script);
+    let _ = std::fs::remove_file(&described_path);
+    if !status.success() {
+        return Err(Error::permanent(format!("the trainer failed ({status}): {}", tail.join(" | "))));
+    }
+    let provenance_path = opts.out.join("provenance.json");
+    let provenance = std::fs::read_to_string(&provenance_path)
+        .map_err(io(format!("cannot read {}", provenance_path.display())))
+        .and_then(|t| serde_json::from_str(&t).map_err(|e| Error::corrupt("provenance.json").with_source(e)))?;
+    let _ = std::io::stderr().flush();
+    Ok(TrainReport { out: opts.out.clone(), mined, provenance: Some(provenance) })
+}
