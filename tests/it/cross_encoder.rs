@@ -1,4 +1,5 @@
-//! The cross-encoder reranker in the answer pipeline and in the evaluation bench, on the tiny model of
+//! The cross-encoder reranker in the answer pipeline (as the reranker, the CRAG evaluator's scorer and the
+//! extractive answer's sentence scorer) and in the evaluation bench, on the tiny model of
 //! `crates/ragtune-embed/tests/data/tiny-cross-encoder`. Its weights are untrained: these tests check mechanics
 //! (what is scored, within which budget, without an LLM, what the reports record), never ranking quality.
 //!
@@ -6,13 +7,18 @@
 //! `RAGTUNE_REQUIRE_MODELS=1`, where its absence fails them.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use ragtune::core::Document;
 use ragtune::pipeline::NoteKind;
 use ragtune::rerank::RerankPolicy;
-use ragtune::{Chunking, Config, ContextMode, EmbeddingMode, Engine, RerankSettings, RerankerKind};
+use ragtune::{
+    Chunking, Config, ContextMode, EmbeddingMode, Engine, EvaluatorKind, RerankSettings, RerankerKind, ScorerKind,
+    SentenceScorer,
+};
 use ragtune_eval::rerank::{EvalReranker, FullRerank, RerankEvalOptions};
 use ragtune_eval::retrieval::{EvalOptions, run_eval};
+use ragtune_testkit::fakes::{ScriptedFailure, ScriptedReranker};
 use ragtune_testkit::fixtures::tiny_beir;
 
 fn tiny_cross_encoder() -> PathBuf {
@@ -194,4 +200,178 @@ async fn eval_retrieval_reports_the_run_the_cross_encoder_reranked_and_names_the
     assert!(ragtune_eval::summary_table(&report).contains("reranked     the top 2 passages by cross-encoder"));
     // Each query's top two passages were scored once, and cached.
     assert!(std::fs::read_dir(dir.path().join("scores")).unwrap().count() <= 4);
+}
+
+/// A lexical engine on a fresh store, no LLM, the cross-encoder `model` loaded for `[rerank]` with reranking off:
+/// it is the model-based CRAG evaluator's scorer and the extractive answer's sentence scorer.
+fn scorer_config(dir: &Path, model: &Path) -> Config {
+    let mut cfg = config(dir, model, 2);
+    cfg.rerank.enabled = false;
+    cfg.crag.enabled = true;
+    cfg.crag.evaluator = EvaluatorKind::Model;
+    cfg.crag.scorer = ScorerKind::CrossEncoder;
+    cfg.pipeline.sentence_scorer = SentenceScorer::CrossEncoder;
+    cfg.pipeline.judge = false;
+    cfg.pipeline.retry = false;
+    cfg
+}
+
+fn generate_event(r: &ragtune::AskResponse) -> &ragtune::core::TraceEvent {
+    r.trace.iter().find(|e| e.stage == "generate").unwrap_or_else(|| panic!("generated: {}", notes(r)))
+}
+
+fn model_calls(r: &ragtune::AskResponse) -> Vec<u64> {
+    let calls = r.trace.iter().filter(|e| e.stage == "rerank" && e.action == "cross-encoder:tiny-cross-encoder");
+    calls.map(|e| e.detail["pairs"].as_u64().unwrap()).collect()
+}
+
+#[tokio::test]
+async fn the_cross_encoder_judges_the_retrieval_and_picks_the_extractive_sentences_without_reranking() {
+    if !crate::onnx_runtime_provisioned() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let engine = indexed(scorer_config(dir.path(), &tiny_cross_encoder())).await;
+    assert!(engine.notes().is_empty(), "loaded with reranking off: {:?}", engine.notes());
+    let r = engine.ask("Which lack of a vitamin harmed crews on long voyages?").await.unwrap();
+    assert_eq!(r.answer_kind, ragtune::AnswerKind::Extractive, "{}", notes(&r));
+
+    // The CRAG judgement names the model; its score is a sigmoid of logits, in [0, 1].
+    assert_eq!(r.crag.evaluator, "model:cross-encoder:tiny-cross-encoder", "{:?}", r.crag);
+    assert!(r.crag.decision.is_some() && (0.0..=1.0).contains(&r.crag.score), "{:?}", r.crag);
+    let evaluate = r.trace.iter().find(|e| e.stage == "evaluate").expect("evaluated");
+    assert_eq!(evaluate.detail["evaluator"], "model:cross-encoder:tiny-cross-encoder", "{evaluate:?}");
+
+    // The extractive answer's sentences were scored by the model in one call, and the trace says so.
+    let generate = generate_event(&r);
+    assert_eq!(generate.action, "extractive");
+    assert_eq!(generate.detail["sentence_scorer"], "cross-encoder:tiny-cross-encoder", "{generate:?}");
+    let sentences = generate.detail["sentences"].as_u64().expect("sentences counted");
+    assert!(sentences >= 2, "{generate:?}");
+    let calls = model_calls(&r);
+    assert_eq!(calls.len(), 2, "one call to judge, one to pick sentences: {calls:?}");
+    assert_eq!(calls[1], sentences, "every sentence of the context in the one call");
+    assert!(r.answer.as_deref().is_some_and(|a| a.contains("[1]") || a.contains("[2]")), "{:?}", r.answer);
+    // Nothing was reranked, and the model's tokens are not the LLM's.
+    assert!(!r.trace.iter().any(|e| e.stage == "rerank" && e.action == "controller"));
+    assert_eq!((r.cost.llm_calls, r.cost.tokens), (0, 0), "{:?}", r.cost);
+
+    // Word overlap, today's default, asks the model nothing for the answer.
+    let mut cfg = engine.config().clone();
+    cfg.pipeline.sentence_scorer = SentenceScorer::Overlap;
+    let engine = engine.reconfigure(cfg).unwrap();
+    let r = engine.ask("Which lack of a vitamin harmed crews on long voyages?").await.unwrap();
+    assert_eq!(generate_event(&r).detail["sentence_scorer"], "overlap");
+    assert_eq!(model_calls(&r).len(), 1, "the judge's call only");
+}
+
+#[tokio::test]
+async fn a_missing_or_failing_cross_encoder_scorer_falls_back_with_a_note() {
+    // Needs nothing provisioned: without ONNX Runtime the model fails to load too.
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no-such-model");
+    let engine = indexed(scorer_config(dir.path(), &missing)).await;
+    let note = engine.notes().iter().find(|n| n.contains("the cross-encoder did not load")).cloned();
+    let note = note.unwrap_or_else(|| panic!("{:?}", engine.notes()));
+    assert!(
+        note.starts_with(
+            "the CRAG evaluator's cross-encoder scorer and cross-encoder sentence scoring of extractive answers are off"
+        ),
+        "{note}"
+    );
+    let r = engine.ask("What causes scurvy?").await.unwrap();
+    assert!(r.answer.is_some(), "{}", notes(&r));
+    assert!(r.notes.iter().any(|n| n.kind() == NoteKind::Capability && n.as_str() == note), "{}", notes(&r));
+    let failed = r.notes.iter().find(|n| n.kind() == NoteKind::EvaluationFailed).expect("the judge failed, noted");
+    assert!(failed.as_str().contains("cross-encoder scorer is unavailable"), "{failed}");
+    let generate = generate_event(&r);
+    assert_eq!(generate.detail["sentence_scorer"], "overlap", "{generate:?}");
+    assert!(generate.detail.contains_key("sentence_scorer_unavailable"), "{generate:?}");
+
+    // A scorer that fails at answer time: word overlap answers, and the answer says so.
+    let failing = ScriptedReranker::new().named("cross-encoder:broken").failing(ScriptedFailure::Always);
+    let engine = engine.with_cross_encoder(Some(Arc::new(failing)));
+    assert!(engine.notes().iter().all(|n| !n.contains("cross-encoder")), "{:?}", engine.notes());
+    let r = engine.ask("What causes scurvy?").await.unwrap();
+    assert_eq!(r.answer_kind, ragtune::AnswerKind::Extractive, "{}", notes(&r));
+    let fell_back = r.notes.iter().find(|n| n.kind() == NoteKind::SentenceScoring).expect("noted");
+    assert!(fell_back.as_str().starts_with("sentence scoring fell back to word overlap"), "{fell_back}");
+    assert!(r.notes.iter().any(|n| n.kind() == NoteKind::EvaluationFailed), "{}", notes(&r));
+    let generate = generate_event(&r);
+    assert_eq!(generate.detail["sentence_scorer"], "overlap", "{generate:?}");
+    assert!(generate.detail.contains_key("sentence_scorer_error"), "{generate:?}");
+    assert_eq!(r.answer, Some(ragtune_overlap_answer(&engine).await), "the answer word overlap gives");
+
+    // The scorers ask for the [rerank] cross-encoder: with the LLM reranker configured there is none, and the
+    // engine says why.
+    let mut cfg = scorer_config(dir.path(), &missing);
+    cfg.rerank.reranker = RerankerKind::Llm;
+    let engine = engine.with_cross_encoder(None).reconfigure(cfg).unwrap();
+    let note = engine.notes().iter().find(|n| n.contains("[rerank] reranker is not")).cloned();
+    let note = note.unwrap_or_else(|| panic!("{:?}", engine.notes()));
+    assert!(note.contains("set reranker = \"cross-encoder\" and model"), "{note}");
+    let r = engine.ask("What causes scurvy?").await.unwrap();
+    let failed = r.notes.iter().find(|n| n.kind() == NoteKind::EvaluationFailed).expect("noted");
+    assert!(failed.as_str().contains("[rerank] reranker = \"cross-encoder\""), "{failed}");
+    assert_eq!(generate_event(&r).detail["sentence_scorer"], "overlap");
+}
+
+/// The answer of `engine` to "What causes scurvy?" with word overlap picking the sentences.
+async fn ragtune_overlap_answer(engine: &Engine) -> String {
+    let mut cfg = engine.config().clone();
+    cfg.pipeline.sentence_scorer = SentenceScorer::Overlap;
+    let engine = engine.clone().reconfigure(cfg).unwrap();
+    engine.ask("What causes scurvy?").await.unwrap().answer.unwrap()
+}
+
+#[tokio::test]
+async fn eval_crag_and_calibrate_score_with_the_cross_encoder() {
+    if !crate::onnx_runtime_provisioned() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("crag");
+    crate::crag_eval::tiny_beir(&data);
+    let mut opts = EvalOptions::new(&data);
+    opts.cache_dir = dir.path().join("cache");
+    opts.split = "test".into();
+    opts.retriever = "bm25".into();
+    opts.llm.url = String::new();
+    let mut cfg = Config::default();
+    cfg.llm.url = String::new();
+    cfg.crag.scorer = ScorerKind::CrossEncoder;
+    cfg.rerank.reranker = RerankerKind::CrossEncoder;
+    cfg.rerank.model = Some(tiny_cross_encoder().display().to_string());
+    let report = ragtune_eval::crag::run_crag_eval(&opts, &cfg, 1, &mut |_| {}).await.unwrap();
+    let row = &report.evaluators[1];
+    assert_eq!(row.evaluator, "model:cross-encoder:tiny-cross-encoder", "{report:?}");
+    assert!(report.failed_retrievals > 0 && report.failed_retrievals < report.queries, "{report:?}");
+    let auc = row.score_auc.expect("an AUC over failed and successful retrievals");
+    assert!((0.0..=1.0).contains(&auc), "{auc}");
+    assert_eq!(row.decisions.values().sum::<usize>(), report.queries);
+    assert!(ragtune_eval::crag::crag_table(&report).contains("model:cross-encoder:tiny-cross-encoder"));
+    // The scores are cached beside the indexes, so the calibration below scores nothing again.
+    let scores = opts.cache_dir.join("rerank-scores");
+    let cached = std::fs::read_dir(&scores).unwrap().count();
+    assert!(cached > 0);
+
+    let c = ragtune_eval::crag::run_calibration(&opts, &cfg, EvaluatorKind::Model, 1, 0.9, &mut |_| {}).await.unwrap();
+    assert!(0.0 <= c.lower && c.lower < c.upper && c.upper <= 1.0, "{c:?}");
+    assert_eq!(std::fs::read_dir(&scores).unwrap().count(), cached);
+    let text = ragtune_eval::crag::calibration_toml(&c, &cfg, EvaluatorKind::Model, "crag", "test", 1).unwrap();
+    let sha = ragtune::provision::models::sha256_file(&tiny_cross_encoder().join("model.onnx")).unwrap();
+    assert!(text.contains(&format!("sha256:{sha}")), "{text}");
+    let written = Config::from_toml(&text).unwrap();
+    assert_eq!((written.crag.evaluator, written.crag.scorer), (EvaluatorKind::Model, ScorerKind::CrossEncoder));
+    assert_eq!((written.crag.model.upper, written.crag.model.lower), (c.upper, c.lower));
+    assert_eq!(
+        (written.rerank.reranker, written.rerank.model.as_deref()),
+        (RerankerKind::CrossEncoder, cfg.rerank.model.as_deref())
+    );
+    assert!(!written.rerank.enabled, "reranking stays as it was");
+
+    // The scorers this evaluation does not measure are refused before anything is indexed.
+    cfg.crag.scorer = ScorerKind::Llm;
+    let err = ragtune_eval::crag::run_crag_eval(&opts, &cfg, 1, &mut |_| {}).await.unwrap_err();
+    assert!(err.to_string().contains("not `llm`"), "{err}");
 }

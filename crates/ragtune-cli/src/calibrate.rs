@@ -15,7 +15,7 @@ pub struct CalibrateArgs {
     /// RRF k and the depth are the config's `[hybrid]` ones.
     #[arg(
         long,
-        conflicts_with_all = ["retriever", "k", "target_precision", "evaluator", "local_semester", "incorrect_precision", "incorrect_recall", "model"]
+        conflicts_with_all = ["retriever", "k", "target_precision", "evaluator", "local_semester", "incorrect_precision", "incorrect_recall", "model", "scorer", "rerank_model"]
     )]
     fusion: bool,
     /// The BEIR dataset directory. With --fusion it may be given more than once: each dataset is fitted on its own
@@ -59,12 +59,19 @@ pub struct CalibrateArgs {
     /// The precision CORRECT must reach on the split (sets the upper threshold).
     #[arg(long, value_name = "P", default_value_t = 0.9)]
     target_precision: f32,
-    /// The evaluator fitted: `model` (upper/lower of the retrieval-score scorer), `heuristic` (the heuristic
+    /// The evaluator fitted: `model` (upper/lower of its scorer, see `--scorer`), `heuristic` (the heuristic
     /// evaluator's relevant/partial thresholds, its weights as configured) or `learned` (a logistic regression or
     /// gradient-boosted stumps over retrieval features, see `--model`, with its two thresholds; BEIR datasets only;
     /// the written file also carries the configuration's `[crag.model]`).
     #[arg(long, value_name = "NAME", default_value = "model")]
     evaluator: String,
+    /// With `--evaluator model`: its scorer (default: the config's `[crag] scorer`), `retrieval` (the dense cosine
+    /// of the retrieval) or `cross-encoder` (the `[rerank]` cross-encoder, --rerank-model; its logits read through
+    /// a sigmoid). The written file names the scorer, and for the cross-encoder its `[rerank]` model.
+    #[arg(long, value_name = "NAME")]
+    scorer: Option<ragtune::ScorerKind>,
+    #[command(flatten)]
+    rerank: crate::eval::RerankModelArgs,
     /// With `--evaluator learned`: the kind of model, `logistic` (a logistic regression), `stumps` (gradient-boosted
     /// decision stumps) or `auto` (both, keeping the one with the higher cross-validated failure AUC on the split).
     #[arg(long, value_name = "KIND", default_value = "auto")]
@@ -124,7 +131,8 @@ impl CalibrateArgs {
 }
 
 pub async fn run(config: Option<&Path>, args: CalibrateArgs) -> anyhow::Result<()> {
-    let cfg = load_config(config, Overrides::default())?;
+    let mut cfg = load_config(config, Overrides::default())?;
+    args.rerank.cross_encoder_scorer(args.scorer, &mut cfg);
     if args.fusion {
         return fusion(cfg, args).await;
     }

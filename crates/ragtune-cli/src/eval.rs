@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use ragtune::rerank::RerankPolicy;
-use ragtune::{Bm25Settings, Config, RerankSettings, RerankerKind, StoreBackend, Transform};
+use ragtune::{Bm25Settings, Config, RerankSettings, RerankerKind, ScorerKind, StoreBackend, Transform};
 use ragtune_eval::rerank::{EvalReranker, FullRerank};
 use ragtune_eval::{DocScore, EvalChunking, EvalOptions, QaEvalOptions, RerankEvalOptions};
 
@@ -116,7 +116,7 @@ struct RetrievalRerankArgs {
 
 /// The reranker's model.
 #[derive(Debug, clap::Args)]
-struct RerankModelArgs {
+pub(crate) struct RerankModelArgs {
     /// The cross-encoder's model directory (`model.onnx` and its tokenizer files; default: the config's `[rerank]
     /// model`); its `max_length` and `batch_size` come from the config's `[rerank]`.
     #[arg(long, value_name = "DIR")]
@@ -124,6 +124,18 @@ struct RerankModelArgs {
 }
 
 impl RerankModelArgs {
+    /// `--scorer` into `[crag] scorer`, and `--rerank-model` into `[rerank] model` with `reranker =
+    /// "cross-encoder"` (the CRAG scorer is the `[rerank]` cross-encoder).
+    pub(crate) fn cross_encoder_scorer(&self, scorer: Option<ScorerKind>, cfg: &mut Config) {
+        if let Some(scorer) = scorer {
+            cfg.crag.scorer = scorer;
+        }
+        if let Some(model) = self.rerank_model.clone() {
+            cfg.rerank.reranker = RerankerKind::CrossEncoder;
+            cfg.rerank.model = Some(model);
+        }
+    }
+
     /// The evaluation's reranker `kind`, with this model, else the config's, and the config's sizes.
     fn reranker(self, kind: RerankerKind, cfg: &RerankSettings) -> EvalReranker {
         let settings =
@@ -212,6 +224,12 @@ struct CragArgs {
     /// "Retrieval succeeded" means a relevant document in the top K.
     #[arg(long = "k", visible_alias = "crag-k", value_name = "K", default_value_t = 10)]
     k: usize,
+    /// The model-based evaluator's scorer (default: the config's `[crag] scorer`): `retrieval` (the dense cosine of
+    /// the retrieval) or `cross-encoder` (the `[rerank]` cross-encoder, --rerank-model; needs no LLM).
+    #[arg(long, value_name = "NAME")]
+    scorer: Option<ScorerKind>,
+    #[command(flatten)]
+    model: RerankModelArgs,
 }
 
 /// `eval rerank`: a BEIR evaluation with the reranking controller on its candidates.
@@ -329,7 +347,11 @@ impl LegacyArgs {
             (EvalKind::Qa(qa), "ragtune eval qa --dataset DIR [--experiment LIST] [--refinement]")
         } else if crag {
             let beir = RetrievalArgs { dataset, flags };
-            (EvalKind::Crag(CragArgs { beir, k: crag_k }), "ragtune eval crag --dataset DIR [--k K]")
+            let model = RerankModelArgs { rerank_model: None };
+            (
+                EvalKind::Crag(CragArgs { beir, k: crag_k, scorer: None, model }),
+                "ragtune eval crag --dataset DIR [--k K]",
+            )
         } else if let Some(reranker) = rerank {
             let beir = RetrievalArgs { dataset, flags };
             let args = RerankArgs { beir, reranker, model: RerankModelArgs { rerank_model: None }, budget };
@@ -366,8 +388,9 @@ pub async fn run(config: Option<&Path>, args: EvalArgs) -> anyhow::Result<()> {
         EvalKind::Rerank(RerankArgs { beir, reranker, model, budget }) => {
             retrieval(config, beir, Some(Reranking::Budgets { kind: reranker, model, budget })).await
         }
-        EvalKind::Crag(CragArgs { beir, k }) => {
-            let (opts, cfg, out) = beir_options(config, beir, None)?;
+        EvalKind::Crag(CragArgs { beir, k, scorer, model }) => {
+            let (opts, mut cfg, out) = beir_options(config, beir, None)?;
+            model.cross_encoder_scorer(scorer, &mut cfg);
             let report = ragtune_eval::run_crag_eval(&opts, &cfg, k, &mut |line| eprintln!("{line}")).await?;
             print!("{}", ragtune_eval::crag_table(&report));
             out.write(&report)

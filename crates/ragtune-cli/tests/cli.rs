@@ -320,6 +320,28 @@ fn no_llm_keeps_the_evaluations_off_a_running_local_server() {
 }
 
 #[test]
+fn eval_crag_and_calibrate_take_the_cross_encoder_scorer_and_its_model() {
+    let dir = tempfile::tempdir().unwrap();
+    tiny_beir(&dir.path().join("tiny"));
+    // The scorer's model is loaded before anything is indexed: a missing one fails at once, naming it, with no LLM.
+    for command in [&["eval", "crag"][..], &["calibrate", "--split", "test"]] {
+        let args = [command, &["--dataset", "tiny", "--scorer", "cross-encoder", "--rerank-model", "nowhere"]].concat();
+        let out = ragtune(&args, dir.path());
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {}", text(&out.stderr));
+        let said = text(&out.stderr);
+        assert!(said.contains("nowhere") && !said.contains("LLM"), "{args:?}: {said}");
+        assert!(!dir.path().join("home/eval-cache").exists(), "{args:?}: nothing was indexed");
+    }
+    // Without a model the scorer says where one comes from.
+    let out = ragtune(&["eval", "crag", "--dataset", "tiny", "--scorer", "cross_encoder"], dir.path());
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("--rerank-model"), "{}", text(&out.stderr));
+    let out = ragtune(&["eval", "crag", "--dataset", "tiny", "--scorer", "bert"], dir.path());
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("cross_encoder"), "the names are listed: {}", text(&out.stderr));
+}
+
+#[test]
 fn eval_usage_errors_exit_with_2() {
     let dir = tempfile::tempdir().unwrap();
     for args in [

@@ -7,24 +7,26 @@
 //! INCORRECT.
 
 use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use ragtune::core::{Candidate, Ctx, Error, Query, RelevanceEvaluator, Result, Verdict, sort_ranked};
+use ragtune::core::{Candidate, Ctx, Error, Query, RelevanceEvaluator, Reranker, Result, Verdict, sort_ranked};
 use ragtune::evaluators::crag::{
     Calibration, CalibrationSample, FEATURE_NAMES, FIRST_VERSION_FEATURES, FitOptions, FitSummary, HeuristicEvaluator,
-    LearnedEvaluator, LearnedFit, LearnedSample, ModelEvaluator, ModelKind, RetrievalScoreScorer, ScoreScale, Stump,
-    calibrate, failure_auc, features, fit_learned, heuristic_category,
+    LearnedEvaluator, LearnedFit, LearnedSample, ModelEvaluator, ModelKind, RetrievalScoreScorer, Stump, calibrate,
+    failure_auc, features, fit_learned, heuristic_category,
 };
 use ragtune::evaluators::metrics::{Metric, Runs, evaluate};
 use serde::{Deserialize, Serialize};
 
+use crate::rerank::EvalReranker;
 use crate::retrieval::EvalOptions;
-use ragtune::{EmbeddingMode, EvaluatorKind, Strategy, Transform};
+use ragtune::{EmbeddingMode, EvaluatorKind, RerankSettings, RerankerKind, ScorerKind, Strategy, Transform};
 
 /// One evaluator's decisions on a split.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct DecisionStats {
-    /// The evaluator (`heuristic`, `model:retrieval`, `learned`).
+    /// The evaluator (`heuristic`, `model:retrieval`, `model:cross-encoder:<model directory>`, `learned`).
     pub evaluator: String,
     /// Decision → queries.
     pub decisions: BTreeMap<String, usize>,
@@ -129,13 +131,43 @@ async fn retrieve_split(
     Ok((engine, judged, qrels, name))
 }
 
-fn model_evaluator(config: &ragtune::Config) -> Result<ModelEvaluator> {
-    ModelEvaluator::new(Arc::new(RetrievalScoreScorer::new("dense")), ScoreScale::Unit, config.crag.model.clone())
+/// The model-based evaluator of `config`'s `[crag]`: `scorer = "retrieval"` (the dense cosine the retrieval
+/// computed, free) or `scorer = "cross_encoder"` (the `[rerank] model` cross-encoder, on `[embedding]`'s ONNX
+/// Runtime, its logits read through a sigmoid, its scores cached on disk per model as `eval rerank` caches them, so
+/// a calibration on `train` and an evaluation on `test` pay for each pair once; under `score_cache`, the
+/// evaluation cache's `rerank-scores` by default); `[crag.model]`'s thresholds and aggregate. Its name is `model:<the scorer's name>` (`model:retrieval`, `model:cross-encoder:<directory>`).
+///
+/// # Errors
+/// [`InvalidInput`](ragtune::core::ErrorKind::InvalidInput) for the `dense` and `llm` scorers (not measured here)
+/// and a cross-encoder without a model; a model that does not load; invalid thresholds.
+fn model_evaluator(config: &ragtune::Config, score_cache: &Path) -> Result<ModelEvaluator> {
+    let scorer: Arc<dyn Reranker> = match config.crag.scorer {
+        ScorerKind::Retrieval => Arc::new(RetrievalScoreScorer::new("dense")),
+        ScorerKind::CrossEncoder => {
+            let reranker = EvalReranker {
+                settings: RerankSettings { reranker: RerankerKind::CrossEncoder, ..config.rerank.clone() },
+                score_cache: score_cache.to_path_buf(),
+            };
+            if let Some(problem) = reranker.problem() {
+                return Err(Error::invalid_input(format!(
+                    "[crag] scorer = \"cross_encoder\" scores with the [rerank] cross-encoder: {problem}"
+                )));
+            }
+            reranker.build(None, &config.llm, &config.embedding)?.0
+        }
+        other @ (ScorerKind::Dense | ScorerKind::Llm) => {
+            return Err(Error::invalid_input(format!(
+                "the CRAG evaluation measures the model-based evaluator with the `retrieval` or `cross_encoder` \
+                 scorer, not `{other}`: set [crag] scorer (or pass --scorer)"
+            )));
+        }
+    };
+    ModelEvaluator::new(scorer, config.crag.scorer.scale(), config.crag.model.clone())
 }
 
 /// Fits the two thresholds of `evaluator` on `opts.split` (use a training split) against "a relevant document in
-/// the top `k`": for `Model`, the free retrieval-score scorer (the dense cosine the hybrid retrieval computed),
-/// aggregated as configured; for `Heuristic`, the heuristic evaluator's weighted score with the configured weights
+/// the top `k`": for `Model`, the configured scorer (`[crag] scorer`: the free retrieval-score scorer, the dense
+/// cosine the hybrid retrieval computed, or the `[rerank]` cross-encoder), aggregated as configured; for `Heuristic`, the heuristic evaluator's weighted score with the configured weights
 /// (docs/pipeline.md, "Evaluate").
 ///
 /// # Errors
@@ -148,21 +180,42 @@ pub async fn run_calibration(
     target_precision: f32,
     log: &mut dyn FnMut(&str),
 ) -> Result<Calibration> {
+    // The evaluator (and a cross-encoder scorer's model) first: a configuration it refuses fails before anything is
+    // indexed or retrieved.
+    let evaluator = threshold_evaluator(config, evaluator, &score_cache(&opts.cache_dir))?;
     let (_, judged, _, _) = retrieve_split(opts, config, k, log).await?;
     let judged: Vec<(String, Vec<Candidate>, bool)> =
         judged.into_iter().map(|j| (j.text, j.candidates, j.succeeded)).collect();
-    calibrate_evaluator(config, evaluator, &judged, target_precision).await
+    fit_thresholds(evaluator.as_ref(), &judged, target_precision).await
 }
 
-/// Fits `evaluator`'s thresholds on judged retrievals: `(query, candidates, retrieval succeeded)`.
+/// Where the CRAG evaluation and calibration cache a cross-encoder scorer's scores: beside the cached indexes.
+pub(crate) fn score_cache(cache_dir: &Path) -> PathBuf {
+    cache_dir.join("rerank-scores")
+}
+
+/// Fits `evaluator`'s thresholds on judged retrievals: `(query, candidates, retrieval succeeded)`; a
+/// cross-encoder scorer caches its scores under `score_cache`.
 pub(crate) async fn calibrate_evaluator(
     config: &ragtune::Config,
     evaluator: EvaluatorKind,
     judged: &[(String, Vec<Candidate>, bool)],
     target_precision: f32,
+    score_cache: &Path,
 ) -> Result<Calibration> {
-    let evaluator: Box<dyn RelevanceEvaluator> = match evaluator {
-        EvaluatorKind::Model => Box::new(model_evaluator(config)?),
+    let evaluator = threshold_evaluator(config, evaluator, score_cache)?;
+    fit_thresholds(evaluator.as_ref(), judged, target_precision).await
+}
+
+/// The evaluator whose two thresholds a calibration fits: the model-based one with the configured scorer, or the
+/// heuristic one with the configured weights.
+fn threshold_evaluator(
+    config: &ragtune::Config,
+    evaluator: EvaluatorKind,
+    score_cache: &Path,
+) -> Result<Box<dyn RelevanceEvaluator>> {
+    Ok(match evaluator {
+        EvaluatorKind::Model => Box::new(model_evaluator(config, score_cache)?),
         EvaluatorKind::Heuristic => Box::new(HeuristicEvaluator::new(config.crag.heuristic.clone())?),
         EvaluatorKind::Learned => {
             return Err(Error::invalid_input(
@@ -170,7 +223,15 @@ pub(crate) async fn calibrate_evaluator(
                  learned`) on a BEIR dataset, not by fitting two thresholds",
             ));
         }
-    };
+    })
+}
+
+/// Fits the two thresholds of `evaluator` on its scores of the judged retrievals.
+async fn fit_thresholds(
+    evaluator: &dyn RelevanceEvaluator,
+    judged: &[(String, Vec<Candidate>, bool)],
+    target_precision: f32,
+) -> Result<Calibration> {
     let mut samples = Vec::with_capacity(judged.len());
     for (text, candidates, succeeded) in judged {
         let judgement = evaluator.evaluate(&Ctx::new(), text, candidates).await?;
@@ -462,16 +523,18 @@ pub fn calibration_toml(
     );
     let text = match evaluator {
         EvaluatorKind::Model => {
-            format!(
-                "{header}[crag]\nevaluator = \"model\"\nscorer = \"retrieval\"\n\n[crag.model]\nupper = {upper}\nlower = {lower}\n\
+            let text = format!(
+                "{header}[crag]\nevaluator = \"model\"\nscorer = \"{scorer}\"\n\n[crag.model]\nupper = {upper}\nlower = {lower}\n\
              aggregate = {aggregate}\ntop_k = {top_k}\n",
+                scorer = config.crag.scorer,
                 upper = c.upper,
                 lower = c.lower,
                 aggregate = toml::Value::try_from(config.crag.model.aggregate)
                     .map(|v| v.to_string())
                     .unwrap_or_else(|_| "\"max\"".into()),
                 top_k = config.crag.model.top_k,
-            )
+            );
+            if config.crag.scorer == ScorerKind::CrossEncoder { text + &cross_encoder_section(config)? } else { text }
         }
         EvaluatorKind::Learned => {
             return Err(Error::invalid_input(
@@ -501,6 +564,25 @@ pub fn calibration_toml(
     Ok(text + &hybrid_section(config))
 }
 
+/// The `[rerank]` section of a file calibrated with the cross-encoder scorer: the model its thresholds were fitted
+/// with (the thresholds hold for those weights only, so the header names its sha256) and the sizes that change its
+/// scores; reranking stays as `enabled` was.
+fn cross_encoder_section(config: &ragtune::Config) -> Result<String> {
+    let r = &config.rerank;
+    let fingerprint = ragtune::cross_encoder_fingerprint(r)?;
+    let ser = |e: toml::ser::Error| Error::permanent("cannot serialise the cross-encoder's settings").with_source(e);
+    let mut rerank = toml::Table::new();
+    rerank.insert("enabled".into(), toml::Value::Boolean(r.enabled));
+    rerank.insert("reranker".into(), toml::Value::String(RerankerKind::CrossEncoder.to_string()));
+    rerank.insert("model".into(), toml::Value::String(r.model.clone().unwrap_or_default()));
+    rerank.insert("max_length".into(), toml::Value::Integer(i64::try_from(r.max_length).unwrap_or(i64::MAX)));
+    rerank.insert("batch_size".into(), toml::Value::Integer(i64::try_from(r.batch_size).unwrap_or(i64::MAX)));
+    let mut doc = toml::Table::new();
+    doc.insert("rerank".into(), rerank.into());
+    let body = toml::to_string(&doc).map_err(ser)?;
+    Ok(format!("\n# The cross-encoder the thresholds were fitted with ({fingerprint}); they hold for it only.\n{body}"))
+}
+
 /// Decision statistics of the heuristic, the model-based and (with `[crag.learned]`) the learned evaluator on
 /// `opts.split`, and nDCG@10 with and without correction by the configured evaluator.
 ///
@@ -523,6 +605,13 @@ pub async fn run_crag_eval(
     let row = |name: &str, thresholds: (f32, f32), evaluator: Box<dyn RelevanceEvaluator>, kind: EvaluatorKind| {
         (DecisionStats { evaluator: name.into(), thresholds, ..Default::default() }, evaluator, kind)
     };
+    let model = model_evaluator(config, &score_cache(&opts.cache_dir))?;
+    // The retrieval scorer's row keeps its name of old reports; a cross-encoder's names its model.
+    let model_name = if config.crag.scorer == ScorerKind::Retrieval {
+        "model:retrieval".to_owned()
+    } else {
+        model.name().to_owned()
+    };
     let mut rows: Vec<(DecisionStats, Box<dyn RelevanceEvaluator>, EvaluatorKind)> = vec![
         row(
             "heuristic",
@@ -530,7 +619,7 @@ pub async fn run_crag_eval(
             Box::new(HeuristicEvaluator::new(h.clone())?),
             EvaluatorKind::Heuristic,
         ),
-        row("model:retrieval", (m.upper, m.lower), Box::new(model_evaluator(config)?), EvaluatorKind::Model),
+        row(&model_name, (m.upper, m.lower), Box::new(model), EvaluatorKind::Model),
     ];
     if let Some(learned) = &config.crag.learned {
         let evaluator = Box::new(LearnedEvaluator::new(learned.clone())?);

@@ -615,7 +615,14 @@ pub async fn run_qa_calibration(
             .any(|c| titles.get(c.chunk.doc_id.as_str()).is_some_and(|t| *t == q.article_title));
         judged.push((q.question.clone(), candidates, succeeded));
     }
-    crate::crag::calibrate_evaluator(&opts.config, evaluator, &judged, target_precision).await
+    crate::crag::calibrate_evaluator(
+        &opts.config,
+        evaluator,
+        &judged,
+        target_precision,
+        &crate::crag::score_cache(&opts.cache_dir),
+    )
+    .await
 }
 
 /// Runs the experiments one after another with `run` and keeps what each measured: an experiment whose run fails
@@ -923,7 +930,7 @@ pub async fn run_qa_eval(opts: &QaEvalOptions, log: &mut dyn FnMut(&str)) -> Res
         metrics.insert("refine_retention".to_owned(), r.answer_retention);
         metrics.insert("refine_reduction".to_owned(), r.token_reduction);
     }
-    let config = serde_json::json!({
+    let mut config = serde_json::json!({
         "retriever": format!("qa-{}", opts.experiments.join("+")),
         "experiments": opts.experiments,
         "limit": opts.limit,
@@ -936,6 +943,13 @@ pub async fn run_qa_eval(opts: &QaEvalOptions, log: &mut dyn FnMut(&str)) -> Res
         "crag": opts.config.crag,
         "refine": opts.config.refine,
     });
+    // The extractive answer's cross-encoder: its scores change the answers, so its weights are part of the setting
+    // (absent otherwise, so reports without it keep their baselines' config).
+    if opts.config.pipeline.sentence_scorer == ragtune::SentenceScorer::CrossEncoder {
+        config["sentence_scorer_model"] = ragtune::cross_encoder_fingerprint(&opts.config.rerank)
+            .unwrap_or_else(|e| format!("unavailable: {}", e.message()))
+            .into();
+    }
     Ok(QaEvalReport {
         dataset: name,
         split: "qa".into(),

@@ -33,12 +33,13 @@ macro_rules! names_from_serde {
 names_from_serde! {
     ContextMode: "context mode" = [Extract, Refine, Full],
     EvaluatorKind: "evaluator" = [Heuristic, Model, Learned],
-    ScorerKind: "scorer" = [Retrieval, Dense, Llm],
+    ScorerKind: "scorer" = [Retrieval, Dense, Llm, CrossEncoder],
     StoreBackend: "store" = [Embedded, Qdrant],
     Strategy: "retrieval strategy" = [Auto, Bm25, Dense, Hybrid],
     EmbeddingMode: "embedding mode" = [Auto, On, Off],
     Transform: "transform" = [None, Hyde, MultiQuery, Rewrite, Expand, Routed, MultiHop],
     RerankerKind: "reranker" = [Llm, CrossEncoder],
+    SentenceScorer: "sentence scorer" = [Overlap, CrossEncoder],
 }
 
 /// The serde name of a unit variant.
@@ -355,6 +356,10 @@ pub struct PipelineSettings {
     pub reread_context: Option<ContextMode>,
     /// Generate an answer (with the LLM when configured, else extractively); `false` returns context only.
     pub generate: bool,
+    /// How the extractive answer picks its two sentences: `overlap` (most words shared with the question, the
+    /// default) or `cross-encoder` (the `[rerank]` cross-encoder's scores against the question).
+    #[serde(skip_serializing_if = "SentenceScorer::is_overlap")]
+    pub sentence_scorer: SentenceScorer,
     /// Retrieve at all; `false` answers closed-book (the "no retrieval" baseline of evaluations).
     pub retrieve: bool,
     /// Extract with one LLM call per passage (the `extraction` experiment of docs/eval.md) instead of one batched
@@ -384,6 +389,7 @@ impl Default for PipelineSettings {
             retry_context: None,
             reread_context: None,
             generate: true,
+            sentence_scorer: SentenceScorer::Overlap,
             retrieve: true,
             extraction_per_document: false,
             judge: true,
@@ -444,6 +450,44 @@ pub enum ScorerKind {
     Dense,
     /// The LLM relevance judge (0–10, pointwise).
     Llm,
+    /// The cross-encoder of `[rerank]` (`reranker = "cross-encoder"` and its `model`), loaded once by the engine;
+    /// its logits are read through a sigmoid ([`ScoreScale::Sigmoid`](ragtune_evaluators::crag::ScoreScale)).
+    /// Also spelled `cross-encoder`.
+    #[serde(alias = "cross-encoder")]
+    CrossEncoder,
+}
+
+impl ScorerKind {
+    /// How the scorer's raw scores map to `[0, 1]`, where the model-based evaluator's thresholds live: cosines
+    /// as they are, the LLM judge's 0–10 as a range, a cross-encoder's logits through a sigmoid.
+    #[must_use]
+    pub fn scale(self) -> ragtune_evaluators::crag::ScoreScale {
+        use ragtune_evaluators::crag::ScoreScale;
+        match self {
+            Self::Retrieval | Self::Dense => ScoreScale::Unit,
+            Self::Llm => ScoreScale::Range { min: 0.0, max: 10.0 },
+            Self::CrossEncoder => ScoreScale::Sigmoid,
+        }
+    }
+}
+
+/// How the extractive answer (the answer without an LLM) picks its sentences.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SentenceScorer {
+    /// The sentences sharing most words with the question (the default).
+    #[default]
+    Overlap,
+    /// The sentences the cross-encoder of `[rerank]` (`reranker = "cross-encoder"` and its `model`) scores
+    /// highest against the question, all of a context's sentences in one call; word overlap when it is not loaded
+    /// or fails (noted).
+    CrossEncoder,
+}
+
+impl SentenceScorer {
+    fn is_overlap(&self) -> bool {
+        *self == Self::Overlap
+    }
 }
 
 /// Corrective RAG settings.
@@ -1310,7 +1354,9 @@ mod tests {
     fn closed_sets_are_spelled_once_by_their_serde_names() {
         check_names(ContextMode::ALL, &["extract", "refine", "full"]);
         check_names(EvaluatorKind::ALL, &["heuristic", "model", "learned"]);
-        check_names(ScorerKind::ALL, &["retrieval", "dense", "llm"]);
+        check_names(ScorerKind::ALL, &["retrieval", "dense", "llm", "cross_encoder"]);
+        assert_eq!("cross-encoder".parse::<ScorerKind>().unwrap(), ScorerKind::CrossEncoder);
+        check_names(SentenceScorer::ALL, &["overlap", "cross-encoder"]);
         check_names(StoreBackend::ALL, &["embedded", "qdrant"]);
         check_names(Strategy::ALL, &["auto", "bm25", "dense", "hybrid"]);
         check_names(EmbeddingMode::ALL, &["auto", "on", "off"]);
@@ -1547,6 +1593,39 @@ mod tests {
         assert!(err.to_string().contains("[rerank] reranker = \"cross-encoder\" needs `model`"), "{err}");
         // The LLM judge needs no model.
         assert!(Config::from_toml("[rerank]\nenabled = true\nreranker = \"llm\"\n").is_ok());
+    }
+
+    #[test]
+    fn the_cross_encoder_scores_crag_and_extractive_sentences_when_configured() {
+        // The defaults keep today's behaviour, and a default pipeline section is written without the new key.
+        let d = Config::default();
+        assert_eq!((d.crag.scorer, d.pipeline.sentence_scorer), (ScorerKind::Retrieval, SentenceScorer::Overlap));
+        assert!(!toml::to_string(&d.pipeline).unwrap().contains("sentence_scorer"));
+        let toml = "[crag]\nevaluator = \"model\"\nscorer = \"cross_encoder\"\n[pipeline]\n\
+                    sentence_scorer = \"cross-encoder\"\n[rerank]\nreranker = \"cross-encoder\"\nmodel = \"/m\"\n";
+        let cfg = Config::from_toml(toml).unwrap();
+        assert_eq!(
+            (cfg.crag.scorer, cfg.pipeline.sentence_scorer),
+            (ScorerKind::CrossEncoder, SentenceScorer::CrossEncoder)
+        );
+        assert_eq!(Config::from_toml(&toml::to_string(&cfg).unwrap()).unwrap(), cfg, "round-trips");
+        // The scorer is also spelled as the reranker is.
+        let cfg = Config::from_toml("[crag]\nscorer = \"cross-encoder\"\n").unwrap();
+        assert_eq!(cfg.crag.scorer, ScorerKind::CrossEncoder);
+        let env = [
+            ("RAGTUNE__CRAG__SCORER".to_owned(), "cross-encoder".to_owned()),
+            ("RAGTUNE__PIPELINE__SENTENCE_SCORER".to_owned(), "cross-encoder".to_owned()),
+        ];
+        let cfg = Config::from_toml_with_overrides("", &env).unwrap();
+        assert_eq!(
+            (cfg.crag.scorer, cfg.pipeline.sentence_scorer),
+            (ScorerKind::CrossEncoder, SentenceScorer::CrossEncoder)
+        );
+        let err = Config::from_toml("[pipeline]\nsentence_scorer = \"bm25\"\n").unwrap_err();
+        assert!(err.to_string().contains("sentence_scorer"), "{err}");
+        // Logits are read through a sigmoid, so the model evaluator's thresholds stay in [0, 1].
+        assert_eq!(ScorerKind::CrossEncoder.scale(), ragtune_evaluators::crag::ScoreScale::Sigmoid);
+        assert_eq!(ScorerKind::Retrieval.scale(), ragtune_evaluators::crag::ScoreScale::Unit);
     }
 
     #[test]

@@ -18,7 +18,7 @@ use ragtune_store::EmbeddedStore;
 use serde::{Deserialize, Serialize};
 
 use crate::Config;
-use crate::config::{EmbeddingMode, RerankerKind, Strategy, Transform};
+use crate::config::{EmbeddingMode, EvaluatorKind, RerankerKind, ScorerKind, SentenceScorer, Strategy, Transform};
 use crate::models::RequestVectors;
 use crate::stores::{OpenStore, open_store};
 
@@ -106,7 +106,7 @@ pub struct Engine {
 /// The page fetcher of `[web.fetch]`, shared by the engine's clones.
 type Fetcher = Arc<ragtune_web::PageFetcher>;
 
-/// A loaded cross-encoder, or the note saying why it is not (the engine opens without it and skips reranking).
+/// A loaded cross-encoder, or why it is not (`the cross-encoder did not load: …`); the engine opens without it.
 type CrossEncoderSlot = std::result::Result<Arc<dyn Reranker>, String>;
 
 /// What loading the cross-encoder depends on (so that a new configuration reloads it only when one changes).
@@ -119,10 +119,28 @@ struct CrossEncoderKey<'c> {
     threads: usize,
 }
 
-/// What loading the cross-encoder of `config` depends on: `None` when the configuration asks for none.
+/// What uses the `[rerank]` cross-encoder under `config`, as the engine's notes name them: reranking (when
+/// enabled), the model-based CRAG evaluator's scorer (`[crag] evaluator = "model"`, `scorer = "cross_encoder"`,
+/// whether or not CRAG is on, since a request may turn it on) and the extractive answer's sentence scorer.
+fn cross_encoder_users(config: &Config) -> Vec<&'static str> {
+    let mut users = Vec::new();
+    if config.rerank.enabled && config.rerank.reranker == RerankerKind::CrossEncoder {
+        users.push("reranking");
+    }
+    if config.crag.evaluator == EvaluatorKind::Model && config.crag.scorer == ScorerKind::CrossEncoder {
+        users.push("the CRAG evaluator's cross-encoder scorer");
+    }
+    if config.pipeline.sentence_scorer == SentenceScorer::CrossEncoder {
+        users.push("cross-encoder sentence scoring of extractive answers");
+    }
+    users
+}
+
+/// What loading the cross-encoder of `config` depends on: `None` when nothing uses it or `[rerank] reranker` is
+/// not the cross-encoder (the model is `[rerank]`'s).
 fn cross_encoder_key(config: &Config) -> Option<CrossEncoderKey<'_>> {
     let (r, e) = (&config.rerank, &config.embedding);
-    (r.enabled && r.reranker == RerankerKind::CrossEncoder).then_some(CrossEncoderKey {
+    (r.reranker == RerankerKind::CrossEncoder && !cross_encoder_users(config).is_empty()).then_some(CrossEncoderKey {
         model: &r.model,
         max_length: r.max_length,
         batch_size: r.batch_size,
@@ -131,14 +149,46 @@ fn cross_encoder_key(config: &Config) -> Option<CrossEncoderKey<'_>> {
     })
 }
 
-/// Loads the cross-encoder `config` asks for; a model that does not load is the note of the engine that opens
-/// without it (degrade, don't fail).
+/// Loads the cross-encoder `config` asks for; a model that does not load leaves the engine without it (degrade,
+/// don't fail), and [`cross_encoder_notes`] say so.
 fn load_cross_encoder(config: &Config) -> Option<CrossEncoderSlot> {
     cross_encoder_key(config)?;
     Some(
         crate::models::load_cross_encoder(&config.rerank, &config.embedding)
-            .map_err(|e| format!("reranking is off: the cross-encoder did not load: {}", e.message())),
+            .map_err(|e| format!("the cross-encoder did not load: {}", e.message())),
     )
+}
+
+/// The engine's notes about the cross-encoder under `config` with `slot` loaded: what is off because it did not
+/// load, or because a scorer asks for it while `[rerank] reranker` is not the cross-encoder.
+fn cross_encoder_notes(config: &Config, slot: Option<&CrossEncoderSlot>) -> Vec<String> {
+    let users = cross_encoder_users(config);
+    let list = |users: &[&str]| match users {
+        [] => String::new(),
+        [one] => (*one).to_owned(),
+        [init @ .., last] => format!("{} and {last}", init.join(", ")),
+    };
+    let off = |users: &[&str]| if users.len() == 1 { "is off" } else { "are off" };
+    match slot {
+        Some(Err(why)) => vec![format!("{} {}: {why}", list(&users), off(&users))],
+        Some(Ok(_)) => Vec::new(),
+        None if config.rerank.reranker == RerankerKind::CrossEncoder && !users.is_empty() => {
+            vec![format!("{} {}: no cross-encoder is loaded", list(&users), off(&users))]
+        }
+        None => {
+            // Reranking asks for the reranker it names; the scorers ask for the cross-encoder whatever it names.
+            let scorers: Vec<&str> = users.into_iter().filter(|u| *u != "reranking").collect();
+            if scorers.is_empty() {
+                return Vec::new();
+            }
+            vec![format!(
+                "{} {}: it scores with the [rerank] cross-encoder, and [rerank] reranker is not \"cross-encoder\" \
+                 (set reranker = \"cross-encoder\" and model)",
+                list(&scorers),
+                off(&scorers)
+            )]
+        }
+    }
 }
 
 /// The one web stack of an engine, built from `[web]`: the multi-provider search and the page fetcher (when
@@ -212,9 +262,7 @@ impl Engine {
             );
         }
         let cross_encoder = load_cross_encoder(&config);
-        if let Some(Err(note)) = &cross_encoder {
-            notes.push(note.clone());
-        }
+        notes.extend(cross_encoder_notes(&config, cross_encoder.as_ref()));
         let web = multi.clone().map(|m| m as Arc<dyn WebSearch>);
         Ok(Self {
             config,
@@ -257,15 +305,12 @@ impl Engine {
             (self.multi, self.fetcher) = web_stack(&config)?;
             self.web = self.multi.clone().map(|m| m as Arc<dyn WebSearch>);
         }
+        let old = cross_encoder_notes(&self.config, self.cross_encoder.as_ref());
+        self.notes.retain(|n| !old.contains(n));
         if cross_encoder_key(&config) != cross_encoder_key(&self.config) {
-            if let Some(Err(old)) = &self.cross_encoder {
-                self.notes.retain(|n| n != old);
-            }
             self.cross_encoder = load_cross_encoder(&config);
-            if let Some(Err(note)) = &self.cross_encoder {
-                self.notes.push(note.clone());
-            }
         }
+        self.notes.extend(cross_encoder_notes(&config, self.cross_encoder.as_ref()));
         self.config = config;
         Ok(self)
     }
@@ -325,10 +370,35 @@ impl Engine {
         self.llm.as_ref()
     }
 
-    /// The cross-encoder of `[rerank]`, when reranking is enabled with `reranker = "cross-encoder"`: loaded, or
-    /// the note saying why it did not load.
-    pub(crate) fn cross_encoder(&self) -> Option<&CrossEncoderSlot> {
-        self.cross_encoder.as_ref()
+    /// Uses `reranker` (or none) as the engine's cross-encoder, the one `[rerank] reranker = "cross-encoder"`
+    /// would load: for reranking, the CRAG evaluator's `cross_encoder` scorer and the extractive answer's
+    /// `cross-encoder` sentence scorer, when the configuration asks for them; for tests and for models of your
+    /// own. The engine's notes about the cross-encoder are those of a model that loaded (or, with `None`, of
+    /// none configured).
+    #[must_use]
+    pub fn with_cross_encoder(mut self, reranker: Option<Arc<dyn Reranker>>) -> Self {
+        let old = cross_encoder_notes(&self.config, self.cross_encoder.as_ref());
+        self.notes.retain(|n| !old.contains(n));
+        self.cross_encoder = reranker.map(Ok);
+        self.notes.extend(cross_encoder_notes(&self.config, self.cross_encoder.as_ref()));
+        self
+    }
+
+    /// The cross-encoder of `[rerank]`, loaded once when something uses it (reranking, the CRAG evaluator's
+    /// scorer, the extractive answer's sentence scorer).
+    ///
+    /// # Errors
+    /// [`Unavailable`](ragtune_core::ErrorKind::Unavailable) saying why there is none: `[rerank] reranker` is not
+    /// the cross-encoder, or the model did not load (the engine's note says so too).
+    pub(crate) fn cross_encoder(&self) -> Result<Arc<dyn Reranker>> {
+        match &self.cross_encoder {
+            Some(Ok(reranker)) => Ok(reranker.clone()),
+            Some(Err(why)) => Err(Error::unavailable(why.clone())),
+            None if self.config.rerank.reranker != RerankerKind::CrossEncoder => Err(Error::unavailable(
+                "the cross-encoder is the [rerank] model: set [rerank] reranker = \"cross-encoder\" and model",
+            )),
+            None => Err(Error::unavailable("the cross-encoder is not loaded")),
+        }
     }
 
     /// The configuration.

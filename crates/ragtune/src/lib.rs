@@ -50,8 +50,8 @@ pub use config::{
     Bm25Settings, CacheSettings, ChunkingSettings, CollectionConfig, Config, ContextMode, CragSettings, EmbeddingMode,
     EmbeddingSettings, EvaluatorKind, FusionMethod, HybridSettings, LlmEndpoint, LlmSettings, MIN_API_KEY_CHARS,
     PipelineSettings, QdrantSettings, RerankSettings, RerankerKind, RouteSetting, RouteSettings, ScorerKind,
-    SearchSettings, ServerSettings, StoreBackend, StoreConfig, Strategy, Transform, TransformSettings, WebConfig,
-    ragtune_home, valid_collection_name,
+    SearchSettings, SentenceScorer, ServerSettings, StoreBackend, StoreConfig, Strategy, Transform, TransformSettings,
+    WebConfig, ragtune_home, valid_collection_name,
 };
 pub use engine::{Chunking, Engine, IndexReport, SearchResponse};
 pub use models::{

@@ -372,6 +372,24 @@ mod tests {
         assert_eq!(ScoreScale::Range { min: 5.0, max: 5.0 }.normalize(4.0), 0.0);
     }
 
+    #[test]
+    fn sigmoid_maps_logits_into_the_unit_interval_keeping_their_order() {
+        // A cross-encoder's logits are unbounded, higher more relevant. The sigmoid keeps their order, so a failure
+        // AUC over the normalised scores is the AUC over the logits, and thresholds fitted on them lie in [0, 1];
+        // a logit of 0 is the even point, and σ(-x) = 1 - σ(x).
+        let logits = [-12.0_f32, -4.5, -0.25, 0.0, 0.25, 3.0, 9.5];
+        let p: Vec<f32> = logits.iter().map(|l| ScoreScale::Sigmoid.normalize(*l)).collect();
+        assert!(p.windows(2).all(|w| w[0] < w[1]), "strictly increasing: {p:?}");
+        assert!(p.iter().all(|v| (0.0..=1.0).contains(v)), "{p:?}");
+        assert_eq!(p[3], 0.5);
+        for l in logits {
+            let (pos, neg) = (ScoreScale::Sigmoid.normalize(l), ScoreScale::Sigmoid.normalize(-l));
+            assert!((neg - (1.0 - pos)).abs() < 1e-6, "{l}: {pos} {neg}");
+        }
+        assert_eq!(serde_json::to_string(&ScoreScale::Sigmoid).unwrap(), r#""sigmoid""#);
+        assert!(ScoreScale::Sigmoid.validate().is_ok(), "no parameters to refuse");
+    }
+
     #[tokio::test(flavor = "current_thread")]
     async fn scores_only_the_top_k_in_one_call() {
         let scorer = Arc::new(ScriptedReranker::new().with_score("d", 0.95).with_default(0.1));

@@ -7,7 +7,7 @@ use ragtune_core::{
     Budget, Candidate, Cost, Ctx, Error, Llm, Query, RelevanceEvaluator, RelevanceJudgement, Result, Retriever,
 };
 use ragtune_evaluators::crag::{
-    DenseSimilarityScorer, HeuristicEvaluator, LearnedEvaluator, ModelEvaluator, RetrievalScoreScorer, ScoreScale,
+    DenseSimilarityScorer, HeuristicEvaluator, LearnedEvaluator, ModelEvaluator, RetrievalScoreScorer,
 };
 use ragtune_evaluators::faithfulness::FaithfulnessJudge;
 use ragtune_llm::prompts;
@@ -29,7 +29,14 @@ impl Engine {
     pub(super) fn evaluator_name(&self) -> String {
         match self.config().crag.evaluator {
             EvaluatorKind::Heuristic => "heuristic".into(),
-            EvaluatorKind::Model => format!("model:{}", scorer_name(self.config().crag.scorer)),
+            EvaluatorKind::Model => match self.config().crag.scorer {
+                // The loaded model's name (`cross-encoder:<its directory>`), as the evaluator names itself.
+                ScorerKind::CrossEncoder => match self.cross_encoder() {
+                    Ok(reranker) => format!("model:{}", reranker.name()),
+                    Err(_) => "model:cross_encoder".into(),
+                },
+                scorer => format!("model:{}", scorer_name(scorer)),
+            },
             EvaluatorKind::Learned => "learned".into(),
         }
     }
@@ -92,24 +99,7 @@ impl Engine {
         let cfg = &self.config().crag;
         Ok(match cfg.evaluator {
             EvaluatorKind::Heuristic => Arc::new(HeuristicEvaluator::new(cfg.heuristic.clone())?),
-            EvaluatorKind::Model => {
-                let (scorer, scale): (Arc<dyn ragtune_core::Reranker>, ScoreScale) = match cfg.scorer {
-                    ScorerKind::Retrieval => (Arc::new(RetrievalScoreScorer::new("dense")), ScoreScale::Unit),
-                    ScorerKind::Dense => {
-                        let e = self.embedder().ok_or_else(|| {
-                            Error::unavailable("the dense-similarity scorer needs the embedding model")
-                        })?;
-                        (Arc::new(DenseSimilarityScorer::new(e.clone())), ScoreScale::Unit)
-                    }
-                    ScorerKind::Llm => {
-                        let llm = self
-                            .llm()
-                            .ok_or_else(|| Error::unavailable("the LLM relevance scorer needs an LLM (llm.url)"))?;
-                        (llm_reranker(llm.clone())?, ScoreScale::Range { min: 0.0, max: 10.0 })
-                    }
-                };
-                Arc::new(ModelEvaluator::new(scorer, scale, cfg.model.clone())?)
-            }
+            EvaluatorKind::Model => Arc::new(self.model_evaluator()?),
             EvaluatorKind::Learned => {
                 let model = cfg.learned.clone().ok_or_else(|| {
                     Error::invalid_input("[crag] evaluator = \"learned\" needs a [crag.learned] section")
@@ -117,6 +107,36 @@ impl Engine {
                 Arc::new(LearnedEvaluator::new(model)?)
             }
         })
+    }
+
+    /// The model-based CRAG evaluator of `[crag]`: its `scorer` (the retrieval's dense cosine, the embedding
+    /// model, the LLM judge or the `[rerank]` cross-encoder) read on [`ScorerKind::scale`], with `[crag.model]`'s
+    /// thresholds and aggregate, whatever `[crag] evaluator` says.
+    ///
+    /// # Errors
+    /// [`Unavailable`](ragtune_core::ErrorKind::Unavailable) when the scorer's model is missing (no embedding
+    /// model, no LLM, no cross-encoder loaded: `[rerank] reranker` is not `cross-encoder` or its model did not
+    /// load); [`InvalidInput`](ragtune_core::ErrorKind::InvalidInput) for invalid thresholds.
+    fn model_evaluator(&self) -> Result<ModelEvaluator> {
+        let cfg = &self.config().crag;
+        let scorer: Arc<dyn ragtune_core::Reranker> = match cfg.scorer {
+            ScorerKind::Retrieval => Arc::new(RetrievalScoreScorer::new("dense")),
+            ScorerKind::Dense => {
+                let e = self
+                    .embedder()
+                    .ok_or_else(|| Error::unavailable("the dense-similarity scorer needs the embedding model"))?;
+                Arc::new(DenseSimilarityScorer::new(e.clone()))
+            }
+            ScorerKind::Llm => {
+                let llm =
+                    self.llm().ok_or_else(|| Error::unavailable("the LLM relevance scorer needs an LLM (llm.url)"))?;
+                llm_reranker(llm.clone())?
+            }
+            ScorerKind::CrossEncoder => self
+                .cross_encoder()
+                .map_err(|e| Error::unavailable(format!("the cross-encoder scorer is unavailable: {}", e.message())))?,
+        };
+        ModelEvaluator::new(scorer, cfg.scorer.scale(), cfg.model.clone())
     }
 
     /// Judges `candidates` for `question`, through the evaluation cache.
@@ -163,14 +183,8 @@ impl Engine {
                 let llm = self.llm().ok_or_else(|| Error::unavailable("reranking needs the LLM (llm.url)"))?;
                 llm_reranker(llm.clone())?
             }
-            RerankerKind::CrossEncoder => match self.cross_encoder() {
-                Some(Ok(reranker)) => reranker.clone(),
-                // The engine's note says why.
-                Some(Err(_)) => {
-                    return Err(Error::unavailable("the cross-encoder did not load (see the engine's note)"));
-                }
-                None => return Err(Error::unavailable("the cross-encoder is not loaded")),
-            },
+            // The engine's note says why when there is none.
+            RerankerKind::CrossEncoder => self.cross_encoder()?,
         };
         let name = reranker.name().to_owned();
         let (estimator, scheduler) = cfg.policy.parts(1);
@@ -217,5 +231,6 @@ fn scorer_name(s: ScorerKind) -> &'static str {
         ScorerKind::Retrieval => "retrieval",
         ScorerKind::Dense => "dense",
         ScorerKind::Llm => "llm",
+        ScorerKind::CrossEncoder => "cross_encoder",
     }
 }

@@ -51,6 +51,8 @@ pub enum NoteKind {
     /// A stage was skipped because it would take the question past its LLM token budget
     /// (`pipeline.max_llm_tokens`).
     Budget,
+    /// The extractive answer's cross-encoder sentence scorer failed; word overlap picked the sentences.
+    SentenceScoring,
 }
 
 /// The note of a retry skipped for the LLM token budget: `spent` so far, about `per_attempt` for another attempt.
@@ -155,6 +157,7 @@ fn classify(text: &str) -> NoteKind {
         ("retry rewrite", NoteKind::RetryRewrite),
         ("the answer cites a passage", NoteKind::CitationOutOfContext),
         ("triangulation", NoteKind::Triangulation),
+        ("sentence scoring fell back", NoteKind::SentenceScoring),
     ];
     if text.contains(": the deadline has passed") {
         return NoteKind::Deadline;
@@ -199,5 +202,9 @@ mod tests {
         check("retry rewrite failed (x); the question is searched again", NoteKind::RetryRewrite);
         check("the answer cites a passage that is not in the context: [7]", NoteKind::CitationOutOfContext);
         check("triangulation: example.org: the LLM support check failed: down", NoteKind::Triangulation);
+        check(
+            "sentence scoring fell back to word overlap: the cross-encoder failed: transient: down",
+            NoteKind::SentenceScoring,
+        );
     }
 }

@@ -14,9 +14,10 @@ use super::components::Retrieved;
 use super::run::{Env, Report, Run, Stage};
 use super::{
     AnswerKind, Attempt, AttemptResult, ContextMethod, ContextPassage, ContextReport, CragCategory, CragMetadata,
-    NO_DOCUMENTS, NO_INFO, Note, NoteKind, assemble, extractive_answer, fuse_lists, render_context,
+    NO_DOCUMENTS, NO_INFO, Note, NoteKind, answer_sentences, any_overlap, assemble, fuse_lists, pick_sentences,
+    render_context, sentence_candidates,
 };
-use crate::config::{ContextMode, EvaluatorKind, Transform};
+use crate::config::{ContextMode, EvaluatorKind, SentenceScorer, Transform};
 
 /// What one attempt of the retry loop searches for, and how deep.
 struct Plan {
@@ -204,12 +205,17 @@ impl Run<'_> {
         }
         // Documents were retrieved but nothing of them survived refinement or extraction: an honest "not in the
         // documents", not a retrieval failure.
-        let text = match (context.is_empty(), retrieved) {
-            (true, true) => NO_INFO.to_owned(),
-            (true, false) => NO_DOCUMENTS.to_owned(),
-            (false, _) => extractive_answer(&env.question, context),
+        let body = async {
+            match (context.is_empty(), retrieved) {
+                (true, true) => ((NO_INFO.to_owned(), AnswerKind::Extractive), Report::new("extractive")),
+                (true, false) => ((NO_DOCUMENTS.to_owned(), AnswerKind::Extractive), Report::new("extractive")),
+                (false, _) => {
+                    let (text, report) = env.extractive(context, Report::new("extractive")).await;
+                    ((text, AnswerKind::Extractive), report)
+                }
+            }
         };
-        ledger.step(Stage::Generate, async { ((text, AnswerKind::Extractive), Report::new("extractive")) }).await
+        ledger.step(Stage::Generate, body).await
     }
 }
 
@@ -582,23 +588,55 @@ impl Env<'_> {
         let prompt =
             if reread { prompts::reread_prompt(&self.question) } else { prompts::answer_prompt(&self.question) };
         let request = prompt.render(&[("context", numbered.as_str()), ("query", self.question.as_str())]);
-        let extractive = || (extractive_answer(&self.question, context), AnswerKind::Extractive);
-        match generate_text(llm, &self.ctx, request).await {
+        let report = match generate_text(llm, &self.ctx, request).await {
             Ok((text, c)) if !text.trim().is_empty() => {
                 let report = Report::new("llm").detail("prompt", prompt.tag()).cost(c);
-                ((text.trim().to_owned(), AnswerKind::Llm), report)
+                return ((text.trim().to_owned(), AnswerKind::Llm), report);
             }
-            Ok((_, c)) => {
-                let report = Report::new("empty")
-                    .cost(c)
-                    .note(NoteKind::GenerationFailed, "the LLM returned an empty answer; the answer is extractive");
-                (extractive(), report)
+            Ok((_, c)) => Report::new("empty")
+                .cost(c)
+                .note(NoteKind::GenerationFailed, "the LLM returned an empty answer; the answer is extractive"),
+            Err(e) => Report::new("failed")
+                .detail("error", e.to_string())
+                .note(NoteKind::GenerationFailed, format!("generation failed; the answer is extractive: {e}")),
+        };
+        let (text, report) = self.extractive(context, report).await;
+        ((text, AnswerKind::Extractive), report)
+    }
+
+    /// The extractive answer from a non-empty `context`, reported into `report`: its sentences picked by word
+    /// overlap, or with `[pipeline] sentence_scorer = "cross-encoder"` by the cross-encoder's scores against the
+    /// question, every sentence of the context in one call. The trace says what scored them (`sentence_scorer`,
+    /// `sentences`); a cross-encoder that is not loaded (the engine's note says why) or fails (noted) leaves word
+    /// overlap to pick. The cross-encoder's tokens are its own `rerank` event's, not the stage's: they are not the
+    /// LLM's.
+    async fn extractive(&self, context: &[ContextPassage], report: Report) -> (String, Report) {
+        let sentences = answer_sentences(&self.question, context);
+        let report = report.detail("sentences", sentences.len());
+        let overlap = |sentences, report: Report| {
+            (pick_sentences(sentences, None, context.is_empty()), report.detail("sentence_scorer", "overlap"))
+        };
+        // Without a word shared with the question the answer is no-info whatever scores the sentences.
+        if self.engine.config().pipeline.sentence_scorer != SentenceScorer::CrossEncoder || !any_overlap(&sentences) {
+            return overlap(sentences, report);
+        }
+        let cross_encoder = match self.engine.cross_encoder() {
+            Ok(c) => c,
+            Err(e) => return overlap(sentences, report.detail("sentence_scorer_unavailable", e.message())),
+        };
+        let candidates = sentence_candidates(&sentences);
+        match cross_encoder.score(&self.ctx, &self.question, &candidates).await {
+            Ok(scores) if scores.len() == sentences.len() => {
+                let report = report.detail("sentence_scorer", cross_encoder.name());
+                (pick_sentences(sentences, Some(&scores), context.is_empty()), report)
             }
-            Err(e) => {
-                let report = Report::new("failed")
-                    .detail("error", e.to_string())
-                    .note(NoteKind::GenerationFailed, format!("generation failed; the answer is extractive: {e}"));
-                (extractive(), report)
+            outcome => {
+                let why = match outcome {
+                    Err(e) => e.to_string(),
+                    Ok(scores) => format!("{} scores for {} sentences", scores.len(), sentences.len()),
+                };
+                let text = format!("sentence scoring fell back to word overlap: the cross-encoder failed: {why}");
+                overlap(sentences, report.detail("sentence_scorer_error", why).note(NoteKind::SentenceScoring, text))
             }
         }
     }
