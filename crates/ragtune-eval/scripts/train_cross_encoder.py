@@ -6,7 +6,7 @@ docs/adr/0026-reranker-trainer.md). The script:
 
 1. builds a BERT encoder in plain torch from `--init` (`model.safetensors`, `config.json`, `tokenizer.json`), with a
    new scoring head on the pooled [CLS] vector, initialised from `--seed`;
-2. trains it on `--groups` (JSON lines `{"query", "positive", "negatives": [...]}`) with a listwise loss (softmax
+2. trains it (scoring head on the mean of the tokens, as the model was trained to pool) on `--groups` (JSON lines `{"query", "positive", "negatives": [...]}`) with a listwise loss (softmax
    cross-entropy of the positive against its group's negatives), AdamW, linear warm-up and decay;
 3. exports ONNX (inputs `input_ids`, `attention_mask`, `token_type_ids`; output `logits [batch, 1]`), checks it
    against torch with onnxruntime, and quantises it per output channel to int8 like the embedder;
@@ -105,7 +105,6 @@ class CrossEncoder(nn.Module):
             Layer(hidden, config["num_attention_heads"], config["intermediate_size"], eps, dropout)
             for _ in range(config["num_hidden_layers"])
         )
-        self.pooler = nn.Linear(hidden, hidden)
         self.head = nn.Linear(hidden, 1)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
@@ -114,7 +113,10 @@ class CrossEncoder(nn.Module):
         mask = (1.0 - attention_mask[:, None, None, :].to(x.dtype)) * -10000.0
         for layer in self.layers:
             x = layer(x, mask)
-        pooled = torch.tanh(self.pooler(x[:, 0]))
+        # The mean of the tokens, as all-MiniLM-L6-v2 was trained to pool (its [CLS] vector and pooler were not
+        # trained by sentence-transformers, so a head on them starts from a nearly constant input).
+        weights = attention_mask.unsqueeze(-1).to(x.dtype)
+        pooled = (x * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1.0)
         return self.head(self.dropout(pooled))
 
     def load_bert(self, tensors: dict[str, np.ndarray]) -> None:
@@ -124,8 +126,6 @@ class CrossEncoder(nn.Module):
             "types.weight": "embeddings.token_type_embeddings.weight",
             "norm.weight": "embeddings.LayerNorm.weight",
             "norm.bias": "embeddings.LayerNorm.bias",
-            "pooler.weight": "pooler.dense.weight",
-            "pooler.bias": "pooler.dense.bias",
         }
         for i in range(len(self.layers)):
             p = f"encoder.layer.{i}."
@@ -237,6 +237,7 @@ def main() -> None:
     p.add_argument("--max-length", type=int, default=192)
     p.add_argument("--lr", type=float, default=3e-5)
     p.add_argument("--warmup", type=float, default=0.1)
+    p.add_argument("--head-lr-scale", type=float, default=30.0)
     p.add_argument("--dropout", type=float, default=0.1)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--no-quantize", action="store_true")
@@ -268,10 +269,13 @@ def main() -> None:
     order_rng = random.Random(a.seed)
     per_pass = math.ceil(len(groups) / a.queries_per_step)
     steps = a.steps or per_pass
-    decay = [p_ for n, p_ in model.named_parameters() if not (n.endswith("bias") or "norm" in n)]
-    no_decay = [p_ for n, p_ in model.named_parameters() if n.endswith("bias") or "norm" in n]
-    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}],
-                                  lr=a.lr)
+    encoder = [(n, p_) for n, p_ in model.named_parameters() if not n.startswith("head.")]
+    decay = [p_ for n, p_ in encoder if not (n.endswith("bias") or "norm" in n)]
+    no_decay = [p_ for n, p_ in encoder if n.endswith("bias") or "norm" in n]
+    # The new head starts from nothing: it learns at `--head-lr-scale` times the encoder's rate.
+    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0},
+                                   {"params": list(model.head.parameters()), "weight_decay": 0.0,
+                                    "lr": a.lr * a.head_lr_scale}], lr=a.lr)
     warmup = max(1, int(steps * a.warmup))
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: (s + 1) / warmup if s < warmup else max(0.0, (steps - s) / max(1, steps - warmup)))
@@ -313,7 +317,7 @@ def main() -> None:
             provenance = json.load(f)
     provenance.update({
         "recipe": {k: getattr(a, k) for k in ["seed", "queries_per_step", "negatives", "max_length", "lr", "warmup",
-                                              "dropout", "threads"]} | {"steps": steps, "loss": "listwise softmax"},
+                                              "head_lr_scale", "dropout", "threads"]} | {"steps": steps, "loss": "listwise softmax"},
         "groups": {"used": len(groups), "skipped_short": short, "sha256": sha256(a.groups)},
         "init": {name: sha256(os.path.join(a.init, name)) for name in ["model.safetensors", *TOKENIZER_FILES]},
         "loss_curve": curve,

@@ -8,7 +8,8 @@
 //!    [`TrainOptions::negatives`] passages that do not, chosen by a seeded hash among the retrieved ones (hard
 //!    negatives). With passage judgements (`qrels/passages/train.tsv`, e.g. the CMU set) the positive is the best
 //!    retrieved passage that holds a judged one, else the judged passage itself; without them, each relevant
-//!    document gives its best retrieved passage, else its opening words. For the CMU set the questions that QA
+//!    document gives its best retrieved passage, else its opening words; with passage judgements, queries without
+//!    any (yes/no questions) are stepped over. For the CMU set the questions that QA
 //!    evaluations report (the first [`QA_CALIBRATION_FROM`](crate::qa::QA_CALIBRATION_FROM) of the hash order) are
 //!    left out as well.
 //! 2. **Training**: `scripts/train_cross_encoder.py` (embedded in the binary) runs in the trainer's venv
@@ -154,6 +155,8 @@ pub struct MinedDataset {
     pub positives_not_retrieved: usize,
     /// Groups with fewer negatives than asked (the trainer skips them).
     pub short_groups: usize,
+    /// Queries stepped over because the dataset judges passages but not for them.
+    pub without_passage_judgements: usize,
 }
 
 /// A progress event of [`train_reranker`].
@@ -274,7 +277,13 @@ async fn mine_dataset(
         // Positives, and which retrieved passages may not be negatives.
         let mut positives: Vec<(String, bool)> = Vec::new();
         let mut not_negative: HashSet<&str> = HashSet::new();
-        if let Some(g) = gold.as_ref().filter(|g| g.judges(&q.id)) {
+        if let Some(g) = gold.as_ref() {
+            // With passage judgements, a query without any (a yes/no question, say) has no known answering
+            // passage: a relevant article's best passage need not answer it.
+            if !g.judges(&q.id) {
+                report.without_passage_judgements += 1;
+                continue;
+            }
             let credited: Vec<&Candidate> = list.iter().filter(|c| g.credits(&q.id, &c.chunk, &mut locator)).collect();
             not_negative.extend(credited.iter().map(|c| c.chunk.id.as_str()));
             // A passage of a relevant article that holds no judged passage may still answer: not a negative.
