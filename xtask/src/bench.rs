@@ -10,9 +10,16 @@
 //!                                # bm25s) on SciFact, same model file, side by side in one run: indexing,
 //!                                # query embedding, dense/hybrid/BM25 query latency, at defaults and at one thread;
 //!                                # --rounds N: every pair N times, medians
-//! cargo xtask bench answer [--queries N] [--config FILE]
+//! cargo xtask bench compare --reranker DIR [--pairs N] [--rounds N] [--batch-size N] [--max-length N]
+//!                           [--answer-queries N] [--answer-config FILE] [--share F]
+//!                                # ragtune's cross-encoder against Python onnxruntime + tokenizers on the same
+//!                                # model file and SciFact (query, passage) pairs: pairs/s at defaults and at one
+//!                                # thread, the largest score difference; then `ask --no-llm` p50 with the rerank
+//!                                # stage at 30 % of the candidates and without it (`bench/rerank.rs`)
+//! cargo xtask bench answer [--queries N] [--config FILE] [--rerank-model DIR [--rerank-share F]]
 //!                                # `ask --no-llm` with the model loaded over SciFact test queries: fast path
-//!                                # (no correction) and corrected path p50/p99, each stage's share
+//!                                # (no correction) and corrected path p50/p99, each stage's share; with
+//!                                # --rerank-model, with and without the cross-encoder rerank stage side by side
 //! cargo xtask bench scale [--chunks N] [--queries N] [--dir DIR] [--keep] [--reuse]
 //!                                # the embedded store on a synthetic corpus of N chunks (default 1,000,000; real
 //!                                # SciFact word distribution and vectors + noise): build, size, open, memory,
@@ -33,6 +40,8 @@ use ragtune_provision::ModelLayout;
 
 use crate::shell::{self, Shell};
 
+mod rerank;
+
 pub fn run(args: &[String]) -> Result<()> {
     if args.first().is_some_and(|a| a == "embed") {
         return embed(&args[1..]);
@@ -44,6 +53,9 @@ pub fn run(args: &[String]) -> Result<()> {
         return answer(&args[1..]);
     }
     if args.first().is_some_and(|a| a == "compare") {
+        if args.iter().any(|a| a == "--reranker") {
+            return rerank::compare(&args[1..]);
+        }
         return compare(&args[1..]);
     }
     if args.first().is_some_and(|a| a == "store") {
@@ -229,7 +241,7 @@ struct Row {
 /// The median of `values` (the mean of the middle two for an even count); NaN for none. The same definition as
 /// `ragtune_evaluators::metrics::percentile(_, 50.0)` and `benches::median`, which xtask does not build (ADR 0007:
 /// xtask reaches the engine only through its binaries).
-fn median(mut values: Vec<f64>) -> f64 {
+pub(crate) fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
     match values.len() {
         0 => f64::NAN,
@@ -378,7 +390,7 @@ fn store(args: &[String]) -> Result<()> {
 }
 
 /// Runs a command and parses the last line of its stdout as JSON.
-fn json_line(cmd: &mut std::process::Command) -> Result<serde_json::Value> {
+pub(crate) fn json_line(cmd: &mut std::process::Command) -> Result<serde_json::Value> {
     println!("$ {}", shell::display(cmd));
     let out = cmd.output().with_context(|| format!("cannot run `{}`", shell::display(cmd)))?;
     if !out.status.success() {
@@ -392,7 +404,7 @@ fn json_line(cmd: &mut std::process::Command) -> Result<serde_json::Value> {
 
 /// Waits until the one-minute load average is at most `below` (a build or an earlier run has faded), for at most
 /// `max`; says how long it waited and what the load was then.
-fn settle(below: f64, max: std::time::Duration) {
+pub(crate) fn settle(below: f64, max: std::time::Duration) {
     let one_minute = || {
         std::fs::read_to_string("/proc/loadavg")
             .ok()
@@ -408,7 +420,7 @@ fn settle(below: f64, max: std::time::Duration) {
     }
 }
 
-fn load() -> String {
+pub(crate) fn load() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .map_or_else(|_| "unknown".into(), |s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
 }
