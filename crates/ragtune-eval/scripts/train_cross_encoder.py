@@ -93,8 +93,10 @@ class Layer(nn.Module):
 
 
 class CrossEncoder(nn.Module):
-    def __init__(self, config: dict, dropout: float) -> None:
+    def __init__(self, config: dict, dropout: float, cosine: bool = False) -> None:
         super().__init__()
+        self.cosine = cosine
+        self.scale = nn.Parameter(torch.tensor(20.0))
         hidden, eps = config["hidden_size"], config.get("layer_norm_eps", 1e-12)
         self.words = nn.Embedding(config["vocab_size"], hidden)
         self.positions = nn.Embedding(config["max_position_embeddings"], hidden)
@@ -117,7 +119,16 @@ class CrossEncoder(nn.Module):
         # trained by sentence-transformers, so a head on them starts from a nearly constant input).
         weights = attention_mask.unsqueeze(-1).to(x.dtype)
         pooled = (x * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1.0)
-        return self.head(self.dropout(pooled))
+        if not self.cosine:
+            return self.head(self.dropout(pooled))
+        # The cosine of the query's and the passage's token means, as the bi-encoder scores them apart: the model
+        # starts as a ranker (its retrieval quality) instead of from a random head, and the head learns the rest.
+        second = (token_type_ids.unsqueeze(-1).to(x.dtype)) * weights
+        first = weights - second
+        a = (x * first).sum(dim=1) / first.sum(dim=1).clamp(min=1.0)
+        b = (x * second).sum(dim=1) / second.sum(dim=1).clamp(min=1.0)
+        cos = nn.functional.cosine_similarity(a, b, dim=-1).unsqueeze(-1)
+        return self.scale * cos + self.head(self.dropout(pooled))
 
     def load_bert(self, tensors: dict[str, np.ndarray]) -> None:
         names = {
@@ -238,6 +249,8 @@ def main() -> None:
     p.add_argument("--lr", type=float, default=3e-5)
     p.add_argument("--warmup", type=float, default=0.1)
     p.add_argument("--head-lr-scale", type=float, default=30.0)
+    p.add_argument("--score", choices=["cosine", "head"], default="cosine",
+                   help="cosine: the segments' cosine (scaled) plus a head on the mean; head: a head on the mean only")
     p.add_argument("--dropout", type=float, default=0.1)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--no-quantize", action="store_true")
@@ -260,22 +273,24 @@ def main() -> None:
     tokenizer = Tokenizer.from_file(os.path.join(a.init, "tokenizer.json"))
     tokenizer.enable_truncation(max_length=a.max_length, strategy="longest_first")
     tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
-    model = CrossEncoder(config, a.dropout)
+    model = CrossEncoder(config, a.dropout, cosine=a.score == "cosine")
     model.load_bert(read_safetensors(os.path.join(a.init, "model.safetensors")))
     with torch.no_grad():
-        nn.init.normal_(model.head.weight, std=0.02)
+        # With the cosine score the model starts as the cosine alone; the head grows from zero.
+        nn.init.normal_(model.head.weight, std=0.0 if model.cosine else 0.02)
         nn.init.zeros_(model.head.bias)
 
     order_rng = random.Random(a.seed)
     per_pass = math.ceil(len(groups) / a.queries_per_step)
     steps = a.steps or per_pass
-    encoder = [(n, p_) for n, p_ in model.named_parameters() if not n.startswith("head.")]
+    encoder = [(n, p_) for n, p_ in model.named_parameters() if not n.startswith("head.") and n != "scale"]
     decay = [p_ for n, p_ in encoder if not (n.endswith("bias") or "norm" in n)]
     no_decay = [p_ for n, p_ in encoder if n.endswith("bias") or "norm" in n]
     # The new head starts from nothing: it learns at `--head-lr-scale` times the encoder's rate.
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0},
                                    {"params": list(model.head.parameters()), "weight_decay": 0.0,
-                                    "lr": a.lr * a.head_lr_scale}], lr=a.lr)
+                                    "lr": a.lr * a.head_lr_scale},
+                                   {"params": [model.scale], "weight_decay": 0.0, "lr": a.lr * a.head_lr_scale}], lr=a.lr)
     warmup = max(1, int(steps * a.warmup))
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: (s + 1) / warmup if s < warmup else max(0.0, (steps - s) / max(1, steps - warmup)))
@@ -317,7 +332,7 @@ def main() -> None:
             provenance = json.load(f)
     provenance.update({
         "recipe": {k: getattr(a, k) for k in ["seed", "queries_per_step", "negatives", "max_length", "lr", "warmup",
-                                              "head_lr_scale", "dropout", "threads"]} | {"steps": steps, "loss": "listwise softmax"},
+                                              "head_lr_scale", "score", "dropout", "threads"]} | {"steps": steps, "loss": "listwise softmax"},
         "groups": {"used": len(groups), "skipped_short": short, "sha256": sha256(a.groups)},
         "init": {name: sha256(os.path.join(a.init, name)) for name in ["model.safetensors", *TOKENIZER_FILES]},
         "loss_curve": curve,
