@@ -112,6 +112,10 @@ struct RetrievalRerankArgs {
     /// Passages reranked per query with --rerank (default: 100, or every passage retrieved when fewer).
     #[arg(long, value_name = "N", requires = "rerank")]
     rerank_depth: Option<usize>,
+    /// With --rerank: order the reranked passages by (1 − W)·z(reranker) + W·z(retrieval), each score
+    /// standardised over them (0: the reranker alone). Fit W on a train split.
+    #[arg(long, value_name = "W", default_value_t = 0.0, requires = "rerank")]
+    rerank_retrieval_weight: f32,
 }
 
 /// The reranker's model.
@@ -362,6 +366,7 @@ impl LegacyArgs {
                 rerank: None,
                 model: RerankModelArgs { rerank_model: None },
                 rerank_depth: None,
+                rerank_retrieval_weight: 0.0,
             };
             (EvalKind::Retrieval(args), "ragtune eval retrieval --dataset DIR")
         })
@@ -381,8 +386,13 @@ pub async fn run(config: Option<&Path>, args: EvalArgs) -> anyhow::Result<()> {
         }
     };
     match kind {
-        EvalKind::Retrieval(RetrievalRerankArgs { beir, rerank, model, rerank_depth }) => {
-            let reranking = rerank.map(|kind| Reranking::Full { kind, model, depth: rerank_depth });
+        EvalKind::Retrieval(RetrievalRerankArgs { beir, rerank, model, rerank_depth, rerank_retrieval_weight }) => {
+            let reranking = rerank.map(|kind| Reranking::Full {
+                kind,
+                model,
+                depth: rerank_depth,
+                retrieval_weight: rerank_retrieval_weight,
+            });
             retrieval(config, beir, reranking).await
         }
         EvalKind::Rerank(RerankArgs { beir, reranker, model, budget }) => {
@@ -423,7 +433,7 @@ pub async fn run(config: Option<&Path>, args: EvalArgs) -> anyhow::Result<()> {
 /// What `eval retrieval --rerank` and `eval rerank` ask of a reranker.
 enum Reranking {
     /// `eval retrieval --rerank`: the top `depth` passages reranked fully.
-    Full { kind: RerankerKind, model: RerankModelArgs, depth: Option<usize> },
+    Full { kind: RerankerKind, model: RerankModelArgs, depth: Option<usize>, retrieval_weight: f32 },
     /// `eval rerank`: the controller's budget sweep.
     Budgets { kind: RerankerKind, model: RerankModelArgs, budget: RerankBudgetArgs },
 }
@@ -493,10 +503,11 @@ fn beir_options(
     opts.chunker.chunker().validate().map_err(|e| e.context("--chunk-size/--chunk-overlap ([chunking])"))?;
     opts.doc_score = beir.doc_score;
     match rerank {
-        Some(Reranking::Full { kind, model, depth }) => {
+        Some(Reranking::Full { kind, model, depth, retrieval_weight }) => {
             // Asked for nothing, rerank 100 passages, or all of them when fewer are retrieved.
             let depth = depth.unwrap_or_else(|| opts.passage_depth().min(100));
-            opts.full_rerank = Some(FullRerank { reranker: model.reranker(kind, &cfg.rerank), depth });
+            opts.full_rerank =
+                Some(FullRerank { reranker: model.reranker(kind, &cfg.rerank), depth, retrieval_weight });
         }
         Some(Reranking::Budgets { kind, model, budget }) => {
             opts.rerank = Some(RerankEvalOptions {

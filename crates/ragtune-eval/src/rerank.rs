@@ -118,10 +118,17 @@ pub struct FullRerank {
     pub reranker: EvalReranker,
     /// Passages reranked per query (from the top of the retrieved list).
     pub depth: usize,
+    /// The weight of the retrieval score in the reranked head's order (0: the reranker's scores alone); see
+    /// [`rerank_head`].
+    pub retrieval_weight: f32,
 }
 
 /// The first `depth` passages of `list` scored by `reranker` and ordered by those scores (ties keep the
 /// retrieval order), and the passages below the depth, unchanged.
+///
+/// With `retrieval_weight` w > 0 the head is ordered by `(1 − w)·z(reranker) + w·z(retrieval)`, each score
+/// standardised over the head (mean 0, deviation 1; a constant list counts 0): the reranker refines retrieval
+/// instead of replacing it. The fused value becomes the candidates' score.
 ///
 /// # Errors
 /// The reranker's.
@@ -131,6 +138,7 @@ pub async fn rerank_head(
     query: &str,
     mut list: Vec<Candidate>,
     depth: usize,
+    retrieval_weight: f32,
 ) -> Result<(Vec<Candidate>, Vec<Candidate>)> {
     let tail = list.split_off(depth.min(list.len()));
     let scores = if list.is_empty() { Vec::new() } else { reranker.score(ctx, query, &list).await? };
@@ -142,6 +150,13 @@ pub async fn rerank_head(
             list.len()
         )));
     }
+    let scores = if retrieval_weight > 0.0 {
+        let retrieval: Vec<f32> = list.iter().map(|c| c.score).collect();
+        let (z_model, z_retrieval) = (standardised(&scores), standardised(&retrieval));
+        z_model.iter().zip(&z_retrieval).map(|(m, r)| (1.0 - retrieval_weight) * m + retrieval_weight * r).collect()
+    } else {
+        scores
+    };
     let mut head: Vec<(usize, Candidate)> = list
         .into_iter()
         .zip(scores)
@@ -153,6 +168,14 @@ pub async fn rerank_head(
         .collect();
     head.sort_by(|a, b| b.1.score.total_cmp(&a.1.score).then(a.0.cmp(&b.0)));
     Ok((head.into_iter().map(|(_, c)| c).collect(), tail))
+}
+
+/// `values` standardised: minus their mean, over their standard deviation (all 0 when it is 0).
+fn standardised(values: &[f32]) -> Vec<f32> {
+    let n = values.len().max(1) as f32;
+    let mean = values.iter().sum::<f32>() / n;
+    let sd = (values.iter().map(|v| (v - mean).powi(2)).sum::<f32>() / n).sqrt();
+    values.iter().map(|v| if sd > 0.0 { (v - mean) / sd } else { 0.0 }).collect()
 }
 
 /// What to evaluate.
@@ -421,7 +444,7 @@ mod tests {
             .map(|t| Candidate::from_hit(ScoredHit { chunk: Chunk::new(*t, *t, *t), score: 1.0 }, "bm25", 1))
             .collect();
         let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
-        let (head, tail) = rt.block_on(rerank_head(&reranker, &Ctx::new(), "q", list, depth)).unwrap();
+        let (head, tail) = rt.block_on(rerank_head(&reranker, &Ctx::new(), "q", list, depth, 0.0)).unwrap();
         let ids = |l: &[Candidate]| l.iter().map(|c| c.chunk.id.clone()).collect::<Vec<_>>().join(" ");
         assert_eq!(format!("{} | {}", ids(&head), ids(&tail)), expect);
         assert!(reranker.calls() <= 1, "one call for the whole head");
@@ -434,5 +457,31 @@ mod tests {
         check_head(&["a", "b", "c"], &[], 3, "a b c | ");
         check_head(&["a", "b"], &[("b", 1.0)], 10, "b a | ");
         check_head(&[], &[], 3, " | ");
+    }
+
+    #[test]
+    fn a_retrieval_weight_blends_the_standardised_scores() {
+        use ragtune::core::{Chunk, ScoredHit};
+        // Retrieval says a > b > c; the reranker says c > b > a, by little between b and c.
+        let reranker = ragtune_testkit::fakes::ScriptedReranker::new()
+            .with_default(0.0)
+            .with_score("a", 0.0)
+            .with_score("b", 1.0)
+            .with_score("c", 1.2);
+        let list = || -> Vec<Candidate> {
+            [("a", 3.0), ("b", 2.0), ("c", 1.0)]
+                .iter()
+                .map(|(t, s)| Candidate::from_hit(ScoredHit { chunk: Chunk::new(*t, *t, *t), score: *s }, "bm25", 1))
+                .collect()
+        };
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let order = |w: f32| {
+            let (head, _) = rt.block_on(rerank_head(&reranker, &Ctx::new(), "q", list(), 3, w)).unwrap();
+            head.iter().map(|c| c.chunk.id.clone()).collect::<Vec<_>>().join(" ")
+        };
+        assert_eq!(order(0.0), "c b a");
+        assert_eq!(order(0.5), "b a c", "b, second by both, leads the blend; a and c come close");
+        assert_eq!(order(1.0), "a b c");
+        assert_eq!(standardised(&[2.0, 2.0]), vec![0.0, 0.0], "a constant list counts 0");
     }
 }

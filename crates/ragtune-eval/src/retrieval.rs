@@ -374,6 +374,10 @@ pub async fn run_eval(opts: &EvalOptions, log: &mut dyn FnMut(&str)) -> Result<E
     let build = |r: &crate::rerank::EvalReranker| r.build(llm.as_ref(), &opts.llm, &opts.embedding);
     let budget_reranker = opts.rerank.as_ref().map(|r| build(&r.reranker)).transpose()?;
     let full_reranker = opts.full_rerank.as_ref().map(|f| build(&f.reranker).map(|b| (b, f.depth))).transpose()?;
+    let retrieval_weight = opts.full_rerank.as_ref().map_or(0.0, |f| f.retrieval_weight);
+    if !(0.0..=1.0).contains(&retrieval_weight) {
+        return Err(Error::invalid_input(format!("--rerank-retrieval-weight {retrieval_weight} is outside [0, 1]")));
+    }
     let data = ragtune::ingest::load_beir(&opts.dataset, &opts.split)?;
     let gold_passages = crate::passages::load_passage_qrels(&opts.dataset, &opts.split)?;
     let name = dataset_name(&opts.dataset);
@@ -422,6 +426,10 @@ pub async fn run_eval(opts: &EvalOptions, log: &mut dyn FnMut(&str)) -> Result<E
     if let Some(((_, described), depth)) = &full_reranker {
         config["rerank"] = described.clone();
         config["rerank"]["depth"] = (*depth).into();
+        // Only when set, so that reports of the reranker alone compare with those made before it existed.
+        if retrieval_weight > 0.0 {
+            config["rerank"]["retrieval_weight"] = retrieval_weight.into();
+        }
     }
     if let Some(e) = &embedder {
         // Threads and batch size change speed, not results: they stay out of the config that baselines compare.
@@ -483,9 +491,10 @@ pub async fn run_eval(opts: &EvalOptions, log: &mut dyn FnMut(&str)) -> Result<E
             (Ok(mut lists), Some(((reranker, _), depth))) => {
                 let list = lists.pop().unwrap_or_default();
                 let pool = opts.rerank.as_ref().map(|r| list.iter().take(r.pool).cloned().collect::<Vec<_>>());
-                let (head, tail) = crate::rerank::rerank_head(reranker.as_ref(), &ctx, &q.text, list, *depth)
-                    .await
-                    .map_err(|e| e.context(format!("reranking query {}", q.id)))?;
+                let (head, tail) =
+                    crate::rerank::rerank_head(reranker.as_ref(), &ctx, &q.text, list, *depth, retrieval_weight)
+                        .await
+                        .map_err(|e| e.context(format!("reranking query {}", q.id)))?;
                 Ok((head, tail, pool))
             }
             (Ok(mut lists), None) => Ok((lists.pop().unwrap_or_default(), Vec::new(), None)),
@@ -922,12 +931,13 @@ mod tests {
         // A full rerank likewise: its model, then its depth.
         opts.rerank = None;
         opts.top_k = 10;
-        opts.full_rerank = Some(crate::rerank::FullRerank { reranker: cross_encoder, depth: 5 });
+        opts.full_rerank = Some(crate::rerank::FullRerank { reranker: cross_encoder, depth: 5, retrieval_weight: 0.0 });
         let err = run_eval(&opts, &mut |_| {}).await.unwrap_err();
         assert!(err.to_string().contains("--rerank-model DIR"), "{err}");
         let model = Some("/nonexistent/cross-encoder".to_owned());
         let reranker = crate::rerank::EvalReranker::new(RerankerKind::CrossEncoder, model);
-        opts.full_rerank = Some(crate::rerank::FullRerank { reranker: reranker.clone(), depth: 31 });
+        opts.full_rerank =
+            Some(crate::rerank::FullRerank { reranker: reranker.clone(), depth: 31, retrieval_weight: 0.0 });
         let err = run_eval(&opts, &mut |_| {}).await.unwrap_err();
         assert_eq!(
             err.to_string(),
@@ -936,7 +946,7 @@ mod tests {
         );
         // A model that does not load ends the run before anything is indexed, and no LLM was asked for.
         opts.llm.url = String::new();
-        opts.full_rerank = Some(crate::rerank::FullRerank { reranker, depth: 30 });
+        opts.full_rerank = Some(crate::rerank::FullRerank { reranker, depth: 30, retrieval_weight: 0.0 });
         let err = run_eval(&opts, &mut |_| {}).await.unwrap_err();
         assert!(err.to_string().contains("/nonexistent/cross-encoder"), "{err}");
         assert!(!opts.cache_dir.exists(), "nothing was indexed or retrieved");
