@@ -1190,12 +1190,13 @@ impl Reranker for CrossEncoderReranker {
     }
 
     fn cost_model(&self) -> CostModel {
-        // `ms_per_doc` is a placeholder of the right order for a MiniLM-size model on one CPU thread, not a
-        // measurement: the cross-encoder speed bench of issue 43 measures the time per pair and replaces it. The
-        // controller reads it only to fit a batch before a deadline. Tokens are bounded by truncation, so
-        // `max_length` per pair is an upper bound the reported count never passes.
+        // `ms_per_doc`: measured with `cargo xtask bench compare --reranker` on a MiniLM-L6 cross-encoder (int8,
+        // one intra-op thread, SciFact pairs of 178 tokens on average): 16.9 pairs/s on a busy 2-core machine, so
+        // about 60 ms per pair (docs/experiments/2026-11-29-reranker.md). The controller reads it only to fit a
+        // batch before a deadline. Tokens are bounded by truncation, so `max_length` per pair is an upper bound the
+        // reported count never passes.
         let tokens = u64::try_from(self.config.max_length).unwrap_or(u64::MAX);
-        CostModel { per_call: Cost::new(0, 0, 1), per_doc: Cost::new(tokens, 1, 0), ms_per_doc: 30.0 }
+        CostModel { per_call: Cost::new(0, 0, 1), per_doc: Cost::new(tokens, 1, 0), ms_per_doc: 60.0 }
     }
 
     async fn score(&self, ctx: &Ctx, query: &str, candidates: &[Candidate]) -> Result<Vec<f32>> {
