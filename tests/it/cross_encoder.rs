@@ -182,7 +182,7 @@ async fn eval_retrieval_reports_the_run_the_cross_encoder_reranked_and_names_the
 
     let mut reranker = EvalReranker::new(RerankerKind::CrossEncoder, Some(tiny_cross_encoder().display().to_string()));
     reranker.score_cache = dir.path().join("scores");
-    opts.full_rerank = Some(FullRerank { reranker, depth: 2 });
+    opts.full_rerank = Some(FullRerank { reranker, depth: 2, retrieval_weight: 0.0 });
     let report = run_eval(&opts, &mut |_| {}).await.unwrap();
     assert_eq!(report.queries, 2);
     assert_eq!(report.cost.llm_calls, 0);
