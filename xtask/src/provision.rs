@@ -95,7 +95,12 @@ fn ensure_trainer(shell: &Shell) -> Result<()> {
     let started = Instant::now();
     // OpenBLAS is checked on its own: without it Debian's torch still imports but multiplies 20 times slower.
     let openblas = Path::new("/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3").is_file();
-    if trainer::torch_info(Path::new(trainer::SYSTEM_PYTHON)).is_err() || !openblas {
+    // The venv module is checked too: Debian splits it from the interpreter.
+    let venv = std::process::Command::new(trainer::SYSTEM_PYTHON)
+        .args(["-c", "import ensurepip, venv"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if trainer::torch_info(Path::new(trainer::SYSTEM_PYTHON)).is_err() || !openblas || !venv {
         println!("trainer: installing Debian's {} with apt-get", trainer::DEBIAN_PACKAGES.join(" "));
         shell::run(shell.cmd("apt-get").args(["update", "-qq"]))
             .context("apt-get update failed (the reranker trainer needs Debian's python3-torch; run as root)")?;
@@ -106,7 +111,7 @@ fn ensure_trainer(shell: &Shell) -> Result<()> {
                 .args(trainer::DEBIAN_PACKAGES)
                 .env("DEBIAN_FRONTEND", "noninteractive"),
         )
-        .context("apt-get install python3-torch libopenblas0-pthread failed")?;
+        .with_context(|| format!("apt-get install {} failed", trainer::DEBIAN_PACKAGES.join(" ")))?;
     }
     let home = ragtune_provision::ragtune_home();
     let python = trainer::trainer_python(&home, &mut |m| println!("trainer: {m}"))?;

@@ -19,9 +19,9 @@ use ragtune_core::{Error, Result};
 /// The interpreter whose site packages hold Debian's `python3-torch`.
 pub const SYSTEM_PYTHON: &str = "/usr/bin/python3";
 
-/// The Debian packages the trainer needs: PyTorch (CPU) and an optimised BLAS (without it Debian's torch multiplies
-/// with the reference BLAS, about 20 times slower).
-pub const DEBIAN_PACKAGES: [&str; 2] = ["python3-torch", "libopenblas0-pthread"];
+/// The Debian packages the trainer needs: PyTorch (CPU), an optimised BLAS (without it Debian's torch multiplies
+/// with the reference BLAS, about 20 times slower) and the venv module of the system interpreter.
+pub const DEBIAN_PACKAGES: [&str; 3] = ["python3-torch", "libopenblas0-pthread", "python3-venv"];
 
 /// The venv's packages, pinned: NumPy 1.x (Debian's torch 1.13 is built against it), the tokenizer, ONNX Runtime
 /// (the same version the engine loads) and onnx for the export's int8 quantisation.
@@ -115,6 +115,6 @@ mod tests {
     fn a_python_without_torch_is_unavailable_with_the_packages_to_install() {
         let err = torch_info(Path::new("/nonexistent/python3")).unwrap_err();
         assert_eq!(err.kind(), ragtune_core::ErrorKind::Unavailable);
-        assert!(err.to_string().contains("python3-torch libopenblas0-pthread"), "{err}");
+        assert!(err.to_string().contains("python3-torch libopenblas0-pthread python3-venv"), "{err}");
     }
 }
