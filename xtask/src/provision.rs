@@ -70,6 +70,15 @@ pub fn provision(shell: &mut Shell) -> Result<()> {
     crate::models::provision_models()?;
     // The reranker trainer: Debian's CPU PyTorch and its venv, so the training test runs for real in CI.
     ensure_trainer(shell)?;
+    // curl: python/tests/test_docs.py runs the curl examples of docs/openai.md.
+    if std::process::Command::new("curl").arg("--version").output().is_err() {
+        println!("curl: installing Debian's curl with apt-get");
+        shell::run(shell.cmd("apt-get").args(["update", "-qq"])).context("apt-get update failed")?;
+        shell::run(
+            shell.cmd("apt-get").args(["install", "-y", "-qq", "curl"]).env("DEBIAN_FRONTEND", "noninteractive"),
+        )
+        .context("apt-get install curl failed (the docs' curl examples are tested)")?;
+    }
     // The local LLM: the engine and the small model CI serves. `ci` starts the server just before the tests, so
     // that downloads happen here, up front, and the server runs no longer than the tests need it.
     let ci_model = crate::llm::model(crate::llm::CI_MODEL)?;
