@@ -255,30 +255,44 @@ fn figure(v: &serde_json::Value, key: &str, pick: Option<&str>) -> f64 {
     pick.map_or(&v[key], |p| &v[key][p]).as_f64().unwrap_or(f64::NAN)
 }
 
+/// Prints one figure of a side-by-side comparison: each side's median over the rounds (`rounds` holds (ragtune, peer)
+/// per round), the ratio of the medians (`rust_over_peer`: ragtune / peer, a throughput; else peer / ragtune, a
+/// latency; above 1 means ragtune is faster), and the range of the per-round ratios when there are several rounds.
+/// Throughputs print as `/s`, latencies as ms with `ms_decimals` decimals.
+pub(crate) fn print_ratio_line(
+    label: &str,
+    rounds: &[(f64, f64)],
+    throughput: bool,
+    ms_decimals: usize,
+    rust_over_peer: bool,
+) {
+    let r = median(rounds.iter().map(|(r, _)| *r).collect());
+    let p = median(rounds.iter().map(|(_, p)| *p).collect());
+    let ratio = |r: f64, p: f64| if rust_over_peer { r / p } else { p / r };
+    let per_round: Vec<f64> = rounds.iter().map(|(r, p)| ratio(*r, *p)).collect();
+    let range = if per_round.len() > 1 {
+        let lo = per_round.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = per_round.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        format!(" [{lo:.2}–{hi:.2}]")
+    } else {
+        String::new()
+    };
+    let (rs, ps) = if throughput {
+        (format!("{r:>10.1}/s"), format!("{p:>10.1}/s"))
+    } else {
+        (format!("{r:>10.ms_decimals$}ms"), format!("{p:>10.ms_decimals$}ms"))
+    };
+    println!("  {label:<30} {rs} {ps} {:>8.2}{range}", ratio(r, p));
+}
+
 /// Prints one setting: every figure's median over the rounds, and the per-round ratios' range when there are rounds.
 fn print_row(setting: &str, row: &Row) {
     println!("\n{setting}  (load average before {}, after {})", row.before, row.after);
     println!("  {:<30} {:>12} {:>12} {:>8}", "", "ragtune", "peer", "ratio");
-    // The ratio of the two sides' medians over the rounds, and the range of the per-round ratios
-    // (`rust_over_peer`: a throughput, else a latency).
     let line = |label: &str, unit: &str, rk: &str, pk: &str, pick: Option<&str>, rust_over_peer: bool| {
-        let r = median(row.pairs.iter().map(|(r, _)| figure(r, rk, pick)).collect());
-        let p = median(row.pairs.iter().map(|(_, p)| figure(p, pk, pick)).collect());
-        let ratio = |r: f64, p: f64| if rust_over_peer { r / p } else { p / r };
-        let per_round: Vec<f64> =
-            row.pairs.iter().map(|(rv, pv)| ratio(figure(rv, rk, pick), figure(pv, pk, pick))).collect();
-        let range = if per_round.len() > 1 {
-            let lo = per_round.iter().copied().fold(f64::INFINITY, f64::min);
-            let hi = per_round.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-            format!(" [{lo:.2}–{hi:.2}]")
-        } else {
-            String::new()
-        };
-        let (rs, ps) = match unit {
-            "/s" => (format!("{r:>10.1}/s"), format!("{p:>10.1}/s")),
-            _ => (format!("{r:>10.3}ms"), format!("{p:>10.3}ms")),
-        };
-        println!("  {label:<30} {rs} {ps} {:>8.2}{range}", ratio(r, p));
+        let rounds: Vec<(f64, f64)> =
+            row.pairs.iter().map(|(r, p)| (figure(r, rk, pick), figure(p, pk, pick))).collect();
+        print_ratio_line(label, &rounds, unit == "/s", 3, rust_over_peer);
     };
     line("indexing (dense + BM25)", "/s", "index_docs_per_second", "index_docs_per_second", None, true);
     for (label, rk, pk) in [

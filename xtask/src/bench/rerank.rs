@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 
-use super::{json_line, load, median, settle};
+use super::{figure, json_line, load, median, settle};
 use crate::shell::{self, Shell};
 
 /// The options of the cross-encoder comparison.
@@ -243,28 +243,10 @@ fn print_row(row: &Row) {
     };
     println!("\n{setting}  (load average before {}, after {})", row.before, row.after);
     println!("  {:<30} {:>12} {:>12} {:>8}", "", "ragtune", "peer", "ratio");
-    let figure = |v: &serde_json::Value, key: &str, pick: Option<&str>| {
-        pick.map_or(&v[key], |p| &v[key][p]).as_f64().unwrap_or(f64::NAN)
-    };
     let line = |label: &str, key: &str, pick: Option<&str>, throughput: bool| {
-        let r = median(row.runs.iter().map(|x| figure(&x.ragtune, key, pick)).collect());
-        let p = median(row.runs.iter().map(|x| figure(&x.peer, key, pick)).collect());
-        let ratio = |r: f64, p: f64| if throughput { r / p } else { p / r };
-        let per_round: Vec<f64> =
-            row.runs.iter().map(|x| ratio(figure(&x.ragtune, key, pick), figure(&x.peer, key, pick))).collect();
-        let range = if per_round.len() > 1 {
-            let lo = per_round.iter().copied().fold(f64::INFINITY, f64::min);
-            let hi = per_round.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-            format!(" [{lo:.2}–{hi:.2}]")
-        } else {
-            String::new()
-        };
-        let (rs, ps) = if throughput {
-            (format!("{r:>10.1}/s"), format!("{p:>10.1}/s"))
-        } else {
-            (format!("{r:>10.2}ms"), format!("{p:>10.2}ms"))
-        };
-        println!("  {label:<30} {rs} {ps} {:>8.2}{range}", ratio(r, p));
+        let rounds: Vec<(f64, f64)> =
+            row.runs.iter().map(|x| (figure(&x.ragtune, key, pick), figure(&x.peer, key, pick))).collect();
+        super::print_ratio_line(label, &rounds, throughput, 2, throughput);
     };
     line("pairs scored", "pairs_per_second", None, true);
     line("one query's passages p50", "query_ms", Some("p50"), false);
