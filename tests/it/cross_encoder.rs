@@ -120,20 +120,32 @@ async fn a_cross_encoder_that_does_not_load_is_an_engine_note_and_questions_stil
     }
 }
 
+/// Evaluation options on the tiny BEIR set written under `dir` (cache beside it, top 10, no LLM).
+fn tiny_eval(dir: &Path) -> EvalOptions {
+    let data = dir.join("tiny");
+    tiny_beir(&data);
+    let mut opts = EvalOptions::new(&data);
+    opts.cache_dir = dir.join("cache");
+    opts.top_k = 10;
+    opts.llm.url = String::new();
+    opts
+}
+
+/// The tiny cross-encoder as the evaluations' reranker, its scores cached under `dir/scores`.
+fn tiny_eval_reranker(dir: &Path) -> EvalReranker {
+    let mut reranker = EvalReranker::new(RerankerKind::CrossEncoder, Some(tiny_cross_encoder().display().to_string()));
+    reranker.score_cache = dir.join("scores");
+    reranker
+}
+
 #[tokio::test]
 async fn eval_rerank_sweeps_budgets_with_the_cross_encoder_and_no_llm() {
     if !crate::onnx_runtime_provisioned() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("tiny");
-    tiny_beir(&data);
-    let mut opts = EvalOptions::new(&data);
-    opts.cache_dir = dir.path().join("cache");
-    opts.top_k = 10;
-    opts.llm.url = String::new();
-    let mut reranker = EvalReranker::new(RerankerKind::CrossEncoder, Some(tiny_cross_encoder().display().to_string()));
-    reranker.score_cache = dir.path().join("scores");
+    let mut opts = tiny_eval(dir.path());
+    let reranker = tiny_eval_reranker(dir.path());
     opts.rerank = Some(RerankEvalOptions {
         reranker,
         pool: 3,
@@ -171,17 +183,11 @@ async fn eval_retrieval_reports_the_run_the_cross_encoder_reranked_and_names_the
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("tiny");
-    tiny_beir(&data);
-    let mut opts = EvalOptions::new(&data);
-    opts.cache_dir = dir.path().join("cache");
-    opts.top_k = 10;
-    opts.llm.url = String::new();
+    let mut opts = tiny_eval(dir.path());
     let plain = run_eval(&opts, &mut |_| {}).await.unwrap();
     assert!(plain.config.get("rerank").is_none(), "a report without a rerank keeps its baseline's config");
 
-    let mut reranker = EvalReranker::new(RerankerKind::CrossEncoder, Some(tiny_cross_encoder().display().to_string()));
-    reranker.score_cache = dir.path().join("scores");
+    let reranker = tiny_eval_reranker(dir.path());
     opts.full_rerank = Some(FullRerank { reranker, depth: 2, retrieval_weight: 0.0 });
     let report = run_eval(&opts, &mut |_| {}).await.unwrap();
     assert_eq!(report.queries, 2);
