@@ -91,7 +91,8 @@ pub async fn run(config: Option<&Path>, args: TrainArgs) -> anyhow::Result<()> {
     let mut bar: Option<ProgressBar> = None;
     let terminal = std::io::stderr().is_terminal();
     let mut last_line = 0u64;
-    let report = ragtune_eval::train_reranker(&opts, &mut |event| match event {
+    // Training waits on the trainer's process (and reads its progress) for tens of minutes: off the async workers.
+    let mut on_event = |event| match event {
         TrainEvent::Log(m) => match &bar {
             Some(b) => b.println(m),
             None => eprintln!("{m}"),
@@ -126,8 +127,10 @@ pub async fn run(config: Option<&Path>, args: TrainArgs) -> anyhow::Result<()> {
             }
             eprintln!("exporting ONNX and quantising to int8");
         }
-    })
-    .await?;
+    };
+    let report = tokio::task::block_in_place(|| {
+        tokio::runtime::Handle::current().block_on(ragtune_eval::train_reranker(&opts, &mut on_event))
+    })?;
     if let Some(b) = bar.take() {
         b.finish_and_clear();
     }
