@@ -434,6 +434,37 @@ pub trait Llm: Send + Sync + Debug {
     /// ([`Transient`](crate::ErrorKind::Transient)), malformed or truncated structured output
     /// ([`MalformedOutput`](crate::ErrorKind::MalformedOutput), whose message holds the start of the raw text).
     async fn generate(&self, ctx: &Ctx, requests: &[LlmRequest]) -> Result<Vec<LlmResponse>>;
+
+    /// Runs one request and hands the generated text to `on_token` piece by piece as it is generated, then
+    /// returns the whole response, as [`generate`](Self::generate) would.
+    ///
+    /// The pieces concatenate to the generated text: for a request without a JSON schema that is the response's
+    /// `text`; with one, the response's `text` is the checked JSON document and the pieces are the raw output it
+    /// was read from. `on_token` is called on the task that awaits the call and must not block.
+    ///
+    /// The default runs [`generate`](Self::generate) and hands over the whole text once (nothing when it is
+    /// empty), so every implementation streams, if only in one piece; an implementation over a streaming API
+    /// (`ragtune_llm::OpenAiClient`) overrides it. A transient failure is retried only before the first piece,
+    /// since pieces already handed over cannot be taken back; after it, a failure is returned with what was lost.
+    ///
+    /// Cost model: as one request of [`generate`](Self::generate).
+    ///
+    /// # Errors
+    /// As [`generate`](Self::generate), and a stream that breaks or carries a malformed chunk
+    /// ([`Transient`](crate::ErrorKind::Transient), [`Permanent`](crate::ErrorKind::Permanent)).
+    async fn generate_stream(
+        &self,
+        ctx: &Ctx,
+        request: &LlmRequest,
+        on_token: &mut (dyn for<'t> FnMut(&'t str) + Send),
+    ) -> Result<LlmResponse> {
+        let mut out = self.generate(ctx, std::slice::from_ref(request)).await?;
+        let response = out.pop().ok_or_else(|| crate::Error::permanent("the LLM returned no response"))?;
+        if !response.text.is_empty() {
+            on_token(&response.text);
+        }
+        Ok(response)
+    }
 }
 
 /// A web search request.
@@ -584,6 +615,14 @@ macro_rules! forward_pointer {
             async fn generate(&self, ctx: &Ctx, requests: &[LlmRequest]) -> Result<Vec<LlmResponse>> {
                 (**self).generate(ctx, requests).await
             }
+            async fn generate_stream(
+                &self,
+                ctx: &Ctx,
+                request: &LlmRequest,
+                on_token: &mut (dyn for<'t> FnMut(&'t str) + Send),
+            ) -> Result<LlmResponse> {
+                (**self).generate_stream(ctx, request, on_token).await
+            }
         }
 
         #[async_trait]
@@ -688,5 +727,94 @@ mod tests {
             (2, 2, 0),
             "the overrides ran behind Arc and Box, and the default bodies (which call write) did not"
         );
+    }
+
+    /// An LLM that answers every request with a fixed text; it streams in words only when `words` is set.
+    #[derive(Debug)]
+    struct Fixed {
+        text: &'static str,
+        words: bool,
+    }
+
+    #[async_trait]
+    impl Llm for Fixed {
+        fn name(&self) -> &str {
+            "fixed"
+        }
+
+        async fn generate(&self, _: &Ctx, requests: &[LlmRequest]) -> Result<Vec<LlmResponse>> {
+            let response = LlmResponse {
+                text: self.text.to_owned(),
+                cost: Cost::new(7, 0, 1),
+                finish_reason: "stop".into(),
+                model: "fixed".into(),
+            };
+            Ok(vec![response; requests.len()])
+        }
+
+        async fn generate_stream(
+            &self,
+            ctx: &Ctx,
+            request: &LlmRequest,
+            on_token: &mut (dyn for<'t> FnMut(&'t str) + Send),
+        ) -> Result<LlmResponse> {
+            if !self.words {
+                return self.generate(ctx, std::slice::from_ref(request)).await.map(|mut r| r.remove(0));
+            }
+            for piece in self.text.split_inclusive(' ') {
+                on_token(piece);
+            }
+            Ok(self.generate(ctx, std::slice::from_ref(request)).await?.remove(0))
+        }
+    }
+
+    /// A seam that does not override `generate_stream`: the default.
+    #[derive(Debug)]
+    struct Plain(&'static str);
+
+    #[async_trait]
+    impl Llm for Plain {
+        fn name(&self) -> &str {
+            "plain"
+        }
+
+        async fn generate(&self, ctx: &Ctx, requests: &[LlmRequest]) -> Result<Vec<LlmResponse>> {
+            Fixed { text: self.0, words: false }.generate(ctx, requests).await
+        }
+    }
+
+    fn pieces(llm: &dyn Llm) -> (Vec<String>, LlmResponse) {
+        let request = LlmRequest {
+            messages: vec![Message { role: Role::User, content: "q".into() }],
+            temperature: 0.0,
+            max_tokens: 8,
+            seed: None,
+            stop: Vec::new(),
+            json_schema: None,
+        };
+        let mut seen = Vec::new();
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let response = rt
+            .block_on(llm.generate_stream(&Ctx::new(), &request, &mut |piece: &str| seen.push(piece.to_owned())))
+            .unwrap();
+        (seen, response)
+    }
+
+    #[test]
+    fn the_default_stream_hands_over_the_whole_text_once_and_pointers_forward_an_override() {
+        let (seen, response) = pieces(&Plain("Scurvy is caused by a lack of vitamin C."));
+        assert_eq!(seen, ["Scurvy is caused by a lack of vitamin C."]);
+        assert_eq!(
+            (response.text.as_str(), response.cost),
+            ("Scurvy is caused by a lack of vitamin C.", Cost::new(7, 0, 1))
+        );
+        let (seen, response) = pieces(&Plain(""));
+        assert!(seen.is_empty() && response.text.is_empty(), "an empty answer hands over nothing: {seen:?}");
+        // Behind Arc and Box the implementation's own stream runs, not the default.
+        let shared: Arc<dyn Llm> = Arc::new(Fixed { text: "a b c", words: true });
+        assert_eq!(pieces(&shared).0, ["a ", "b ", "c"]);
+        let boxed: Box<dyn Llm> = Box::new(shared);
+        let (seen, response) = pieces(&boxed);
+        assert_eq!((seen.concat(), response.text), ("a b c".to_owned(), "a b c".to_owned()));
     }
 }
