@@ -227,6 +227,28 @@ impl Llm for CachedLlm {
         }
         Ok(out)
     }
+
+    /// A cached answer is handed over whole, in one piece; a fresh one streams from the inner LLM and is stored
+    /// once it is whole (a stream that fails stores nothing).
+    async fn generate_stream(
+        &self,
+        ctx: &Ctx,
+        request: &LlmRequest,
+        on_token: &mut (dyn for<'t> FnMut(&'t str) + Send),
+    ) -> Result<LlmResponse> {
+        let path = self.path(request);
+        if let Some(hit) = Self::read(&path) {
+            self.touch(&path);
+            ctx.trace(TraceEvent::new("llm", "cached").detail("model", hit.model.clone()).cost(hit.cost));
+            if !hit.text.is_empty() {
+                on_token(&hit.text);
+            }
+            return Ok(hit);
+        }
+        let response = self.inner.generate_stream(ctx, request, on_token).await?;
+        self.store(path, &response).await;
+        Ok(response)
+    }
 }
 
 #[cfg(test)]
@@ -353,5 +375,28 @@ mod tests {
         std::fs::create_dir(dir.path().join("gone")).unwrap();
         assert!(ask(&cache, &inner, 3).await);
         assert!(!ask(&cache, &inner, 3).await);
+    }
+
+    /// Streams request 1; the response and its pieces.
+    async fn stream(cache: &CachedLlm) -> (LlmResponse, Vec<String>) {
+        let mut pieces = Vec::new();
+        let request = request(1);
+        let response =
+            cache.generate_stream(&Ctx::new(), &request, &mut |p: &str| pieces.push(p.to_owned())).await.unwrap();
+        (response, pieces)
+    }
+
+    #[tokio::test]
+    async fn a_streamed_request_is_cached_and_a_hit_streams_in_one_piece() {
+        let dir = tempfile::tempdir().unwrap();
+        let inner = Arc::new(Echo::default());
+        let cache = CachedLlm::new(inner.clone(), dir.path()).unwrap();
+        let (fresh, pieces) = stream(&cache).await;
+        assert_eq!((pieces, inner.calls.load(Ordering::SeqCst)), (vec!["question 1".to_owned()], 1));
+        let (hit, pieces) = stream(&cache).await;
+        assert_eq!((pieces, inner.calls.load(Ordering::SeqCst)), (vec!["question 1".to_owned()], 1), "no call");
+        assert_eq!(hit, fresh);
+        // The streamed answer is the one a whole request reads.
+        assert!(!ask(&cache, &inner, 1).await);
     }
 }

@@ -173,40 +173,52 @@ impl OpenAiClient {
         }
     }
 
-    /// One request with retries.
-    async fn call(&self, ctx: &Ctx, request: &LlmRequest) -> Result<LlmResponse> {
-        let body = self.body(request);
+    /// One request with retries; streamed into `stream` when there is one.
+    ///
+    /// A streamed request is retried like any other until its first piece has been handed over, never after it:
+    /// the caller has shown what it got, and a second attempt would not continue it.
+    async fn call(&self, ctx: &Ctx, request: &LlmRequest, mut stream: Option<Stream<'_>>) -> Result<LlmResponse> {
+        let mut body = self.body(request);
+        if stream.is_some() {
+            body["stream"] = Value::Bool(true);
+            // OpenAI sends the usage in a last chunk only when asked; llama.cpp sends it with the last chunk anyway.
+            body["stream_options"] = json!({ "include_usage": true });
+        }
         let started = Instant::now();
         let mut attempt = 0_u32;
         loop {
             ctx.check()?;
             let timeout = ctx.remaining().map_or(self.config.timeout, |r| r.min(self.config.timeout));
-            let result = self.attempt(&body, request, timeout).await;
+            if let Some(s) = stream.as_mut() {
+                s.started = Instant::now();
+            }
+            let result = self.attempt(&body, request, timeout, stream.as_mut()).await;
             match result {
                 Ok(response) => {
-                    ctx.trace(
-                        TraceEvent::new("llm", "generate")
-                            .detail("model", response.model.clone())
-                            .detail("attempts", attempt + 1)
-                            .detail("finish_reason", response.finish_reason.clone())
-                            .cost(response.cost)
-                            .elapsed(started.elapsed()),
-                    );
+                    let mut event = TraceEvent::new("llm", "generate")
+                        .detail("model", response.model.clone())
+                        .detail("attempts", attempt + 1)
+                        .detail("finish_reason", response.finish_reason.clone());
+                    if let Some(s) = &stream {
+                        event = s.describe(event);
+                    }
+                    ctx.trace(event.cost(response.cost).elapsed(started.elapsed()));
                     return Ok(response);
                 }
                 Err((error, retry_after)) => {
-                    let retry = error.is_retryable() && attempt < self.config.max_retries;
+                    let streamed = stream.as_ref().map_or(0, |s| s.pieces);
+                    let retry = error.is_retryable() && attempt < self.config.max_retries && streamed == 0;
                     if !retry {
                         // A malformed answer was still generated and paid for: its cost goes into the trace.
                         let spent = crate::structured::raw_output(&error).map_or(Cost::ZERO, |raw| raw.cost);
-                        ctx.trace(
-                            TraceEvent::new("llm", "failed")
-                                .detail("error", error.kind().as_str())
-                                .detail("message", error.message().to_owned())
-                                .detail("attempts", attempt + 1)
-                                .cost(spent)
-                                .elapsed(started.elapsed()),
-                        );
+                        let mut event = TraceEvent::new("llm", "failed")
+                            .detail("error", error.kind().as_str())
+                            .detail("message", error.message().to_owned())
+                            .detail("attempts", attempt + 1);
+                        if let Some(s) = &stream {
+                            event = s.describe(event);
+                        }
+                        ctx.trace(event.cost(spent).elapsed(started.elapsed()));
                         return Err(error);
                     }
                     let backoff = retry_after
@@ -222,12 +234,14 @@ impl OpenAiClient {
         }
     }
 
-    /// One HTTP attempt; on failure the error and the server's `Retry-After`, if any.
+    /// One HTTP attempt (streamed into `stream` when there is one); on failure the error and the server's
+    /// `Retry-After`, if any.
     async fn attempt(
         &self,
         body: &Value,
         request: &LlmRequest,
         timeout: Duration,
+        mut stream: Option<&mut Stream<'_>>,
     ) -> std::result::Result<LlmResponse, (Error, Option<Duration>)> {
         let mut req = self.http.post(self.url()).timeout(timeout).json(body);
         if let Some(key) = &self.config.api_key {
@@ -241,6 +255,12 @@ impl OpenAiClient {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.trim().parse::<u64>().ok())
             .map(Duration::from_secs);
+        if status.is_success()
+            && is_event_stream(&response)
+            && let Some(stream) = stream.as_deref_mut()
+        {
+            return self.read_stream(response, request, timeout, stream).await.map_err(|e| (e, None));
+        }
         let (body, complete) =
             self.read_capped(response).await.map_err(|e| (self.transport_error(&e, timeout), None))?;
         let text = String::from_utf8_lossy(&body);
@@ -251,7 +271,146 @@ impl OpenAiClient {
         if !complete {
             return Err((self.too_large(), None));
         }
-        self.parse(&text, request).map_err(|e| (e, None))
+        let response = self.parse(&text, request).map_err(|e| (e, None))?;
+        if let Some(stream) = stream {
+            // A server that answered a streamed request whole (it ignores `stream`): the whole text is one piece.
+            stream.piece(&response.text);
+        }
+        Ok(response)
+    }
+
+    /// Reads a Server-Sent Events body (`data: {chunk}` lines, `data: [DONE]` last), handing each piece of text to
+    /// `stream` as it arrives, within `max_response_bytes`; the response is the concatenated text with the last
+    /// chunk's finish reason and the usage when the server sends it.
+    ///
+    /// A stream that ends without `[DONE]` or a finish reason, breaks, or carries a chunk that is not JSON or an
+    /// error is an error that says how many pieces had arrived.
+    async fn read_stream(
+        &self,
+        mut response: reqwest::Response,
+        request: &LlmRequest,
+        timeout: Duration,
+        stream: &mut Stream<'_>,
+    ) -> Result<LlmResponse> {
+        let mut state = StreamState::default();
+        let mut line = Vec::new();
+        let mut read = 0_usize;
+        'body: loop {
+            let bytes = match response.chunk().await {
+                Ok(Some(bytes)) => bytes,
+                Ok(None) => break,
+                Err(e) => return Err(self.broken_stream(&e, timeout, stream, &state)),
+            };
+            read += bytes.len();
+            if read > self.config.max_response_bytes {
+                return Err(self.too_large());
+            }
+            // Lines are cut on bytes, so a character split across two reads is decoded whole.
+            for &b in bytes.iter() {
+                if b != b'\n' {
+                    line.push(b);
+                    continue;
+                }
+                let text = String::from_utf8_lossy(&line).into_owned();
+                line.clear();
+                if self.stream_line(text.trim_end_matches('\r'), stream, &mut state)? {
+                    break 'body;
+                }
+            }
+        }
+        if !state.done && state.finish_reason.is_none() {
+            return Err(Error::transient(format!(
+                "the stream from the LLM at {} ended early, without a finish reason or `data: [DONE]`, {}",
+                self.base,
+                so_far(stream.pieces, &state.text)
+            )));
+        }
+        let tokens = match state.usage {
+            Some(tokens) => tokens,
+            None => {
+                // No usage from the server: each piece is about one token (llama.cpp, vLLM and OpenAI send one
+                // token per chunk); the prompt is not counted, as a whole answer without usage counts nothing.
+                stream.estimated = true;
+                stream.pieces as u64
+            }
+        };
+        let out = LlmResponse {
+            text: state.text,
+            cost: Cost { tokens, docs: 0, calls: 1 },
+            finish_reason: state.finish_reason.unwrap_or_else(|| "unknown".to_owned()),
+            model: state.model.unwrap_or_else(|| self.config.model.clone()),
+        };
+        Self::check_structured(out, request)
+    }
+
+    /// One line of an event stream: a `data:` line's chunk handed over; `true` once it was `data: [DONE]`.
+    fn stream_line(&self, line: &str, stream: &mut Stream<'_>, state: &mut StreamState) -> Result<bool> {
+        // Comments (`: keep-alive`), `event:`, `id:` and `retry:` lines and the blank lines between events.
+        let Some(data) = line.strip_prefix("data:") else { return Ok(false) };
+        let data = data.trim();
+        if data == "[DONE]" {
+            state.done = true;
+            return Ok(true);
+        }
+        if data.is_empty() {
+            return Ok(false);
+        }
+        let v: Value = serde_json::from_str(data).map_err(|e| {
+            Error::permanent(format!(
+                "the LLM at {} sent a stream chunk that is not JSON, {}: {}",
+                self.base,
+                so_far(stream.pieces, &state.text),
+                snippet(data)
+            ))
+            .with_source(e)
+        })?;
+        if !v["error"].is_null() {
+            let message = v["error"]["message"]
+                .as_str()
+                .or_else(|| v["error"].as_str())
+                .map_or_else(|| snippet(&v["error"].to_string()), str::to_owned);
+            return Err(Error::transient(format!(
+                "the LLM at {} reported an error in its stream, {}: {message}",
+                self.base,
+                so_far(stream.pieces, &state.text)
+            )));
+        }
+        let choice = &v["choices"][0];
+        let piece = match self.config.endpoint {
+            Endpoint::Chat => choice["delta"]["content"].as_str(),
+            Endpoint::Completions => choice["text"].as_str(),
+        };
+        if let Some(piece) = piece.filter(|p| !p.is_empty()) {
+            state.text.push_str(piece);
+            stream.piece(piece);
+        }
+        if let Some(reason) = choice["finish_reason"].as_str() {
+            state.finish_reason = Some(reason.to_owned());
+        }
+        if let Some(model) = v["model"].as_str() {
+            state.model = Some(model.to_owned());
+        }
+        if v["usage"].is_object() {
+            let usage = &v["usage"];
+            let prompt = usage["prompt_tokens"].as_u64().unwrap_or(0);
+            let completion = usage["completion_tokens"].as_u64().unwrap_or(0);
+            state.usage = Some(usage["total_tokens"].as_u64().unwrap_or(prompt + completion));
+        }
+        Ok(false)
+    }
+
+    /// A stream that broke while it was read: how long it ran and what had arrived.
+    fn broken_stream(&self, e: &reqwest::Error, timeout: Duration, stream: &Stream<'_>, state: &StreamState) -> Error {
+        let what = if e.is_timeout() {
+            format!("did not finish within {:.1} s", timeout.as_secs_f64())
+        } else {
+            format!("broke: {}", describe(e))
+        };
+        Error::transient(format!(
+            "the stream from the LLM at {} {what}, {}",
+            self.base,
+            so_far(stream.pieces, &state.text)
+        ))
     }
 
     /// The body, read chunk by chunk up to `max_response_bytes`, and whether it was read whole. A body that
@@ -329,8 +488,14 @@ impl OpenAiClient {
         let completion = usage["completion_tokens"].as_u64().unwrap_or(0);
         let tokens = usage["total_tokens"].as_u64().unwrap_or(prompt + completion);
         let model = v["model"].as_str().unwrap_or(&self.config.model).to_owned();
-        let mut out =
+        let out =
             LlmResponse { text: content.to_owned(), cost: Cost { tokens, docs: 0, calls: 1 }, finish_reason, model };
+        Self::check_structured(out, request)
+    }
+
+    /// With a JSON schema: the output checked to be whole JSON (its text normalised), else a
+    /// [`ErrorKind::MalformedOutput`] error carrying the raw text; without one, the output as it is.
+    fn check_structured(mut out: LlmResponse, request: &LlmRequest) -> Result<LlmResponse> {
         if request.json_schema.is_some() {
             if out.finish_reason == "length" {
                 return Err(Error::malformed_output(format!(
@@ -367,10 +532,91 @@ impl Llm for OpenAiClient {
             if request.messages.is_empty() {
                 return Err(Error::invalid_input("an LLM request needs at least one message"));
             }
-            out.push(self.call(ctx, request).await?);
+            out.push(self.call(ctx, request, None).await?);
         }
         Ok(out)
     }
+
+    /// Streams with `"stream": true` and reads the Server-Sent Events of the answer; a server that answers whole
+    /// instead is read whole (one piece). Limits, timeouts (the whole stream within one attempt's timeout) and
+    /// error classification are those of [`generate`](Llm::generate); a transient failure is retried only before
+    /// the first piece.
+    async fn generate_stream(
+        &self,
+        ctx: &Ctx,
+        request: &LlmRequest,
+        on_token: &mut (dyn for<'t> FnMut(&'t str) + Send),
+    ) -> Result<LlmResponse> {
+        if request.messages.is_empty() {
+            return Err(Error::invalid_input("an LLM request needs at least one message"));
+        }
+        let stream = Stream { on_token, pieces: 0, first_piece: None, started: Instant::now(), estimated: false };
+        self.call(ctx, request, Some(stream)).await
+    }
+}
+
+/// Where a streamed request's pieces go, and what the trace says of them.
+struct Stream<'a> {
+    on_token: &'a mut (dyn for<'t> FnMut(&'t str) + Send),
+    /// Pieces handed over (in every attempt: after the first one there is no other attempt).
+    pieces: usize,
+    /// When the first piece came, from the start of its attempt.
+    first_piece: Option<Duration>,
+    /// When the current attempt started.
+    started: Instant,
+    /// The usage was estimated from the pieces (the server sent none).
+    estimated: bool,
+}
+
+impl Stream<'_> {
+    fn piece(&mut self, text: &str) {
+        if text.is_empty() {
+            return;
+        }
+        self.first_piece.get_or_insert_with(|| self.started.elapsed());
+        self.pieces += 1;
+        (self.on_token)(text);
+    }
+
+    /// The stream's details on a trace event.
+    fn describe(&self, event: TraceEvent) -> TraceEvent {
+        let mut event = event.detail("stream", true).detail("pieces", self.pieces);
+        if let Some(first) = self.first_piece {
+            event = event.detail("first_token_ms", first.as_secs_f64() * 1e3);
+        }
+        if self.estimated {
+            event = event.detail("usage", "estimated from the pieces");
+        }
+        event
+    }
+}
+
+/// What a stream has said so far.
+#[derive(Default)]
+struct StreamState {
+    text: String,
+    finish_reason: Option<String>,
+    model: Option<String>,
+    usage: Option<u64>,
+    done: bool,
+}
+
+/// How far a stream got, for its errors: `after 3 pieces (14 characters)`, or `before the first piece`.
+fn so_far(pieces: usize, text: &str) -> String {
+    match pieces {
+        0 => "before the first piece".to_owned(),
+        1 => format!("after 1 piece ({} characters)", text.chars().count()),
+        n => format!("after {n} pieces ({} characters)", text.chars().count()),
+    }
+}
+
+/// Whether a response is a Server-Sent Events stream (`Content-Type: text/event-stream`).
+fn is_event_stream(response: &reqwest::Response) -> bool {
+    response
+        .headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim_start().to_ascii_lowercase().starts_with("text/event-stream"))
 }
 
 /// The most redirects one request follows.

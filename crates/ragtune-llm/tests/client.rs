@@ -1,11 +1,13 @@
-//! The client against real HTTP servers on 127.0.0.1: a scripted one for failures and retries, and the local LLM
-//! (`cargo xtask llm start`, `RAGTUNE_LLM_URL`) for real answers.
+//! The client against real HTTP servers on 127.0.0.1: scripted ones for failures, retries and streams (the
+//! testkit's `ScriptedServer` for streams, whose replies pause on a gate), and the local LLM (`cargo xtask llm
+//! start`, `RAGTUNE_LLM_URL`) for real answers.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ragtune_core::{Ctx, ErrorKind, Llm, LlmRequest, TraceSink};
+use ragtune_core::{Ctx, ErrorKind, Llm, LlmRequest, LlmResponse, TraceSink};
 use ragtune_llm::{CachedLlm, Endpoint, LlmConfig, OpenAiClient, generate_json, prompts, raw_output};
+use ragtune_testkit::http::{Gate, Reply as TestReply, SSE_DONE, ScriptedServer, chat_chunk};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
@@ -408,4 +410,230 @@ async fn the_local_llm_answers_text_and_schema_constrained_json() {
     let answer = generate_json(&llm, &Ctx::new(), request).await.unwrap();
     let queries = answer.value["queries"].as_array().expect("a list of queries");
     assert!(!queries.is_empty() && queries.iter().all(serde_json::Value::is_string), "{}", answer.value);
+}
+
+/// The scripted streaming server of the testkit (a thread per connection, so it needs no runtime of its own).
+fn scripted(script: Vec<TestReply>) -> ScriptedServer {
+    ScriptedServer::start(script).unwrap()
+}
+
+/// Streams `request` from `llm` on a task of its own; its pieces arrive on the receiver as they are handed over.
+fn stream_in_background(
+    llm: OpenAiClient,
+    ctx: Ctx,
+    request: LlmRequest,
+) -> (tokio::sync::mpsc::UnboundedReceiver<String>, tokio::task::JoinHandle<ragtune_core::Result<LlmResponse>>) {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let task = tokio::spawn(async move {
+        let mut on_token = |piece: &str| {
+            let _ = tx.send(piece.to_owned());
+        };
+        llm.generate_stream(&ctx, &request, &mut on_token).await
+    });
+    (rx, task)
+}
+
+#[tokio::test]
+async fn a_streamed_answer_is_handed_over_piece_by_piece_as_it_arrives() {
+    let gate = Gate::new();
+    let usage =
+        serde_json::json!({"choices": [], "usage": {"prompt_tokens": 30, "completion_tokens": 3, "total_tokens": 33}});
+    let server = scripted(vec![
+        TestReply::event_stream()
+            .send(": keep-alive\n\n")
+            .send(chat_chunk("Scurvy", None))
+            // Nothing more exists until the test has seen the first piece and opens the gate.
+            .wait(&gate)
+            .send(chat_chunk(" is caused by", None))
+            .send(chat_chunk(" a lack of vitamin C.", Some("stop")))
+            .send(format!("data: {usage}\n\n"))
+            .send(SSE_DONE),
+    ]);
+    let sink = TraceSink::new();
+    let (mut pieces, task) = stream_in_background(client(server.url()), Ctx::new().with_trace(sink.clone()), simple());
+    assert_eq!(pieces.recv().await.as_deref(), Some("Scurvy"), "the first piece arrives before the rest is sent");
+    gate.open();
+    let response = task.await.unwrap().unwrap();
+    let mut rest = Vec::new();
+    while let Some(p) = pieces.recv().await {
+        rest.push(p);
+    }
+    assert_eq!(rest, [" is caused by", " a lack of vitamin C."], "in order");
+    assert_eq!(response.text, "Scurvy is caused by a lack of vitamin C.");
+    assert_eq!((response.cost.tokens, response.cost.calls), (33, 1), "the usage the server sent");
+    assert_eq!((response.finish_reason.as_str(), response.model.as_str()), ("stop", "scripted"));
+    let req = &server.requests()[0];
+    let body: serde_json::Value = serde_json::from_str(&req[req.find("\r\n\r\n").unwrap() + 4..]).unwrap();
+    assert_eq!((body["stream"].as_bool(), body["stream_options"]["include_usage"].as_bool()), (Some(true), Some(true)));
+    assert!(req.to_ascii_lowercase().contains("authorization: bearer sk-secret-key"));
+    let trace = sink.take();
+    let llm = trace.iter().find(|e| e.stage == "llm").unwrap();
+    assert_eq!((llm.detail["stream"].as_bool(), llm.detail["pieces"].as_u64()), (Some(true), Some(3)), "{llm:?}");
+    assert!(llm.detail["first_token_ms"].is_f64(), "{llm:?}");
+}
+
+#[tokio::test]
+async fn a_stream_without_usage_is_estimated_from_its_pieces_and_the_completions_endpoint_streams_text() {
+    let text = |t: &str, finish: Option<&str>| {
+        let chunk = serde_json::json!({"choices": [{"text": t, "finish_reason": finish}]});
+        format!("data: {chunk}\n\n")
+    };
+    // No `[DONE]`: a finish reason ends the answer as well.
+    let server = scripted(vec![
+        TestReply::event_stream().send(text("a", None)).send(text("", None)).send(text(" passage", Some("length"))),
+    ]);
+    let llm = OpenAiClient::new(LlmConfig {
+        base_url: server.url().to_owned(),
+        endpoint: Endpoint::Completions,
+        ..LlmConfig::default()
+    })
+    .unwrap();
+    let sink = TraceSink::new();
+    let mut pieces = Vec::new();
+    let ctx = Ctx::new().with_trace(sink.clone());
+    let out = llm.generate_stream(&ctx, &simple(), &mut |p: &str| pieces.push(p.to_owned())).await.unwrap();
+    assert_eq!(
+        (pieces, out.text.as_str(), out.finish_reason.as_str()),
+        (vec!["a".to_owned(), " passage".to_owned()], "a passage", "length")
+    );
+    assert_eq!((out.cost.tokens, out.model.as_str()), (2, "local"), "one token per piece; the configured model");
+    assert!(server.requests()[0].starts_with("POST /v1/completions"));
+    let trace = serde_json::to_string(&sink.take()).unwrap();
+    assert!(trace.contains("estimated from the pieces"), "{trace}");
+}
+
+#[tokio::test]
+async fn a_stream_broken_mid_way_is_an_error_that_says_how_far_it_got_and_is_not_retried() {
+    // The connection closes after two pieces, without a finish reason or `[DONE]`.
+    let server =
+        scripted(vec![TestReply::event_stream().send(chat_chunk("Scurvy", None)).send(chat_chunk(" is", None))]);
+    let mut pieces = Vec::new();
+    let err = client(server.url())
+        .generate_stream(&Ctx::new(), &simple(), &mut |p: &str| pieces.push(p.to_owned()))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Transient, "{err}");
+    let message = err.to_string();
+    assert!(message.contains("ended early") && message.contains("after 2 pieces (9 characters)"), "{message}");
+    assert!(message.contains(server.url()) && !message.contains("sk-secret-key"), "{message}");
+    assert_eq!(pieces, ["Scurvy", " is"]);
+    assert_eq!(server.requests().len(), 1, "pieces were handed over: a second attempt would not continue them");
+
+    // A chunked body cut inside a chunk: the transport says the body broke.
+    let cut = TestReply::new(200)
+        .header("content-type", "text/event-stream")
+        .header("transfer-encoding", "chunked")
+        .send(format!("{:x}\r\n{}\r\n", chat_chunk("Scurvy", None).len(), chat_chunk("Scurvy", None)))
+        .send("40\r\ndata: {\"choi");
+    let server = scripted(vec![cut]);
+    let err = client(server.url()).generate_stream(&Ctx::new(), &simple(), &mut |_: &str| {}).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Transient, "{err}");
+    assert!(err.to_string().contains("broke") && err.to_string().contains("after 1 piece (6 characters)"), "{err}");
+    assert_eq!(server.requests().len(), 1);
+
+    // An error the server reports inside its stream.
+    let server = scripted(vec![
+        TestReply::event_stream()
+            .send(chat_chunk("Sc", None))
+            .send("data: {\"error\": {\"message\": \"slot unavailable\"}}\n\n"),
+    ]);
+    let err = client(server.url()).generate_stream(&Ctx::new(), &simple(), &mut |_: &str| {}).await.unwrap_err();
+    assert!(
+        err.to_string().contains("reported an error in its stream, after 1 piece (2 characters): slot unavailable"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn a_malformed_chunk_is_a_permanent_error_quoting_it() {
+    let server = scripted(vec![
+        TestReply::event_stream()
+            .send(chat_chunk("Scurvy", None))
+            .send("data: {\"choices\": [{\"delta\": \n\n")
+            .send(SSE_DONE),
+    ]);
+    let err = client(server.url()).generate_stream(&Ctx::new(), &simple(), &mut |_: &str| {}).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Permanent, "{err}");
+    assert!(
+        err.to_string()
+            .contains("a stream chunk that is not JSON, after 1 piece (6 characters): {\"choices\": [{\"delta\":"),
+        "{err}"
+    );
+    assert_eq!(server.requests().len(), 1, "not retried");
+}
+
+#[tokio::test]
+async fn a_failure_before_the_first_piece_is_retried_and_a_whole_answer_is_one_piece() {
+    let server = scripted(vec![
+        TestReply::json(503, "{\"error\": {\"message\": \"loading model\"}}"),
+        // The connection closes before any piece: nothing was handed over, so it is retried too.
+        TestReply::event_stream(),
+        TestReply::event_stream().send(chat_chunk("fine", Some("stop"))).send(SSE_DONE),
+    ]);
+    let mut pieces = Vec::new();
+    let out = client(server.url())
+        .generate_stream(&Ctx::new(), &simple(), &mut |p: &str| pieces.push(p.to_owned()))
+        .await
+        .unwrap();
+    assert_eq!((out.text.as_str(), pieces), ("fine", vec!["fine".to_owned()]));
+    assert_eq!(server.requests().len(), 3, "two retries before the first piece");
+
+    // A permanent failure is not retried, as without streaming.
+    let server = scripted(vec![TestReply::json(401, "{\"error\": {\"message\": \"bad key\"}}")]);
+    let err = client(server.url()).generate_stream(&Ctx::new(), &simple(), &mut |_: &str| {}).await.unwrap_err();
+    assert_eq!((err.kind(), server.requests().len()), (ErrorKind::Permanent, 1));
+
+    // A server that ignores `stream` and answers whole: the whole text is one piece.
+    let whole = serde_json::json!({"choices": [{"message": {"content": "all at once"}, "finish_reason": "stop"}]});
+    let server = scripted(vec![TestReply::json(200, &whole.to_string())]);
+    let mut pieces = Vec::new();
+    let out = client(server.url())
+        .generate_stream(&Ctx::new(), &simple(), &mut |p: &str| pieces.push(p.to_owned()))
+        .await
+        .unwrap();
+    assert_eq!((out.text.as_str(), pieces), ("all at once", vec!["all at once".to_owned()]));
+}
+
+#[tokio::test]
+async fn a_stream_over_the_size_limit_and_structured_output_are_checked_as_without_streaming() {
+    let mut reply = TestReply::event_stream();
+    for _ in 0..64 {
+        reply = reply.send(chat_chunk(&"x".repeat(1000), None));
+    }
+    let server = scripted(vec![reply]);
+    let err =
+        capped(server.url(), 16 * 1024).generate_stream(&Ctx::new(), &simple(), &mut |_: &str| {}).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Permanent, "{err}");
+    assert!(err.to_string().contains("larger than the limit of 16384 bytes"), "{err}");
+
+    let request = prompts::REWRITE.render(&[("query", "who wrote it?"), ("context", "Dune")]).unwrap();
+    let server = scripted(vec![
+        TestReply::event_stream()
+            .send(chat_chunk("{\"query\": ", None))
+            .send(chat_chunk("\"Dune author\"}", Some("stop")))
+            .send(SSE_DONE),
+    ]);
+    let mut pieces = String::new();
+    let out =
+        client(server.url()).generate_stream(&Ctx::new(), &request, &mut |p: &str| pieces.push_str(p)).await.unwrap();
+    assert_eq!((pieces.as_str(), out.text.as_str()), ("{\"query\": \"Dune author\"}", "{\"query\":\"Dune author\"}"));
+    let server =
+        scripted(vec![TestReply::event_stream().send(chat_chunk("{\"query\": \"Du", Some("length"))).send(SSE_DONE)]);
+    let err = client(server.url()).generate_stream(&Ctx::new(), &request, &mut |_: &str| {}).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::MalformedOutput, "{err}");
+}
+
+#[tokio::test]
+async fn the_local_llm_streams_the_answer_it_would_give_whole() {
+    let Some(llm) = local_llm() else { return };
+    let mut request = prompts::HYDE.render(&[("query", "what causes scurvy?")]).unwrap();
+    request.temperature = 0.0;
+    request.max_tokens = 24;
+    let whole = llm.generate(&Ctx::new(), std::slice::from_ref(&request)).await.unwrap().remove(0);
+    let mut pieces = Vec::new();
+    let streamed = llm.generate_stream(&Ctx::new(), &request, &mut |p: &str| pieces.push(p.to_owned())).await.unwrap();
+    assert!(pieces.len() > 1, "more than one piece: {pieces:?}");
+    assert_eq!(pieces.concat(), streamed.text);
+    assert_eq!(streamed.text, whole.text, "the same answer at temperature 0 with the same seed");
+    assert!(streamed.cost.tokens > 0, "{:?}", streamed.cost);
 }
