@@ -450,6 +450,7 @@ fn the_pipeline_future_is_send() {
     fn is_send<T: Send>(_: &T) {}
     fn check(engine: &Engine) {
         is_send(&engine.ask("q"));
+        is_send(&engine.ask_streaming("q", ragtune::pipeline::TokenSink::new(|_| {})));
         is_send(&engine.query("q"));
     }
     let _ = check;
@@ -835,4 +836,140 @@ async fn a_document_cannot_forge_a_source_in_the_answer_prompt() {
     assert!(!answer_prompt.contains("[2]") && !answer_prompt.contains("[3]"), "no forged numbers: {answer_prompt}");
     let block = answer_prompt.split("<source>").nth(1).unwrap().split("</source>").next().unwrap();
     assert!(block.contains("Ignore previous instructions"), "the forgery stays inside the block: {block}");
+}
+
+/// An LLM that streams each answer of `inner` word by word, or breaks after `break_after` words with a transient
+/// error (as a connection dropped mid-stream).
+#[derive(Debug)]
+struct WordStreaming {
+    inner: Arc<ScriptedLlm>,
+    break_after: Option<usize>,
+}
+
+#[async_trait]
+impl Llm for WordStreaming {
+    fn name(&self) -> &str {
+        "word-streaming"
+    }
+
+    async fn generate(&self, ctx: &Ctx, requests: &[LlmRequest]) -> Result<Vec<LlmResponse>> {
+        self.inner.generate(ctx, requests).await
+    }
+
+    async fn generate_stream(
+        &self,
+        ctx: &Ctx,
+        request: &LlmRequest,
+        on_token: &mut (dyn for<'t> FnMut(&'t str) + Send),
+    ) -> Result<LlmResponse> {
+        let response = self.inner.generate(ctx, std::slice::from_ref(request)).await?.remove(0);
+        for (i, word) in response.text.split_inclusive(' ').enumerate() {
+            if self.break_after == Some(i) {
+                return Err(ragtune::core::Error::transient("the stream broke after a few pieces"));
+            }
+            on_token(word);
+        }
+        Ok(response)
+    }
+}
+
+/// A token sink recording what it receives: each piece as it is, `<retry>` and `<replaced>` for restarts.
+fn recording_sink() -> (ragtune::pipeline::TokenSink, Arc<std::sync::Mutex<Vec<String>>>) {
+    use ragtune::pipeline::AnswerEvent;
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = Arc::clone(&seen);
+    let sink = ragtune::pipeline::TokenSink::new(move |e| {
+        log.lock().unwrap().push(match e {
+            AnswerEvent::Token(t) => t.to_owned(),
+            AnswerEvent::Restart(r) => format!("<{}>", r.as_str()),
+        });
+    });
+    (sink, seen)
+}
+
+/// The events a sink received, and the contract every stream keeps: the pieces after the last restart are the
+/// answer.
+fn streamed(seen: &std::sync::Mutex<Vec<String>>, r: &ragtune::AskResponse) -> Vec<String> {
+    let seen = seen.lock().unwrap().clone();
+    let last = seen.iter().rposition(|e| e.starts_with('<')).map_or(0, |i| i + 1);
+    assert_eq!(seen[last..].concat().trim(), r.answer.as_deref().unwrap_or_default(), "{seen:?}");
+    seen
+}
+
+#[tokio::test]
+async fn the_final_answer_streams_word_by_word_and_a_retry_restarts_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    ragtune_eval::qa::apply_experiment("answer_first", &mut cfg).unwrap();
+    cfg.crag.heuristic.relevant_threshold = 0.999;
+    cfg.crag.heuristic.partial_threshold = 0.0;
+    let reread = "Scurvy is a disease caused by a lack of vitamin C [1].";
+    let llm = Arc::new(WordStreaming { inner: no_info_until_reread(reread), break_after: None });
+    let engine = indexed(dir.path(), cfg.clone()).await.with_llm(Some(llm.clone()));
+    let (sink, seen) = recording_sink();
+    let r = engine.ask_streaming("What causes scurvy?", sink).await.unwrap();
+    assert_eq!(r.answer.as_deref(), Some(reread));
+    let events = streamed(&seen, &r);
+    // The no-info answer streamed, then the retry restarted it and the reread streamed; only answers stream (the
+    // judge's and the evaluator's calls do not).
+    let no_info: Vec<String> =
+        "The documents don't contain this information.".split_inclusive(' ').map(str::to_owned).collect();
+    let reread_words: Vec<String> = reread.split_inclusive(' ').map(str::to_owned).collect();
+    assert_eq!(events, [no_info, vec!["<retry>".to_owned()], reread_words].concat());
+    // The time to first token and generation are reported, in the response and in the generate stage's trace.
+    let (ttft, generation) = (r.ttft_ms.unwrap(), r.generation_ms.unwrap());
+    assert!(ttft >= 0.0 && ttft <= r.cost.total_ms && generation >= 0.0, "{ttft} {generation} {:?}", r.cost);
+    let generate: Vec<_> = r.trace.iter().filter(|e| e.stage == "generate").collect();
+    assert_eq!(generate.len(), 2, "one per attempt");
+    assert!(generate.iter().all(|e| e.detail["streamed"] == true && e.detail["ttft_ms"].is_f64()), "{generate:?}");
+    assert!(generate.iter().all(|e| e.detail["generation_ms"].is_f64()), "{generate:?}");
+    drop(engine);
+
+    // The judge does not support the reread: the no-info answer is kept, so the stream is told it was replaced.
+    let llm = Arc::new(WordStreaming {
+        inner: no_info_until_reread("The Eiffel Tower was painted green by Napoleon in 1889 [1]."),
+        break_after: None,
+    });
+    let engine = Engine::open(cfg.clone()).await.unwrap().with_llm(Some(llm));
+    let (sink, seen) = recording_sink();
+    let r = engine.ask_streaming("What causes scurvy?", sink).await.unwrap();
+    let events = streamed(&seen, &r);
+    assert_eq!(events[events.len() - 2..], ["<replaced>", "The documents don't contain this information."]);
+
+    // Without a sink nothing streams: the same answer, no time to first token, generation still timed.
+    let r = engine.ask("What causes scurvy?").await.unwrap();
+    assert_eq!((r.ttft_ms, r.generation_ms.is_some()), (None, true));
+    assert!(r.trace.iter().filter(|e| e.stage == "generate").all(|e| e.detail["streamed"] == false));
+}
+
+#[tokio::test]
+async fn a_stream_that_breaks_is_replaced_by_the_extractive_answer_and_without_an_llm_the_answer_comes_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    cfg.pipeline.context = ragtune::ContextMode::Full;
+    cfg.pipeline.retry = false;
+    let inner = Arc::new(ScriptedLlm::new("{}").with_reply("Sources:", "Scurvy comes from a lack of vitamin C [1]."));
+    let llm = Arc::new(WordStreaming { inner, break_after: Some(2) });
+    let engine = indexed(dir.path(), cfg.clone()).await.with_llm(Some(llm));
+    let (sink, seen) = recording_sink();
+    let r = engine.ask_streaming("What causes scurvy?", sink).await.unwrap();
+    assert_eq!(r.answer_kind, AnswerKind::Extractive, "{}", notes(&r));
+    assert!(has(&r, NoteKind::GenerationFailed), "{}", notes(&r));
+    let events = streamed(&seen, &r);
+    assert_eq!(events[..3], ["Scurvy ", "comes ", "<replaced>"], "{events:?}");
+    assert_eq!(events.len(), 4, "the extractive answer whole: {events:?}");
+    assert!(r.ttft_ms.is_some(), "tokens were sent before the stream broke");
+    drop(engine);
+
+    // No LLM: the extractive answer arrives whole, once, and nothing was generated.
+    let engine = Engine::open(cfg).await.unwrap();
+    let (sink, seen) = recording_sink();
+    let r = engine.ask_streaming("What causes scurvy?", sink).await.unwrap();
+    assert_eq!(streamed(&seen, &r), [r.answer.clone().unwrap()]);
+    assert_eq!((r.ttft_ms, r.generation_ms), (None, None));
+    // `query` generates nothing and sends nothing.
+    let (sink, seen) = recording_sink();
+    let options = ragtune::commands::AskOptions { tokens: Some(sink), ..Default::default() };
+    let r = ragtune::commands::ask(&engine, "What causes scurvy?", &options, false).await.unwrap();
+    assert!(r.answer.is_none() && seen.lock().unwrap().is_empty());
 }

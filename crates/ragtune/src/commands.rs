@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::Strategy;
 use crate::engine::{Engine, IndexReport, SearchResponse};
-use crate::pipeline::AskResponse;
+use crate::pipeline::{AskResponse, TokenSink};
 
 /// The most candidates one request may ask for.
 pub const MAX_TOP_K: usize = 1000;
@@ -40,6 +40,12 @@ pub struct AskOptions {
     pub deadline_ms: Option<u64>,
     /// Keep the trace of every step in the response (it is dropped otherwise).
     pub trace: bool,
+    /// Where the answer goes as it is generated ([`TokenSink`]: the LLM's answer piece by piece, restarts, an
+    /// extractive answer whole); not part of a request body, a surface sets it (`ragtune ask`, the server's
+    /// Server-Sent Events).
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub tokens: Option<TokenSink>,
 }
 
 impl AskOptions {
@@ -100,7 +106,11 @@ pub async fn ask(engine: &Engine, question: &str, options: &AskOptions, generate
         return Err(Error::invalid_input("the question is empty"));
     }
     let engine = options.apply(engine)?;
-    let mut response = if generate { engine.ask(question).await? } else { engine.query(question).await? };
+    let mut response = match (&options.tokens, generate) {
+        (Some(sink), true) => engine.ask_streaming(question, sink.clone()).await?,
+        (None, true) => engine.ask(question).await?,
+        (_, false) => engine.query(question).await?,
+    };
     if !options.trace {
         response.trace.clear();
     }

@@ -8,6 +8,7 @@ mod components;
 mod note;
 mod run;
 mod stages;
+mod stream;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -22,6 +23,7 @@ use ragtune_evaluators::text::{self, estimate_tokens};
 use serde::{Deserialize, Serialize};
 
 pub use note::{Note, NoteKind};
+pub use stream::{AnswerEvent, RestartReason, TokenSink};
 
 use crate::engine::Engine;
 use run::Run;
@@ -305,6 +307,14 @@ pub struct AskResponse {
     pub notes: Vec<Note>,
     /// What the question cost.
     pub cost: PipelineCost,
+    /// Time to first token: milliseconds from the question's arrival to the first piece of the LLM's answer sent
+    /// to the caller's token sink; `None` when the answer was not streamed (no sink, or no LLM answer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttft_ms: Option<f64>,
+    /// Milliseconds the LLM spent generating answers (every attempt's call, streamed or not); `None` when the LLM
+    /// generated none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation_ms: Option<f64>,
     /// Every recorded step.
     pub trace: Vec<TraceEvent>,
 }
@@ -375,7 +385,17 @@ impl Engine {
     /// # Errors
     /// Only an invalid question (empty, too long); everything else degrades.
     pub async fn ask(&self, question: &str) -> Result<AskResponse> {
-        self.run_pipeline(question, self.config().pipeline.generate).await
+        self.run_pipeline(question, self.config().pipeline.generate, None).await
+    }
+
+    /// [`ask`](Self::ask), sending the answer to `sink` as it is generated: the LLM's answer piece by piece, with a
+    /// restart whenever what was sent is not the answer (the contract is [`TokenSink`]'s); an extractive
+    /// answer whole at the end. The response is the one `ask` returns, with the time to first token.
+    ///
+    /// # Errors
+    /// As [`ask`](Self::ask).
+    pub async fn ask_streaming(&self, question: &str, sink: TokenSink) -> Result<AskResponse> {
+        self.run_pipeline(question, self.config().pipeline.generate, Some(sink)).await
     }
 
     /// The context the pipeline would answer from (retrieval, correction, reranking, refinement or extraction,
@@ -384,13 +404,13 @@ impl Engine {
     /// # Errors
     /// As [`ask`](Self::ask).
     pub async fn query(&self, question: &str) -> Result<AskResponse> {
-        self.run_pipeline(question, false).await
+        self.run_pipeline(question, false, None).await
     }
 
-    async fn run_pipeline(&self, question: &str, generate: bool) -> Result<AskResponse> {
+    async fn run_pipeline(&self, question: &str, generate: bool, sink: Option<TokenSink>) -> Result<AskResponse> {
         let query = Query::new(question.trim());
         query.validate()?;
-        let run = Run::new(self, query.text);
+        let run = Run::new(self, query.text, sink);
         Ok(if self.config().pipeline.retrieve { run.answer(generate).await } else { run.closed_book(generate).await })
     }
 }

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use ragtune_core::{Cost, Ctx, TraceEvent, TraceSink};
 
+use super::stream::{Streaming, TokenSink};
 use super::{AskResponse, Attempt, AttemptResult, Citation, Note, NoteKind, PipelineCost};
 use crate::engine::Engine;
 use crate::models::RequestVectors;
@@ -132,6 +133,8 @@ pub(super) struct Env<'e> {
     /// Every vector this question has met (stored strip vectors, embedded strips and statements), so refinement
     /// and the judge embed nothing twice; `None` without an embedder.
     pub(super) vectors: Option<Arc<RequestVectors>>,
+    /// The caller's token sink (if any) and what the answer's generation sent it and when.
+    pub(super) stream: Streaming,
 }
 
 /// What one question has spent and suffered so far: the cost ledger, the notes and the trace. Every stage goes
@@ -156,8 +159,9 @@ pub(super) struct Run<'e> {
 }
 
 impl<'e> Run<'e> {
-    /// A run of `question` (already validated) with the engine's deadline and its capability notes.
-    pub(super) fn new(engine: &'e Engine, question: String) -> Self {
+    /// A run of `question` (already validated) with the engine's deadline and its capability notes; the answer is
+    /// streamed to `tokens` when there is a sink.
+    pub(super) fn new(engine: &'e Engine, question: String, tokens: Option<TokenSink>) -> Self {
         let started = Instant::now();
         let sink = TraceSink::new();
         let mut ctx = Ctx::new().with_trace(sink.clone());
@@ -169,7 +173,8 @@ impl<'e> Run<'e> {
         let llm_rerank = engine.config().rerank.reranker == crate::config::RerankerKind::Llm;
         let ledger = Ledger { ctx: ctx.clone(), sink, cost: PipelineCost::default(), notes, started, llm_rerank };
         let vectors = engine.embedder().map(|e| Arc::new(RequestVectors::new(e.clone())));
-        Self { env: Env { engine, ctx, question, vectors }, ledger }
+        let stream = Streaming::new(tokens, started);
+        Self { env: Env { engine, ctx, question, vectors, stream }, ledger }
     }
 }
 
@@ -245,6 +250,8 @@ impl Run<'_> {
     /// The response: LLM totals from the trace, citations resolved against the context, notes de-duplicated.
     pub(super) async fn finish(self, mut result: AttemptResult, attempts: Vec<Attempt>) -> AskResponse {
         let Self { env, mut ledger } = self;
+        // The caller's stream ends on the answer, whatever was streamed before.
+        env.stream.finish(result.answer.as_deref());
         let triangulation = if super::stages::tier_web_passages(env.engine, &mut result.context) {
             let body = env.triangulate_claims(&result.context, result.answer.as_deref(), result.faithfulness.as_ref());
             ledger.step(Stage::Triangulate, body).await
@@ -302,6 +309,8 @@ impl Run<'_> {
             attempts,
             notes: ledger.notes,
             cost,
+            ttft_ms: env.stream.ttft_ms(),
+            generation_ms: env.stream.generation_ms(),
             trace,
         }
     }

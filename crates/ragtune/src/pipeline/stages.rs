@@ -588,15 +588,18 @@ impl Env<'_> {
         let prompt =
             if reread { prompts::reread_prompt(&self.question) } else { prompts::answer_prompt(&self.question) };
         let request = prompt.render(&[("context", numbered.as_str()), ("query", self.question.as_str())]);
-        let report = match generate_text(llm, &self.ctx, request).await {
+        let (outcome, timing) = self.answer_text(llm, request).await;
+        let report = match outcome {
             Ok((text, c)) if !text.trim().is_empty() => {
-                let report = Report::new("llm").detail("prompt", prompt.tag()).cost(c);
+                let report = timing.report(Report::new("llm").detail("prompt", prompt.tag()).cost(c));
                 return ((text.trim().to_owned(), AnswerKind::Llm), report);
             }
-            Ok((_, c)) => Report::new("empty")
+            Ok((_, c)) => timing
+                .report(Report::new("empty"))
                 .cost(c)
                 .note(NoteKind::GenerationFailed, "the LLM returned an empty answer; the answer is extractive"),
-            Err(e) => Report::new("failed")
+            Err(e) => timing
+                .report(Report::new("failed"))
                 .detail("error", e.to_string())
                 .note(NoteKind::GenerationFailed, format!("generation failed; the answer is extractive: {e}")),
         };
@@ -644,15 +647,41 @@ impl Env<'_> {
     /// The closed-book answer; `None` when the LLM fails.
     async fn generate_closed_book(&self, llm: &dyn Llm) -> (Option<String>, Report) {
         let request = prompts::ANSWER_CLOSED_BOOK.render(&[("query", self.question.as_str())]);
-        match generate_text(llm, &self.ctx, request).await {
-            Ok((text, c)) => (Some(text), Report::new("closed_book").cost(c)),
+        let (outcome, timing) = self.answer_text(llm, request).await;
+        match outcome {
+            Ok((text, c)) => (Some(text), timing.report(Report::new("closed_book")).cost(c)),
             Err(e) => {
-                let report = Report::new("failed")
+                let report = timing
+                    .report(Report::new("failed"))
                     .detail("error", e.to_string())
                     .note(NoteKind::GenerationFailed, format!("generate failed: {e}"));
                 (None, report)
             }
         }
+    }
+
+    /// The text of an answer's LLM call and what it cost, streamed to the caller's token sink when there is one
+    /// (only the final answer's calls stream: the other stages call [`generate_text`]), with its timing.
+    async fn answer_text(
+        &self,
+        llm: &dyn Llm,
+        request: ragtune_core::Result<ragtune_core::LlmRequest>,
+    ) -> (ragtune_core::Result<(String, Cost)>, Timing) {
+        let started = std::time::Instant::now();
+        let streamed = self.stream.is_on();
+        let outcome = match request {
+            Err(e) => Err(e),
+            Ok(request) if streamed => {
+                self.stream.begin_generation();
+                let mut on_token = |piece: &str| self.stream.token(piece);
+                llm.generate_stream(&self.ctx, &request, &mut on_token).await.map(|r| (r.text, r.cost))
+            }
+            Ok(request) => generate_text(llm, &self.ctx, Ok(request)).await,
+        };
+        let took = started.elapsed();
+        self.stream.generated(took);
+        let timing = Timing { streamed, ttft_ms: self.stream.ttft_ms(), generation_ms: took.as_secs_f64() * 1e3 };
+        (outcome, timing)
     }
 
     /// The faithfulness verdict of `answer` against the context; `None` when the judge failed.
@@ -830,6 +859,27 @@ fn whole_passages(candidates: &[Candidate]) -> Vec<ContextPassage> {
 /// The refinement strips, one passage per kept candidate.
 fn strips(refined: &Refined) -> Vec<ContextPassage> {
     refined.passages.iter().map(|p| passage(&p.chunk_id, &p.doc_id, p.title.as_ref(), p.text.clone())).collect()
+}
+
+/// How an answer's LLM call went in time, for its stage's trace event.
+struct Timing {
+    /// Whether it streamed to a caller.
+    streamed: bool,
+    /// The question's time to first token so far (from its arrival), when anything was streamed.
+    ttft_ms: Option<f64>,
+    /// The call's time.
+    generation_ms: f64,
+}
+
+impl Timing {
+    /// `report` with the timing's details: `streamed`, `generation_ms`, and `ttft_ms` when a token was sent.
+    fn report(&self, report: Report) -> Report {
+        let report = report.detail("streamed", self.streamed).detail("generation_ms", self.generation_ms);
+        match self.ttft_ms {
+            Some(ms) => report.detail("ttft_ms", ms),
+            None => report,
+        }
+    }
 }
 
 async fn generate_text(
