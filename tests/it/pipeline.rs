@@ -284,6 +284,14 @@ async fn when_every_document_is_irrelevant_the_answer_says_so_and_is_not_retried
     assert!(r.crag.correction_strategy.contains("query_expansion"), "{}", r.crag.correction_strategy);
     assert!(!r.crag.web_search_used);
     assert!(r.trace.iter().any(|e| e.action == "web_search_skipped"), "no provider: the trace says web was skipped");
+    // Nothing relevant and no evidence from a correction: the answer abstains instead of quoting the nearest
+    // sentence, says so in words the no-info check knows, and its trace says why.
+    let answer = r.answer.as_deref().unwrap();
+    assert!(answer.starts_with("The documents don't contain this information"), "{answer}");
+    assert!(ragtune::evaluators::faithfulness::is_no_info(answer));
+    assert!(r.citations.is_empty(), "an abstention cites nothing: {:?}", r.citations);
+    let generate = r.trace.iter().find(|e| e.stage == "generate").expect("a generate event");
+    assert_eq!(generate.action, "abstained", "{generate:?}");
 }
 
 #[derive(Debug)]
@@ -323,6 +331,9 @@ async fn incorrect_retrieval_falls_back_to_a_configured_web_provider() {
     assert!(r.crag.web_search_used);
     assert!(r.crag.correction_strategy.contains("web_search"), "{}", r.crag.correction_strategy);
     assert!(r.context.iter().any(|p| p.chunk_id.starts_with("web:")), "{:?}", r.context);
+    // The web brought evidence: the answer quotes it instead of abstaining.
+    let answer = r.answer.as_deref().unwrap();
+    assert!(!ragtune::evaluators::faithfulness::is_no_info(answer), "{answer}");
 }
 
 #[tokio::test]

@@ -4,6 +4,7 @@
 //! Every stage that fails or runs out of time degrades: the question still gets the best answer the pipeline has,
 //! and [`AskResponse::notes`] plus the trace say what was skipped and why. Only an invalid question is an error.
 
+mod answer;
 mod components;
 mod note;
 mod run;
@@ -17,9 +18,8 @@ use std::time::Duration;
 use ragtune_core::{Candidate, Cost, Query, RelevanceJudgement, Result, TraceEvent, Verdict};
 use ragtune_evaluators::extract::Extraction;
 use ragtune_evaluators::faithfulness::Faithfulness;
-use ragtune_evaluators::refine::decompose;
 use ragtune_evaluators::retry::RetryDecision;
-use ragtune_evaluators::text::{self, estimate_tokens};
+use ragtune_evaluators::text::estimate_tokens;
 use serde::{Deserialize, Serialize};
 
 pub use note::{Note, NoteKind};
@@ -479,104 +479,6 @@ fn render_context(context: &[ContextPassage]) -> String {
     ragtune_llm::prompts::render_sources(&sources)
 }
 
-/// The LLM-free answer with word overlap picking its sentences (the pipeline's `extractive` stage body with the
-/// default scorer).
-#[cfg(test)]
-fn extractive_answer(question: &str, context: &[ContextPassage]) -> String {
-    pick_sentences(answer_sentences(question, context), None, context.is_empty())
-}
-
-/// A sentence of the context the extractive answer may pick.
-#[derive(Debug, Clone, PartialEq)]
-struct AnswerSentence {
-    /// Its passage's citation number.
-    n: usize,
-    /// Its passage's chunk.
-    chunk_id: String,
-    /// Its passage's document.
-    doc_id: String,
-    /// Its position among its passage's sentences.
-    position: usize,
-    /// The sentence.
-    text: String,
-    /// Distinct words of three characters or more it shares with the question.
-    overlap: usize,
-}
-
-/// Every sentence of the context, in context order, with its word overlap with the question.
-///
-/// The LLM-free answer is two of them, each with its citation, in context order ([`pick_sentences`]): by default
-/// those that share most words of three characters or more with the question. Words are the judges' ones
-/// (`ragtune_evaluators::text`) and the sentences are refinement's strips without clause cuts. Stop words are kept
-/// on purpose: matching the question's keywords only (`text::keywords`) lowered extractive accuracy on 200 CMU QA
-/// questions from 0.285 to 0.270, since words like "after" or "first" often tell the answering sentence apart.
-fn answer_sentences(question: &str, context: &[ContextPassage]) -> Vec<AnswerSentence> {
-    let q: BTreeSet<String> = words(question).filter(|w| w.chars().count() >= text::MIN_CONTENT_CHARS).collect();
-    let mut out = Vec::new();
-    for p in context {
-        for (position, s) in decompose(&p.text, usize::MAX).into_iter().enumerate() {
-            let overlap = words(&s).filter(|w| q.contains(w)).collect::<BTreeSet<_>>().len();
-            out.push(AnswerSentence {
-                n: p.n,
-                chunk_id: p.chunk_id.clone(),
-                doc_id: p.doc_id.clone(),
-                position,
-                text: s,
-                overlap,
-            });
-        }
-    }
-    out
-}
-
-/// Whether any sentence shares a word with the question: without one the answer is [`NO_INFO`] whatever scores the
-/// sentences (an honest "not in the documents", which smart retry accepts), and no model is asked.
-fn any_overlap(sentences: &[AnswerSentence]) -> bool {
-    sentences.iter().any(|s| s.overlap > 0)
-}
-
-/// The extractive answer from `sentences`: [`NO_DOCUMENTS`] for an empty context, [`NO_INFO`] when no sentence
-/// shares a word with the question, else the two best sentences, each with its citation, in context order. Best
-/// is the highest `scores` (one per sentence, a cross-encoder's: every sentence competes), or without scores the
-/// largest overlap (sentences sharing no word are out); ties go to the earlier sentence in context order.
-fn pick_sentences(sentences: Vec<AnswerSentence>, scores: Option<&[f32]>, context_empty: bool) -> String {
-    if context_empty {
-        return NO_DOCUMENTS.to_owned();
-    }
-    if !any_overlap(&sentences) {
-        return NO_INFO.to_owned();
-    }
-    let mut ranked: Vec<(f32, AnswerSentence)> = match scores {
-        Some(scores) => scores.iter().copied().zip(sentences).collect(),
-        None => sentences.into_iter().filter(|s| s.overlap > 0).map(|s| (s.overlap as f32, s)).collect(),
-    };
-    ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.n.cmp(&b.1.n)).then(a.1.position.cmp(&b.1.position)));
-    let mut best: Vec<AnswerSentence> = ranked.into_iter().take(2).map(|(_, s)| s).collect();
-    best.sort_by(|a, b| a.n.cmp(&b.n).then(a.position.cmp(&b.position)));
-    best.into_iter()
-        .map(|s| format!("{} [{}]", s.text.split_whitespace().collect::<Vec<_>>().join(" "), s.n))
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-/// The sentences as candidates for a [`Reranker`](ragtune_core::Reranker): each its own chunk (id
-/// `<chunk>#s<position>`, no title, so the model reads the sentence alone).
-fn sentence_candidates(sentences: &[AnswerSentence]) -> Vec<Candidate> {
-    sentences
-        .iter()
-        .enumerate()
-        .map(|(i, s)| {
-            let chunk = ragtune_core::Chunk::new(format!("{}#s{}", s.chunk_id, s.position), &s.doc_id, &s.text);
-            let rank = u32::try_from(i + 1).unwrap_or(u32::MAX);
-            Candidate::from_hit(ragtune_core::ScoredHit { chunk, score: s.overlap as f32 }, "extractive", rank)
-        })
-        .collect()
-}
-
-fn words(text: &str) -> impl Iterator<Item = String> + '_ {
-    text::words(text)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -643,52 +545,6 @@ mod tests {
         let (out, cut) = assemble(vec![passage(0, "b", &long)], 200);
         assert_eq!(cut, 1);
         assert!(estimate_tokens(&out[0].text) <= 200, "{}", estimate_tokens(&out[0].text));
-    }
-
-    #[test]
-    fn extractive_answers_cite_the_best_sentences_in_context_order() {
-        let ctx = [
-            passage(1, "a", "Ships carried sailors. Scurvy is caused by a lack of vitamin C."),
-            passage(2, "b", "Citrus fruit prevents scurvy in sailors."),
-        ];
-        assert_eq!(
-            extractive_answer("what causes scurvy in sailors?", &ctx),
-            "Ships carried sailors. [1] Citrus fruit prevents scurvy in sailors. [2]"
-        );
-        assert_eq!(extractive_answer("anything", &[]), NO_DOCUMENTS);
-        assert_eq!(extractive_answer("stock markets", &ctx), NO_INFO);
-    }
-
-    #[test]
-    fn scored_sentences_are_picked_by_score_in_context_order_and_the_no_info_gate_stays() {
-        let ctx = [
-            passage(1, "a", "Ships carried sailors. Scurvy is caused by a lack of vitamin C."),
-            passage(2, "b", "Citrus fruit prevents scurvy in sailors. Lemons are citrus."),
-        ];
-        let q = "what causes scurvy in sailors?";
-        let sentences = answer_sentences(q, &ctx);
-        let ids: Vec<String> = sentence_candidates(&sentences).iter().map(|c| c.chunk.id.clone()).collect();
-        assert_eq!(ids, ["a#s0", "a#s1", "b#s0", "b#s1"]);
-        assert_eq!(
-            sentence_candidates(&sentences)[1].chunk.indexable_text(),
-            "Scurvy is caused by a lack of vitamin C."
-        );
-        // The scores choose, a sentence sharing no word included; the answer keeps context order and citations.
-        let pick = |scores: &[f32]| pick_sentences(sentences.clone(), Some(scores), false);
-        assert_eq!(
-            pick(&[-3.0, 2.5, -1.0, 4.0]),
-            "Scurvy is caused by a lack of vitamin C. [1] Lemons are citrus. [2]"
-        );
-        // Ties go to the earlier sentence in context order.
-        assert_eq!(
-            pick(&[1.0, 1.0, 1.0, 1.0]),
-            "Ships carried sailors. [1] Scurvy is caused by a lack of vitamin C. [1]"
-        );
-        assert_eq!(pick_sentences(sentences.clone(), None, false), extractive_answer(q, &ctx));
-        // No sentence shares a word: no-info whatever the scores; no context: no documents.
-        let none = answer_sentences("stock markets", &ctx);
-        assert_eq!(pick_sentences(none, Some(&[9.0, 9.0, 9.0, 9.0]), false), NO_INFO);
-        assert_eq!(pick_sentences(Vec::new(), Some(&[]), true), NO_DOCUMENTS);
     }
 
     #[test]

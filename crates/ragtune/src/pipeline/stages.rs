@@ -10,12 +10,12 @@ use ragtune_evaluators::refine::{Refined, Refiner, estimate_tokens};
 use ragtune_evaluators::retry::{AttemptOutcome, RetryDecision, RetryStrategy, decide, keep_reread};
 use ragtune_llm::prompts;
 
+use super::answer::{ABSTAIN, answer_sentences, any_overlap, pick_sentences, sentence_candidates};
 use super::components::Retrieved;
 use super::run::{Env, Report, Run, Stage};
 use super::{
     AnswerKind, Attempt, AttemptResult, ContextMethod, ContextPassage, ContextReport, CragCategory, CragMetadata,
-    NO_DOCUMENTS, NO_INFO, Note, NoteKind, answer_sentences, any_overlap, assemble, fuse_lists, pick_sentences,
-    render_context, sentence_candidates,
+    NO_DOCUMENTS, NO_INFO, Note, NoteKind, assemble, fuse_lists, render_context,
 };
 use crate::config::{ContextMode, EvaluatorKind, SentenceScorer, Transform};
 
@@ -158,7 +158,9 @@ impl Run<'_> {
         if !plan.generate {
             return result;
         }
-        let (answer, kind) = self.generate(&result.context, result.retrieved > 0, plan.reread).await;
+        // CRAG judged the retrieval INCORRECT and no correction brought web evidence: nothing to quote.
+        let abstain = result.crag.decision == Some(Verdict::Incorrect) && !result.crag.web_search_used;
+        let (answer, kind) = self.generate(&result.context, result.retrieved > 0, plan.reread, abstain).await;
         let (env, ledger) = (&self.env, &mut self.ledger);
         result.answer = Some(answer);
         result.answer_kind = kind;
@@ -194,8 +196,15 @@ impl Run<'_> {
     }
 
     /// The answer: the LLM's from the numbered context when there is an LLM, a context and time; extractive
-    /// otherwise.
-    async fn generate(&mut self, context: &[ContextPassage], retrieved: bool, reread: bool) -> (String, AnswerKind) {
+    /// otherwise, or [`ABSTAIN`] when `abstain` (CRAG found the retrieval INCORRECT and no correction found
+    /// evidence): an honest "not in the documents" rather than the nearest sentence.
+    async fn generate(
+        &mut self,
+        context: &[ContextPassage],
+        retrieved: bool,
+        reread: bool,
+        abstain: bool,
+    ) -> (String, AnswerKind) {
         let (env, ledger) = (&self.env, &mut self.ledger);
         if let Some(llm) = env.engine.llm().cloned()
             && !context.is_empty()
@@ -209,6 +218,10 @@ impl Run<'_> {
             match (context.is_empty(), retrieved) {
                 (true, true) => ((NO_INFO.to_owned(), AnswerKind::Extractive), Report::new("extractive")),
                 (true, false) => ((NO_DOCUMENTS.to_owned(), AnswerKind::Extractive), Report::new("extractive")),
+                (false, _) if abstain => {
+                    let report = Report::new("abstained").detail("reason", "crag_incorrect_without_evidence");
+                    ((ABSTAIN.to_owned(), AnswerKind::Extractive), report)
+                }
                 (false, _) => {
                     let (text, report) = env.extractive(context, Report::new("extractive")).await;
                     ((text, AnswerKind::Extractive), report)
@@ -617,7 +630,10 @@ impl Env<'_> {
         let sentences = answer_sentences(&self.question, context);
         let report = report.detail("sentences", sentences.len());
         let overlap = |sentences, report: Report| {
-            (pick_sentences(sentences, None, context.is_empty()), report.detail("sentence_scorer", "overlap"))
+            (
+                pick_sentences(&self.question, sentences, None, context.is_empty()),
+                report.detail("sentence_scorer", "overlap"),
+            )
         };
         // Without a word shared with the question the answer is no-info whatever scores the sentences.
         if self.engine.config().pipeline.sentence_scorer != SentenceScorer::CrossEncoder || !any_overlap(&sentences) {
@@ -631,7 +647,7 @@ impl Env<'_> {
         match cross_encoder.score(&self.ctx, &self.question, &candidates).await {
             Ok(scores) if scores.len() == sentences.len() => {
                 let report = report.detail("sentence_scorer", cross_encoder.name());
-                (pick_sentences(sentences, Some(&scores), context.is_empty()), report)
+                (pick_sentences(&self.question, sentences, Some(&scores), context.is_empty()), report)
             }
             outcome => {
                 let why = match outcome {
