@@ -270,9 +270,9 @@ struct QaArgs {
     /// The QA dataset directory (the CMU Wikipedia QA set: S08/, S09/, S10/).
     #[arg(long, value_name = "DIR")]
     dataset: PathBuf,
-    /// The named experiments to run, comma-separated (no_retrieval, baseline, forced_search, refined, extraction,
-    /// judge, smart_retry, multi_query, batched_extraction, corrective, answer_first); `none` with --refinement measures
-    /// refinement only.
+    /// The named experiments to run, comma-separated (no_retrieval, baseline, sentences, forced_search, refined,
+    /// extraction, judge, smart_retry, multi_query, batched_extraction, corrective, answer_first); `none` with
+    /// --refinement measures refinement only.
     #[arg(long, value_name = "LIST", value_delimiter = ',')]
     experiment: Vec<String>,
     /// Also measure knowledge refinement (answer-bearing strips kept, tokens cut).

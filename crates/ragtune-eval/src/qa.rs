@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use crate::cmu_qa::{ArticleText, QaQuestion, load_cmu_qa};
 use ragtune::core::{Ctx, Embedder, Error, Query, Result};
-use ragtune::evaluators::faithfulness::{FaithfulnessJudge, JudgeConfig};
+use ragtune::evaluators::faithfulness::{FaithfulnessJudge, JudgeConfig, is_no_info};
 use ragtune::evaluators::metrics::answer::{contains_answer, score_answer, sentence_has_answer};
 use ragtune::evaluators::metrics::percentile;
 use ragtune::evaluators::refine::Refiner;
@@ -28,9 +28,10 @@ use ragtune::{ContextMode, EmbeddingMode, Transform};
 
 /// The named experiments (docs/eval.md, "The experiments"): a ladder from plain RAG to batched extraction, plus
 /// the closed-book and full corrective pipelines.
-pub const EXPERIMENTS: [&str; 11] = [
+pub const EXPERIMENTS: [&str; 12] = [
     "no_retrieval",
     "baseline",
+    "sentences",
     "forced_search",
     "refined",
     "extraction",
@@ -46,6 +47,8 @@ pub const EXPERIMENTS: [&str; 11] = [
 ///
 /// - `no_retrieval`: the LLM answers from what it knows (closed book).
 /// - `baseline`: plain RAG — retrieve the top 5, whole passages, answer; no evaluation, judge or retry.
+/// - `sentences`: the baseline with only the top-5 passages' sentences most relevant to the question, under
+///   `pipeline.sentence_context_tokens` (a short prompt for a fast answer).
 /// - `forced_search`: the baseline searching with an LLM rewrite of the question (the question is always searched).
 /// - `refined`: the baseline with knowledge-refinement strips instead of whole passages.
 /// - `extraction`: the baseline with query-focused extraction, one LLM call per passage.
@@ -82,6 +85,10 @@ pub fn apply_experiment(name: &str, cfg: &mut Config) -> Result<()> {
             cfg.pipeline.retrieve = false;
         }
         "baseline" => plain(cfg),
+        "sentences" => {
+            plain(cfg);
+            cfg.pipeline.context = ContextMode::Sentences;
+        }
         "forced_search" => {
             plain(cfg);
             cfg.transform.kind = Transform::Rewrite;
@@ -180,6 +187,15 @@ pub struct ExperimentReport {
     pub yes_no_questions: usize,
     /// Accuracy on the other questions.
     pub other_accuracy: f64,
+    /// Share of answers that abstain: they say the documents do not hold or do not decide the answer
+    /// ([`is_no_info`](ragtune::evaluators::faithfulness::is_no_info)), so `accuracy` over the rest is the
+    /// precision of what was answered.
+    #[serde(default)]
+    pub abstention_rate: f64,
+    /// Answers quoting Markdown structure a person should not read as an answer: a table row (a line starting
+    /// with `|`) or a code fence.
+    #[serde(default)]
+    pub markup_answers: usize,
     /// Mean token F1 (best over golds).
     pub token_f1: f64,
     /// Mean share of statements the LLM-free judge finds supported by the context (answers with statements and
@@ -199,6 +215,9 @@ pub struct ExperimentReport {
     pub answer_kinds: BTreeMap<String, usize>,
     /// Latency per question in milliseconds.
     pub latency_ms: Latency,
+    /// Time to the LLM answer's first token in milliseconds, over the answers the LLM streamed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttft_ms: Option<Latency>,
     /// Mean LLM tokens per question.
     pub tokens_per_question: f64,
     /// Mean LLM calls per question.
@@ -319,6 +338,9 @@ pub struct AnswerRecord {
     pub context_tokens: usize,
     /// Wall-clock milliseconds.
     pub latency_ms: f64,
+    /// Milliseconds to the LLM answer's first token, when the LLM streamed one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttft_ms: Option<f64>,
     /// The answer's notes (skipped, failed or degraded stages).
     pub notes: Vec<String>,
     /// How the context was made (`full`, `refine`, `extract`, `extract-fallback`, `none`).
@@ -684,6 +706,8 @@ impl Tally {
         r.accuracy = self.correct as f64 / n;
         r.yes_no_accuracy = self.yes_no_correct as f64 / r.yes_no_questions.max(1) as f64;
         r.other_accuracy = self.other_correct as f64 / (r.questions - r.yes_no_questions).max(1) as f64;
+        r.abstention_rate = r.answers.iter().filter(|a| is_no_info(&a.answer)).count() as f64 / n;
+        r.markup_answers = r.answers.iter().filter(|a| quotes_markup(&a.answer)).count();
         r.token_f1 = self.f1 / n;
         r.faithfulness = self.faithfulness / n;
         r.pipeline_judge_supported = (self.judged > 0).then(|| self.judge_sum / self.judged as f64);
@@ -693,6 +717,13 @@ impl Tally {
         latencies.sort_by(f64::total_cmp);
         let mean = if latencies.is_empty() { 0.0 } else { latencies.iter().sum::<f64>() / latencies.len() as f64 };
         r.latency_ms = Latency { p50: percentile(latencies, 50.0), p99: percentile(latencies, 99.0), mean };
+        let mut ttft: Vec<f64> = r.answers.iter().filter_map(|a| a.ttft_ms).collect();
+        ttft.sort_by(f64::total_cmp);
+        r.ttft_ms = (!ttft.is_empty()).then(|| Latency {
+            p50: percentile(&ttft, 50.0),
+            p99: percentile(&ttft, 99.0),
+            mean: ttft.iter().sum::<f64>() / ttft.len() as f64,
+        });
         r.tokens_per_question = self.tokens as f64 / n;
         r.llm_calls_per_question = self.calls as f64 / n;
         r.context_tokens = self.context_tokens as f64 / n;
@@ -703,6 +734,11 @@ impl Tally {
         r.split = SplitScores::from_answers(&r.answers);
         r.triangulation = TriangulationCounts::total(r.answers.iter().filter_map(|a| a.triangulation.as_ref()));
     }
+}
+
+/// Whether `answer` quotes Markdown structure: a line starting with `|` (a table row) or a code fence.
+fn quotes_markup(answer: &str) -> bool {
+    answer.lines().any(|l| l.trim_start().starts_with('|') || l.trim_start().starts_with("```"))
 }
 
 impl Asker<'_> {
@@ -729,7 +765,9 @@ impl Asker<'_> {
         let questions = self.questions;
         for (i, q) in questions.iter().enumerate() {
             let t = Instant::now();
-            let response = match engine.ask(&q.question).await {
+            // Streamed to nowhere, so that an LLM answer's time to first token is measured.
+            let sink = ragtune::pipeline::TokenSink::new(|_| {});
+            let response = match engine.ask_streaming(&q.question, sink).await {
                 Ok(r) => r,
                 Err(e) => {
                     r.failed.push(format!("{}: {e}", q.id));
@@ -806,6 +844,7 @@ impl Asker<'_> {
                 tokens: response.cost.tokens,
                 context_tokens: response.context_report.tokens_after,
                 latency_ms,
+                ttft_ms: response.ttft_ms,
                 notes: response.notes.iter().map(ToString::to_string).collect(),
                 context_method,
                 attempts: response.attempts.len(),
@@ -1109,17 +1148,32 @@ fn mean_stage_tokens(answers: &[AnswerRecord]) -> BTreeMap<String, f64> {
 #[must_use]
 pub fn qa_table(r: &QaEvalReport) -> String {
     let mut out = format!(
-        "{:<20} {:>4} {:>7} {:>7} {:>7} {:>6} {:>7} {:>7} {:>9} {:>8} {:>6} {:>8}\n",
-        "experiment", "n", "acc", "yes/no", "other", "F1", "faith", "cite-p", "p50 ms", "tokens", "calls", "degraded"
+        "{:<20} {:>4} {:>7} {:>7} {:>7} {:>7} {:>6} {:>6} {:>7} {:>7} {:>9} {:>8} {:>6} {:>8}\n",
+        "experiment",
+        "n",
+        "acc",
+        "yes/no",
+        "other",
+        "abstain",
+        "markup",
+        "F1",
+        "faith",
+        "cite-p",
+        "p50 ms",
+        "tokens",
+        "calls",
+        "degraded"
     );
     for e in &r.experiments {
         out.push_str(&format!(
-            "{:<20} {:>4} {:>7.3} {:>7.3} {:>7.3} {:>6.3} {:>7.3} {:>7} {:>9.0} {:>8.0} {:>6.1} {:>8}\n",
+            "{:<20} {:>4} {:>7.3} {:>7.3} {:>7.3} {:>7.3} {:>6} {:>6.3} {:>7.3} {:>7} {:>9.0} {:>8.0} {:>6.1} {:>8}\n",
             e.experiment,
             e.questions,
             e.accuracy,
             e.yes_no_accuracy,
             e.other_accuracy,
+            e.abstention_rate,
+            e.markup_answers,
             e.token_f1,
             e.faithfulness,
             e.citation_precision.map_or_else(|| "-".to_owned(), |c| format!("{c:.3}")),
@@ -1167,6 +1221,12 @@ pub fn qa_table(r: &QaEvalReport) -> String {
             e.context_methods,
             e.retried
         ));
+        if let Some(t) = &e.ttft_ms {
+            out.push_str(&format!(
+                "{:<20} time: p50 {:.0} ms total, first token p50 {:.0} ms (p99 {:.0} ms)\n",
+                e.experiment, e.latency_ms.p50, t.p50, t.p99
+            ));
+        }
         if !e.stage_tokens.is_empty() {
             let stages: Vec<String> = e.stage_tokens.iter().map(|(s, t)| format!("{s} {t:.0}")).collect();
             out.push_str(&format!("{:<20} tokens per question by stage: {}\n", e.experiment, stages.join(", ")));

@@ -31,7 +31,7 @@ macro_rules! names_from_serde {
 }
 
 names_from_serde! {
-    ContextMode: "context mode" = [Extract, Refine, Full],
+    ContextMode: "context mode" = [Extract, Refine, Full, Sentences],
     EvaluatorKind: "evaluator" = [Heuristic, Model, Learned],
     ScorerKind: "scorer" = [Retrieval, Dense, Llm, CrossEncoder],
     StoreBackend: "store" = [Embedded, Qdrant],
@@ -342,8 +342,11 @@ pub struct PipelineSettings {
     /// Tokens of `max_context_tokens` kept for the prompt and the answer.
     pub reserve_tokens: usize,
     /// What the generator sees: `extract` (query-focused extraction, refinement strips when it fails),
-    /// `refine` (refinement strips), or `full` (whole passages).
+    /// `refine` (refinement strips), `full` (whole passages), or `sentences` (the most relevant sentences under
+    /// `sentence_context_tokens`).
     pub context: ContextMode,
+    /// The context's size with `context = "sentences"`, in estimated tokens.
+    pub sentence_context_tokens: usize,
     /// What the generator sees on a retry (smart retry's second and third attempts); unset: `context`. With
     /// `context = "full"` and `retry_context = "extract"` the first attempt costs what plain RAG does, and only an
     /// answer the retry policy doubts pays for extraction ("answer first", docs/pipeline.md).
@@ -386,6 +389,7 @@ impl Default for PipelineSettings {
             max_context_tokens: 2048,
             reserve_tokens: 512,
             context: ContextMode::Extract,
+            sentence_context_tokens: SENTENCE_CONTEXT_TOKENS,
             retry_context: None,
             reread_context: None,
             generate: true,
@@ -415,6 +419,9 @@ impl PipelineSettings {
     }
 }
 
+/// The default `[pipeline] sentence_context_tokens`.
+pub const SENTENCE_CONTEXT_TOKENS: usize = 300;
+
 /// What the generator sees.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -425,6 +432,9 @@ pub enum ContextMode {
     Refine,
     /// Whole retrieved passages.
     Full,
+    /// The passages' sentences most relevant to the question (the extractive answer's scoring), best first until
+    /// `[pipeline] sentence_context_tokens`, shown in context order: a short prompt for a fast LLM answer.
+    Sentences,
 }
 
 /// Which retrieval evaluator judges the retrieval.
@@ -1352,7 +1362,7 @@ mod tests {
 
     #[test]
     fn closed_sets_are_spelled_once_by_their_serde_names() {
-        check_names(ContextMode::ALL, &["extract", "refine", "full"]);
+        check_names(ContextMode::ALL, &["extract", "refine", "full", "sentences"]);
         check_names(EvaluatorKind::ALL, &["heuristic", "model", "learned"]);
         check_names(ScorerKind::ALL, &["retrieval", "dense", "llm", "cross_encoder"]);
         assert_eq!("cross-encoder".parse::<ScorerKind>().unwrap(), ScorerKind::CrossEncoder);

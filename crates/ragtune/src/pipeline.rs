@@ -179,6 +179,8 @@ pub enum ContextMethod {
     Extract,
     /// Extraction failed or found too little; the whole passages were used.
     ExtractFallback,
+    /// The passages' sentences most relevant to the question, under `[pipeline] sentence_context_tokens`.
+    Sentences,
     /// Nothing was retrieved.
     None,
 }

@@ -438,6 +438,56 @@ fn yes_no_answer(question: &str, sentences: &[AnswerSentence]) -> Option<String>
     })
 }
 
+/// The context of `ContextMode::Sentences`: the sentences of `passages` most relevant to `question`
+/// ([`answer_sentences`]), best first while their estimated tokens fit `budget` (the first always), each passage
+/// keeping its kept sentences in their order; passages with none are left out. When no sentence shares a term
+/// with the question the passages stay whole (the assembler's budget cuts them): the generator then sees what
+/// retrieval found rather than nothing. The report says how many sentences were kept of how many.
+pub(super) fn best_sentences(
+    question: &str,
+    passages: Vec<ContextPassage>,
+    budget: usize,
+) -> (Vec<ContextPassage>, super::run::Report) {
+    let mut passages = passages;
+    // Numbered in order for the sentences to know their passage; the assembler numbers the context again.
+    for (i, p) in passages.iter_mut().enumerate() {
+        p.n = i + 1;
+    }
+    let sentences = answer_sentences(question, &passages);
+    let report = super::run::Report::new("sentences").detail("sentences", sentences.len()).detail("budget", budget);
+    let mut ranked: Vec<&AnswerSentence> = sentences.iter().filter(|s| s.overlap > 0).collect();
+    if ranked.is_empty() {
+        return (passages, report.detail("kept", 0).detail("fallback", "no sentence shares a term: whole passages"));
+    }
+    ranked.sort_by(|a, b| b.relevance.total_cmp(&a.relevance).then(a.n.cmp(&b.n)).then(a.position.cmp(&b.position)));
+    let mut used = 0usize;
+    let mut kept: BTreeSet<(usize, usize)> = BTreeSet::new();
+    for s in ranked {
+        let tokens = text::estimate_tokens(&s.text);
+        if !kept.is_empty() && used + tokens > budget {
+            continue;
+        }
+        used += tokens;
+        kept.insert((s.n, s.position));
+    }
+    let out: Vec<ContextPassage> = passages
+        .into_iter()
+        .filter_map(|mut p| {
+            let own: Vec<&str> = sentences
+                .iter()
+                .filter(|s| s.n == p.n && kept.contains(&(s.n, s.position)))
+                .map(|s| s.text.as_str())
+                .collect();
+            if own.is_empty() {
+                return None;
+            }
+            p.text = own.join(" ");
+            Some(p)
+        })
+        .collect();
+    (out, report.detail("kept", kept.len()).detail("tokens", used))
+}
+
 /// The sentences as candidates for a [`Reranker`](ragtune_core::Reranker): each its own chunk (id
 /// `<chunk>#s<position>`, no title, so the model reads the sentence alone).
 pub(super) fn sentence_candidates(sentences: &[AnswerSentence]) -> Vec<Candidate> {
@@ -594,6 +644,37 @@ mod tests {
                     elected every four years by the";
         let quoted: Vec<String> = whole_sentences(text).into_iter().map(|(s, _)| s).collect();
         assert_eq!(quoted, ["The town was founded in 1820 by settlers."]);
+    }
+
+    #[test]
+    fn the_sentence_context_keeps_the_best_sentences_under_the_budget_in_context_order() {
+        let passages = vec![
+            passage(0, "a", "Ships carried many sailors. Scurvy is caused by a lack of vitamin C in the diet."),
+            passage(0, "b", "Rickets softens the bones of children. Citrus fruit prevents scurvy in sailors."),
+            passage(0, "c", "Stock markets rose on Tuesday as investors bought shares."),
+        ];
+        let q = "What causes scurvy in sailors?";
+        // Room for two sentences: the two best, each in its passage, the passage without one left out.
+        let (out, _) = best_sentences(q, passages.clone(), 25);
+        let texts: Vec<(&str, &str)> = out.iter().map(|p| (p.chunk_id.as_str(), p.text.as_str())).collect();
+        assert_eq!(
+            texts,
+            [
+                ("a", "Scurvy is caused by a lack of vitamin C in the diet."),
+                ("b", "Citrus fruit prevents scurvy in sailors.")
+            ]
+        );
+        // The best sentence is kept even when it alone is over the budget.
+        let (out, _) = best_sentences(q, passages.clone(), 1);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].text, "Scurvy is caused by a lack of vitamin C in the diet.");
+        // Nothing shares a term: the passages stay whole.
+        let (out, report) = best_sentences("quantum chromodynamics", passages.clone(), 30);
+        assert_eq!(
+            out,
+            passages.iter().enumerate().map(|(i, p)| ContextPassage { n: i + 1, ..p.clone() }).collect::<Vec<_>>()
+        );
+        assert!(format!("{report:?}").contains("no sentence shares a term"), "{report:?}");
     }
 
     /// A Markdown line that is structure, not prose, with a marker word no prose line has.

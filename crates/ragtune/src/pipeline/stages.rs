@@ -10,7 +10,7 @@ use ragtune_evaluators::refine::{Refined, Refiner, estimate_tokens};
 use ragtune_evaluators::retry::{AttemptOutcome, RetryDecision, RetryStrategy, decide, keep_reread};
 use ragtune_llm::prompts;
 
-use super::answer::{ABSTAIN, answer_sentences, any_overlap, pick_sentences, sentence_candidates};
+use super::answer::{ABSTAIN, answer_sentences, any_overlap, best_sentences, pick_sentences, sentence_candidates};
 use super::components::Retrieved;
 use super::run::{Env, Report, Run, Stage};
 use super::{
@@ -179,6 +179,12 @@ impl Run<'_> {
         let (env, ledger) = (&self.env, &mut self.ledger);
         if mode == ContextMode::Full || candidates.is_empty() {
             return (whole_passages(candidates), ContextMethod::Full, None);
+        }
+        if mode == ContextMode::Sentences {
+            let budget = env.engine.config().pipeline.sentence_context_tokens;
+            let body = async { best_sentences(&env.question, whole_passages(candidates), budget) };
+            let passages = ledger.step(Stage::Refine, body).await;
+            return (passages, ContextMethod::Sentences, None);
         }
         if mode == ContextMode::Extract {
             if let Some(llm) = env.engine.llm().cloned() {
