@@ -884,14 +884,15 @@ impl Llm for WordStreaming {
     }
 }
 
-/// A token sink recording what it receives: each piece as it is, `<retry>` and `<replaced>` for restarts.
+/// A token sink recording what it receives: each piece as it is (streamed or whole), `<retry>` and `<replaced>`
+/// for restarts.
 fn recording_sink() -> (ragtune::pipeline::TokenSink, Arc<std::sync::Mutex<Vec<String>>>) {
     use ragtune::pipeline::AnswerEvent;
     let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
     let log = Arc::clone(&seen);
     let sink = ragtune::pipeline::TokenSink::new(move |e| {
         log.lock().unwrap().push(match e {
-            AnswerEvent::Token(t) => t.to_owned(),
+            AnswerEvent::Token(t) | AnswerEvent::Whole(t) => t.to_owned(),
             AnswerEvent::Restart(r) => format!("<{}>", r.as_str()),
         });
     });

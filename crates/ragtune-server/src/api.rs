@@ -21,6 +21,7 @@ use crate::openapi::{
     Deleted, DocumentsBody, ErrorBody, ErrorDetail, Health, Indexed, Ready, SearxResult, SearxResults, Stats,
     openapi_document,
 };
+use crate::stream::{self, Streamed};
 use crate::{AppState, Collection};
 
 /// The page at `/`: one self-contained file, no build step, no CDN.
@@ -206,10 +207,11 @@ pub(crate) fn collection(state: &AppState, name: &str) -> ApiResult<Arc<Collecti
 async fn collection_ask(
     State(state): State<AppState>,
     Path(name): Path<String>,
+    headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Response> {
     let c = collection(&state, &name)?;
-    answer(&state, &c, body, true).await
+    answer(&state, c, &headers, body, true).await
 }
 
 async fn collection_query(
@@ -218,7 +220,7 @@ async fn collection_query(
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Response> {
     let c = collection(&state, &name)?;
-    answer(&state, &c, body, false).await
+    answer(&state, c, &HeaderMap::new(), body, false).await
 }
 
 async fn collection_search(
@@ -252,28 +254,96 @@ async fn collection_stats(State(state): State<AppState>, Path(name): Path<String
     stats_in(&state, &c).await
 }
 
+/// `/v1/ask` and `/v1/query` (`generate`: ask). An ask with `Accept: text/event-stream` streams its answer as
+/// Server-Sent Events ([`stream_answer`]); every other request gets the JSON response whole.
 async fn answer(
     state: &AppState,
-    c: &Collection,
+    c: Arc<Collection>,
+    headers: &HeaderMap,
     body: Result<Bytes, BytesRejection>,
     generate: bool,
 ) -> ApiResult<Response> {
     let (question, opts) = parse_ask(&body_bytes(body)?)?;
     let opts = bounded(opts, state);
+    if generate && stream::wants_events(headers) {
+        return stream_answer(state, c, question, opts).await;
+    }
     let engine = c.engine.read().await;
     let response = commands::ask(&engine, &question, &opts, generate).await?;
     state.inner.metrics.observe_answer(&response);
     Ok(Json(response).into_response())
 }
 
-async fn ask(State(state): State<AppState>, body: Result<Bytes, BytesRejection>) -> ApiResult<Response> {
+/// An ask answered as Server-Sent Events: `token` events (`{"text"}`) as the answer is generated, `restart`
+/// (`{"reason": "retry" | "replaced"}`) when what was sent is withdrawn, then one `answer` event with the JSON
+/// response `/v1/ask` sends whole (or an `error` event, `{"error": {"kind", "message"}}`, if the question's task
+/// was lost). The pieces after the last restart are the answer. A request that fails before the pipeline runs
+/// (invalid input) is an ordinary HTTP error.
+async fn stream_answer(
+    state: &AppState,
+    c: Arc<Collection>,
+    question: String,
+    opts: AskOptions,
+) -> ApiResult<Response> {
+    let mut running = stream::spawn_ask(state, c, question, opts);
+    let first = match running.first().await {
+        Some(Ok(first)) => first,
+        Some(Err(e)) => return Err(e.into()),
+        None => return Err(lost()),
+    };
+    let events =
+        futures_util::stream::unfold((Some(first), running, false), |(pending, mut running, ended)| async move {
+            if ended {
+                return None;
+            }
+            let next = match pending {
+                Some(event) => Some(event),
+                None => running.next().await,
+            };
+            let (bytes, ended) = match next {
+                Some(Streamed::Token(text) | Streamed::Whole(text)) => {
+                    (stream::frame(Some("token"), &serde_json::json!({ "text": text }).to_string()), false)
+                }
+                Some(Streamed::Restart(reason)) => (
+                    stream::frame(Some("restart"), &serde_json::json!({ "reason": reason.as_str() }).to_string()),
+                    false,
+                ),
+                Some(Streamed::Done(done)) => match *done {
+                    Ok(response) => {
+                        (stream::frame(Some("answer"), &serde_json::to_string(&response).unwrap_or_default()), true)
+                    }
+                    Err(e) => (error_event(ApiError::from(e)), true),
+                },
+                None => (error_event(lost()), true),
+            };
+            Some((bytes, (None, running, ended)))
+        });
+    Ok(stream::event_stream(events))
+}
+
+/// The error of a question whose task ended without an answer.
+fn lost() -> ApiError {
+    ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "the question's task ended without an answer")
+}
+
+/// An `error` event with the body an error response would have.
+fn error_event(e: ApiError) -> Bytes {
+    let body = ErrorBody { error: ErrorDetail { kind: e.kind.to_owned(), message: e.message } };
+    stream::frame(Some("error"), &serde_json::to_string(&body).unwrap_or_default())
+}
+
+async fn ask(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult<Response> {
     let c = state.inner.default.clone();
-    answer(&state, &c, body, true).await
+    answer(&state, c, &headers, body, true).await
 }
 
 async fn query(State(state): State<AppState>, body: Result<Bytes, BytesRejection>) -> ApiResult<Response> {
     let c = state.inner.default.clone();
-    answer(&state, &c, body, false).await
+    answer(&state, c, &HeaderMap::new(), body, false).await
 }
 
 async fn search(State(state): State<AppState>, body: Result<Bytes, BytesRejection>) -> ApiResult<Response> {
@@ -638,7 +708,11 @@ async fn admit(State(state): State<AppState>, request: Request, next: Next) -> R
             ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "overloaded", "every request slot is busy: retry shortly")
                 .into_response()
         }
-        Some(Ok(_permit)) => next.run(request).await,
+        Some(Ok(permit)) => {
+            let response = next.run(request).await;
+            // A stream's body outlives its handler: the slot is held until the stream ends.
+            if stream::is_event_stream(&response) { stream::hold(response, permit) } else { response }
+        }
         None => next.run(request).await,
     };
     state.inner.metrics.observe_http(&route, response.status().as_u16(), started.elapsed().as_secs_f64());
@@ -684,6 +758,13 @@ mod tests {
         {
             assert!(schemas["AskResponse"]["properties"][field].is_object(), "AskResponse.{field}");
         }
+        for field in ["ttft_ms", "generation_ms"] {
+            assert!(schemas["AskResponse"]["properties"][field].is_object(), "AskResponse.{field}");
+        }
+        let ask = &doc["paths"]["/v1/ask"]["post"]["responses"]["200"];
+        assert!(ask["content"]["text/event-stream"].is_object() && ask["content"]["application/json"].is_object());
+        assert!(ask["description"].as_str().is_some_and(|d| d.contains("`token`")), "{ask}");
+        assert!(schemas["AskBody"]["properties"].get("tokens").is_none(), "the token sink is no request field");
         for field in ["decision", "category", "score", "web_search_used", "web_providers"] {
             assert!(schemas["CragMetadata"]["properties"][field].is_object(), "CragMetadata.{field}");
         }

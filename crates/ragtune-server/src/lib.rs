@@ -31,6 +31,7 @@ mod api;
 mod metrics;
 pub mod openai;
 pub mod openapi;
+mod stream;
 
 use std::future::Future;
 use std::net::SocketAddr;

@@ -4,8 +4,10 @@
 //!
 //! The answer's content is the answer with its `[n]` markers, then a `Sources:` list; the citations and the CRAG
 //! decision are also in an extra top-level field, `ragtune`, which OpenAI clients ignore. With `stream: true` the
-//! finished answer is sent as Server-Sent Events of `chat.completion.chunk` objects in word-sized deltas (the
-//! pipeline does not stream tokens). Errors on these routes are in OpenAI's shape,
+//! answer is sent as Server-Sent Events of `chat.completion.chunk` objects as it is generated: the LLM's tokens as
+//! they come, an extractive answer (which exists only whole) in word-sized deltas, then the sources; when the
+//! pipeline withdraws what it streamed (a retry, or an answer that replaces it), a notice in the content says so
+//! ([`restart_notice`]) and the answer that replaces it follows. Errors on these routes are in OpenAI's shape,
 //! `{"error": {"message", "type", "param", "code"}}`, with ragtune's `kind` beside them.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -19,7 +21,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use ragtune::commands::{self, AskOptions};
-use ragtune::pipeline::PipelineCost;
+use ragtune::pipeline::{PipelineCost, RestartReason};
 use ragtune::{AskResponse, Citation, CragMetadata};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -27,6 +29,7 @@ use serde_json::Value;
 
 use crate::AppState;
 use crate::api::{ApiError, body_bytes, bounded, collection};
+use crate::stream::{self, Streamed};
 
 /// The model name of the default store.
 pub const DEFAULT_MODEL: &str = "ragtune";
@@ -489,69 +492,183 @@ pub(crate) async fn chat_completions(
     };
     let question = question_of(&request.messages)?;
     let opts = bounded(request.ragtune.unwrap_or_default(), &state);
+    if request.stream == Some(true) {
+        let include_usage = request.stream_options.and_then(|o| o.include_usage).unwrap_or(false);
+        return stream_completion(&state, store, model, question, opts, include_usage).await;
+    }
     let engine = store.engine.read().await;
     let response = commands::ask(&engine, &question, &opts, true).await?;
     drop(engine);
     state.inner.metrics.observe_answer(&response);
     let content = content_with_sources(response.answer.as_deref().unwrap_or_default(), &response.citations);
     let usage = usage_of(&response, &content);
-    let extra = RagtuneExtra {
-        collection: store.name.clone(),
+    let completion = ChatCompletion {
+        id: completion_id(),
+        object: "chat.completion".into(),
+        created: now(),
+        model,
+        choices: vec![Choice {
+            index: 0,
+            message: AssistantMessage { role: "assistant".into(), content, refusal: None },
+            logprobs: None,
+            finish_reason: "stop".into(),
+        }],
+        usage,
+        ragtune: extra_of(&response, store.name.clone()),
+    };
+    Ok(Json(completion).into_response())
+}
+
+/// What ragtune adds to a completion, from the answer.
+fn extra_of(response: &AskResponse, collection: Option<String>) -> RagtuneExtra {
+    RagtuneExtra {
+        collection,
         citations: response.citations.clone(),
         crag: response.crag.clone(),
         cost: response.cost.clone(),
         notes: response.notes.iter().filter_map(|n| serde_json::to_value(n).ok()).collect(),
-    };
-    let (id, created) = (completion_id(), now());
-    if request.stream != Some(true) {
-        let completion = ChatCompletion {
-            id,
-            object: "chat.completion".into(),
-            created,
-            model,
-            choices: vec![Choice {
-                index: 0,
-                message: AssistantMessage { role: "assistant".into(), content, refusal: None },
-                logprobs: None,
-                finish_reason: "stop".into(),
-            }],
-            usage,
+    }
+}
+
+/// The chunks of one streamed completion (its id, time and model, and the collection that answers).
+struct Chunks {
+    id: String,
+    created: u64,
+    model: String,
+    collection: Option<String>,
+}
+
+impl Chunks {
+    /// One `chat.completion.chunk` event.
+    fn event(&self, delta: Delta, finish: Option<&str>, extra: Option<RagtuneExtra>) -> String {
+        let chunk = ChatCompletionChunk {
+            id: self.id.clone(),
+            object: "chat.completion.chunk".into(),
+            created: self.created,
+            model: self.model.clone(),
+            choices: vec![ChunkChoice { index: 0, delta, logprobs: None, finish_reason: finish.map(str::to_owned) }],
+            usage: None,
             ragtune: extra,
         };
-        return Ok(Json(completion).into_response());
+        format!("data: {}\n\n", serde_json::to_string(&chunk).unwrap_or_default())
     }
-    let include_usage = request.stream_options.and_then(|o| o.include_usage).unwrap_or(false);
-    let chunk = |delta: Delta, finish: Option<&str>, extra: Option<RagtuneExtra>| ChatCompletionChunk {
-        id: id.clone(),
-        object: "chat.completion.chunk".into(),
-        created,
-        model: model.clone(),
-        choices: vec![ChunkChoice { index: 0, delta, logprobs: None, finish_reason: finish.map(str::to_owned) }],
-        usage: None,
-        ragtune: extra,
+
+    /// A chunk adding `content`.
+    fn content(&self, content: &str) -> String {
+        self.event(Delta { role: None, content: Some(content.to_owned()) }, None, None)
+    }
+
+    /// The events of one thing the pipeline sent.
+    fn of(&self, streamed: Streamed, include_usage: bool) -> (String, bool) {
+        match streamed {
+            // The LLM's tokens go as they come; an answer that exists only whole (extractive, or one replacing what
+            // was streamed) goes in word-sized deltas, as an OpenAI client expects of a stream.
+            Streamed::Token(text) => (self.content(&text), false),
+            Streamed::Whole(text) => (word_deltas(&text).into_iter().map(|p| self.content(p)).collect(), false),
+            Streamed::Restart(reason) => (self.content(restart_notice(reason)), false),
+            Streamed::Done(done) => match *done {
+                Ok(response) => self.last(&response, include_usage),
+                Err(e) => (Self::error(ApiError::from(e).into()), true),
+            },
+        }
+    }
+
+    /// The end of the stream: the sources, the stop chunk with ragtune's field, the usage when asked, `[DONE]`.
+    fn last(&self, response: &AskResponse, include_usage: bool) -> (String, bool) {
+        let answer = response.answer.as_deref().unwrap_or_default();
+        let content = content_with_sources(answer, &response.citations);
+        // The answer went out as it was generated: what is left is the list of sources.
+        let sources = content.strip_prefix(answer.trim_end()).unwrap_or_default();
+        let mut out: String = word_deltas(sources).into_iter().map(|p| self.content(p)).collect();
+        let extra = extra_of(response, self.collection.clone());
+        out.push_str(&self.event(Delta { role: None, content: None }, Some("stop"), Some(extra)));
+        if include_usage {
+            let last = ChatCompletionChunk {
+                id: self.id.clone(),
+                object: "chat.completion.chunk".into(),
+                created: self.created,
+                model: self.model.clone(),
+                choices: Vec::new(),
+                usage: Some(usage_of(response, &content)),
+                ragtune: None,
+            };
+            out.push_str(&format!("data: {}\n\n", serde_json::to_string(&last).unwrap_or_default()));
+        }
+        out.push_str("data: [DONE]\n\n");
+        (out, true)
+    }
+
+    /// An error in OpenAI's shape inside a stream that has begun, then the end of the stream.
+    fn error(e: OpenAiError) -> String {
+        let body = error_body(e.status, e.kind, e.message, None);
+        format!("data: {}\n\ndata: [DONE]\n\n", serde_json::to_string(&body).unwrap_or_default())
+    }
+}
+
+/// What the stream says when the text it sent is withdrawn (OpenAI's chunks cannot take text back): the notice,
+/// then the answer that replaces it.
+#[must_use]
+pub fn restart_notice(reason: RestartReason) -> &'static str {
+    match reason {
+        RestartReason::Retry => {
+            "\n\n[ragtune: the answer above is withdrawn; a retry asks again and its answer follows]\n\n"
+        }
+        RestartReason::Replaced => "\n\n[ragtune: the answer above is withdrawn; the final answer follows]\n\n",
+    }
+}
+
+/// `stream: true`: the pipeline runs with its answer streamed, and each piece goes out as a
+/// `chat.completion.chunk` as it comes (the role first, the sources after the answer, then the stop chunk with
+/// ragtune's extra field, the usage when asked, and `[DONE]`).
+async fn stream_completion(
+    state: &AppState,
+    store: std::sync::Arc<crate::Collection>,
+    model: String,
+    question: String,
+    opts: AskOptions,
+    include_usage: bool,
+) -> Result<Response, OpenAiError> {
+    let collection = store.name.clone();
+    let mut running = stream::spawn_ask(state, store, question, opts);
+    let first = match running.first().await {
+        Some(Ok(first)) => first,
+        Some(Err(e)) => return Err(e.into()),
+        None => return Err(lost()),
     };
-    let mut chunks = vec![chunk(Delta { role: Some("assistant".into()), content: Some(String::new()) }, None, None)];
-    for piece in word_deltas(&content) {
-        chunks.push(chunk(Delta { role: None, content: Some(piece.to_owned()) }, None, None));
+    let chunks = Chunks { id: completion_id(), created: now(), model, collection };
+    let opening = chunks.event(Delta { role: Some("assistant".into()), content: Some(String::new()) }, None, None);
+    let start = (Some(first), running, chunks, Some(opening), false);
+    let events =
+        futures_util::stream::unfold(start, move |(pending, mut running, chunks, opening, ended)| async move {
+            if ended {
+                return None;
+            }
+            let next = match pending {
+                Some(event) => Some(event),
+                None => running.next().await,
+            };
+            let (text, ended) = match next {
+                Some(streamed) => chunks.of(streamed, include_usage),
+                None => (Chunks::error(lost()), true),
+            };
+            // The role chunk opens the stream, with the first piece.
+            let text = match opening {
+                Some(opening) => opening + &text,
+                None => text,
+            };
+            Some((Bytes::from(text), (None, running, chunks, None, ended)))
+        });
+    Ok(stream::event_stream(events))
+}
+
+/// The error of a question whose task ended without an answer.
+fn lost() -> OpenAiError {
+    OpenAiError {
+        status: StatusCode::INTERNAL_SERVER_ERROR,
+        kind: "internal".into(),
+        message: "the question's task ended without an answer".into(),
+        param: None,
     }
-    chunks.push(chunk(Delta { role: None, content: None }, Some("stop"), Some(extra)));
-    if include_usage {
-        let mut last = chunk(Delta { role: None, content: None }, None, None);
-        last.choices.clear();
-        last.usage = Some(usage);
-        chunks.push(last);
-    }
-    let mut events: Vec<Bytes> = chunks
-        .iter()
-        .map(|c| Bytes::from(format!("data: {}\n\n", serde_json::to_string(c).unwrap_or_default())))
-        .collect();
-    events.push(Bytes::from_static(b"data: [DONE]\n\n"));
-    let stream = futures_util::stream::iter(events.into_iter().map(Ok::<_, std::convert::Infallible>));
-    let mut response = Response::new(Body::from_stream(stream));
-    let headers = response.headers_mut();
-    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    Ok(response)
 }
 
 /// `GET /v1/models`: `ragtune`, then `ragtune:NAME` for each collection.

@@ -170,7 +170,8 @@ pub const ROUTES: [Route; 20] = [
     Route {
         method: "post",
         path: "/v1/ask",
-        summary: "Answer a question with citations, CRAG metadata, faithfulness and cost",
+        summary: "Answer a question with citations, CRAG metadata, faithfulness and cost (`Accept: text/event-stream`: \
+                  the answer streamed as Server-Sent Events, then the same response)",
         request: Body::Json(schema::<AskBody>),
         response: Body::Json(schema::<AskResponse>),
     },
@@ -213,7 +214,8 @@ pub const ROUTES: [Route; 20] = [
         method: "post",
         path: "/v1/chat/completions",
         summary: "OpenAI-compatible chat: the last user message answered through the pipeline, with numbered sources \
-                  (`stream: true`: Server-Sent Events of `chat.completion.chunk`); errors in OpenAI's shape",
+                  (`stream: true`: Server-Sent Events of `chat.completion.chunk`, the LLM's tokens as they come); errors \
+                  in OpenAI's shape",
         request: Body::Json(schema::<ChatRequest>),
         response: Body::Json(schema::<ChatCompletion>),
     },
@@ -310,6 +312,12 @@ pub const ROUTES: [Route; 20] = [
     },
 ];
 
+/// What an ask route sends with `Accept: text/event-stream` (docs/server.md, "Streamed answers").
+const ASK_EVENTS: &str = "OK: the JSON response; with `Accept: text/event-stream`, Server-Sent Events as the answer is \
+    generated: `token` events (`{\"text\"}`, the next piece of the answer), `restart` (`{\"reason\": \"retry\" | \
+    \"replaced\"}`: what was sent is withdrawn, what follows replaces it), then one `answer` event with the JSON \
+    response (or `error`, `{\"error\": {\"kind\", \"message\"}}`). The pieces after the last restart are the answer.";
+
 /// The OpenAPI 3.1 document: the paths of [`ROUTES`], their bodies as JSON Schemas generated from the types.
 #[must_use]
 pub fn openapi_document() -> Value {
@@ -327,6 +335,10 @@ pub fn openapi_document() -> Value {
         let mut ok = json!({"description": "OK"});
         if let Some(c) = content(route.response, &mut generator) {
             ok["content"] = c;
+        }
+        if route.method == "post" && route.path.ends_with("/ask") {
+            ok["description"] = json!(ASK_EVENTS);
+            ok["content"]["text/event-stream"] = json!({"schema": {"type": "string"}});
         }
         let error = if matches!(route.path, "/v1/chat/completions" | "/v1/models") { &openai_error } else { &error };
         let mut op = json!({

@@ -9,8 +9,11 @@ use serde::Serialize;
 /// What a [`TokenSink`] receives while the pipeline answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AnswerEvent<'a> {
-    /// The next piece of the answer's text.
+    /// The next piece of the LLM's answer, as it was generated.
     Token(&'a str),
+    /// The answer whole, in one piece, when the pipeline ends: an answer the LLM did not stream (extractive), or
+    /// the one that replaces what was streamed (after a [`Restart`](Self::Restart)).
+    Whole(&'a str),
     /// The text sent since the previous restart (or the start) is not the answer: discard it; the pieces that
     /// follow replace it.
     Restart(RestartReason),
@@ -43,14 +46,14 @@ impl RestartReason {
 /// order, on the task that runs the pipeline. It must return quickly (write to a terminal, send to a channel):
 /// generation waits for it.
 ///
-/// The contract a consumer relies on: the [`AnswerEvent::Token`] pieces after the last [`AnswerEvent::Restart`]
-/// concatenate, trimmed, to the final answer ([`AskResponse::answer`](super::AskResponse)). The LLM's answer
+/// The contract a consumer relies on: the pieces ([`AnswerEvent::Token`], [`AnswerEvent::Whole`]) after the last
+/// [`AnswerEvent::Restart`] concatenate, trimmed, to the final answer ([`AskResponse::answer`](super::AskResponse)). The LLM's answer
 /// streams as it is generated (only the final answer's generation: no CRAG, extraction, judge or rewrite call
 /// streams). When what was sent is not the answer, a restart says so and what follows replaces it: smart retry
 /// asking the LLM again ([`RestartReason::Retry`]), or an answer that is not the streamed text
 /// ([`RestartReason::Replaced`]: generation failed mid-way and the answer is extractive, or the retry loop kept an
-/// earlier attempt), which then arrives whole. An answer the LLM did not generate (extractive) arrives whole, in
-/// one piece, when the pipeline ends.
+/// earlier attempt), which then arrives whole ([`AnswerEvent::Whole`]). An answer the LLM did not generate
+/// (extractive) arrives whole too, when the pipeline ends.
 #[derive(Clone)]
 pub struct TokenSink(Arc<dyn Fn(AnswerEvent<'_>) + Send + Sync>);
 
@@ -167,7 +170,7 @@ impl Streaming {
             sink.send(AnswerEvent::Restart(RestartReason::Replaced));
         }
         if !answer.is_empty() {
-            sink.send(AnswerEvent::Token(answer));
+            sink.send(AnswerEvent::Whole(answer));
         }
     }
 }
@@ -187,6 +190,7 @@ mod tests {
         let sink = TokenSink::new(move |e| {
             log.lock().unwrap().push(match e {
                 AnswerEvent::Token(t) => t.to_owned(),
+                AnswerEvent::Whole(t) => format!("={t}"),
                 AnswerEvent::Restart(r) => format!("<{}>", r.as_str()),
             });
         });
@@ -202,7 +206,8 @@ mod tests {
         // The contract: after the last restart, the pieces are the answer.
         let seen = seen.lock().unwrap();
         let last = seen.iter().rposition(|e| e.starts_with('<')).map_or(0, |i| i + 1);
-        assert_eq!(seen[last..].concat().trim(), answer.unwrap_or_default().trim());
+        let pieces: String = seen[last..].iter().map(|e| e.strip_prefix('=').unwrap_or(e)).collect();
+        assert_eq!(pieces.trim(), answer.unwrap_or_default().trim());
     }
 
     #[test]
@@ -222,10 +227,10 @@ mod tests {
         };
         check(twice, Some("Yes [2]."), &["No.", "<retry>", "Yes", " [2]."]);
         // The loop kept the first attempt, or generation broke and the answer is extractive: replaced whole.
-        check(twice, Some("No."), &["No.", "<retry>", "Yes", " [2].", "<replaced>", "No."]);
-        check(stream(&["Sc"]), Some("Scurvy is … [1]"), &["Sc", "<replaced>", "Scurvy is … [1]"]);
+        check(twice, Some("No."), &["No.", "<retry>", "Yes", " [2].", "<replaced>", "=No."]);
+        check(stream(&["Sc"]), Some("Scurvy is … [1]"), &["Sc", "<replaced>", "=Scurvy is … [1]"]);
         // Nothing streamed (no LLM): the answer whole, no restart; no answer (query): nothing.
-        check(|_| {}, Some("Extracted [1]."), &["Extracted [1]."]);
+        check(|_| {}, Some("Extracted [1]."), &["=Extracted [1]."]);
         check(|_| {}, None, &[]);
     }
 
