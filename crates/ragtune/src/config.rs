@@ -359,8 +359,8 @@ pub struct PipelineSettings {
     pub reread_context: Option<ContextMode>,
     /// Generate an answer (with the LLM when configured, else extractively); `false` returns context only.
     pub generate: bool,
-    /// How the extractive answer picks its two sentences: `overlap` (most words shared with the question, the
-    /// default) or `cross-encoder` (the `[rerank]` cross-encoder's scores against the question).
+    /// How the extractive answer picks its sentences: `overlap` (the question's words shared, weighted by rarity,
+    /// the default) or `cross-encoder` (the `[rerank]` cross-encoder's scores against the question).
     #[serde(skip_serializing_if = "SentenceScorer::is_overlap")]
     pub sentence_scorer: SentenceScorer,
     /// Retrieve at all; `false` answers closed-book (the "no retrieval" baseline of evaluations).
