@@ -39,6 +39,10 @@ pub struct AskArgs {
     /// Print the trace of every step.
     #[arg(long)]
     trace: bool,
+    /// Print the answer once it is whole instead of as the LLM generates it (without an LLM it is printed whole
+    /// anyway; `--json` never streams).
+    #[arg(long)]
+    no_stream: bool,
 }
 
 /// Why `--web` cannot run without a provider, and how to configure one.
@@ -48,7 +52,7 @@ const NO_WEB_PROVIDER: &str = "--web needs a web search provider, and none is co
 
 /// Runs the pipeline and prints the result: the answer when `generate` (`ask`), else the context (`query`).
 pub async fn run(config: Option<&Path>, args: AskArgs, generate: bool) -> anyhow::Result<()> {
-    let AskArgs { question, store, qdrant, llm_url, no_llm, top_k, web, no_web, json, trace } = args;
+    let AskArgs { question, store, qdrant, llm_url, no_llm, top_k, web, no_web, json, trace, no_stream } = args;
     let overrides = Overrides {
         store,
         qdrant,
@@ -68,21 +72,43 @@ pub async fn run(config: Option<&Path>, args: AskArgs, generate: bool) -> anyhow
     }
     let engine = Engine::open(cfg).await?;
     // The options the HTTP API takes per request; here the flags above set them in the configuration instead.
-    let options = ragtune::commands::AskOptions { trace, ..Default::default() };
+    // With an LLM the answer is printed as it is generated (the pipeline's token sink writes to stdout).
+    let stream = generate && !json && !no_stream && engine.llm().is_some();
+    let tokens = stream.then(|| ragtune::pipeline::TokenSink::new(print_event));
+    let options = ragtune::commands::AskOptions { trace, tokens, ..Default::default() };
     let r = ragtune::commands::ask(&engine, &question, &options, generate).await?;
     if json {
         println!("{}", serde_json::to_string_pretty(&r)?);
     } else {
-        print_answer(&r, trace)?;
+        print_answer(&r, trace, stream)?;
     }
     Ok(())
 }
 
-fn print_answer(r: &ragtune::AskResponse, show_trace: bool) -> anyhow::Result<()> {
+/// Prints a piece of the answer as it comes, or says that what was printed is withdrawn (the answer that replaces
+/// it follows). A closed stdout is left to the final print to report.
+fn print_event(event: ragtune::pipeline::AnswerEvent<'_>) {
+    use ragtune::pipeline::{AnswerEvent, RestartReason};
     let mut out = std::io::stdout().lock();
-    if let Some(answer) = &r.answer {
-        writeln!(out, "{answer}")?;
-        writeln!(out)?;
+    let _ = match event {
+        AnswerEvent::Token(text) | AnswerEvent::Whole(text) => out.write_all(text.as_bytes()),
+        AnswerEvent::Restart(RestartReason::Retry) => {
+            out.write_all(b"\n[the answer above is withdrawn: a retry asks again]\n")
+        }
+        AnswerEvent::Restart(RestartReason::Replaced) => {
+            out.write_all(b"\n[the answer above is withdrawn; the answer is:]\n")
+        }
+    };
+    let _ = out.flush();
+}
+
+/// Prints the result; `streamed`: the answer was printed already, as it was generated.
+fn print_answer(r: &ragtune::AskResponse, show_trace: bool, streamed: bool) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    match &r.answer {
+        Some(_) if streamed => writeln!(out, "\n")?,
+        Some(answer) => writeln!(out, "{answer}\n")?,
+        None => {}
     }
     if !r.citations.is_empty() {
         writeln!(out, "Sources:")?;
@@ -145,6 +171,10 @@ fn print_answer(r: &ragtune::AskResponse, show_trace: bool) -> anyhow::Result<()
         r.cost.tokens,
         r.cost.total_ms
     )?;
+    if let Some(ttft) = r.ttft_ms {
+        let generation = r.generation_ms.map(|g| format!(", generation {g:.0} ms")).unwrap_or_default();
+        writeln!(out, "First token after {ttft:.0} ms{generation}")?;
+    }
     for n in &r.notes {
         writeln!(out, "note: {n}")?;
     }

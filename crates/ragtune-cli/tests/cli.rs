@@ -855,3 +855,65 @@ fn completions_name_every_subcommand_in_each_shell() {
     let out = ragtune(&["completions", "powershell"], dir.path());
     assert_eq!(out.status.code(), Some(2), "an unknown shell is a usage error");
 }
+
+/// With an LLM, `ask` prints the answer as it is generated: the scripted LLM holds the rest of its answer until the
+/// test has read the first token from the binary's stdout. `--no-stream` and `--json` print it whole.
+#[test]
+fn ask_prints_the_llms_answer_as_it_is_generated() {
+    use ragtune_testkit::http::{Gate, Reply, SSE_DONE, ScriptedServer, chat_chunk};
+    use std::io::Read;
+    let dir = tempfile::tempdir().unwrap();
+    corpus(dir.path());
+    assert_eq!(ragtune(&["index", "docs", "--store", "s"], dir.path()).status.code(), Some(0));
+    // Only the answer asks the LLM.
+    let toml =
+        "[llm]\ncache = false\n[crag]\nenabled = false\n[pipeline]\njudge = false\nretry = false\ncontext = \"full\"\n";
+    std::fs::write(dir.path().join("llm.toml"), toml).unwrap();
+    let gate = Gate::new();
+    let streamed = Reply::event_stream()
+        .send(chat_chunk("Scurvy", None))
+        .wait(&gate)
+        .send(chat_chunk(" comes from a lack of vitamin C [1].", Some("stop")))
+        .send(SSE_DONE);
+    let whole = serde_json::json!({"choices": [{"message": {"content": "Vitamin C [1]."}, "finish_reason": "stop"}]});
+    let llm = ScriptedServer::start(vec![streamed, Reply::json(200, &whole.to_string())]).unwrap();
+    let args = ["--config", "llm.toml", "ask", "what causes scurvy?", "--store", "s", "--llm-url", llm.url()];
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ragtune"))
+        .args(args)
+        .current_dir(dir.path())
+        .env_remove("RAGTUNE_CONFIG")
+        .env_remove("RAGTUNE_LLM_URL")
+        .env("RAGTUNE_HOME", dir.path().join("home"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let mut first = [0_u8; 6];
+    stdout.read_exact(&mut first).unwrap();
+    // The first token is out while the LLM still holds the rest of the answer.
+    assert_eq!(&first, b"Scurvy");
+    gate.open();
+    let mut rest = String::new();
+    stdout.read_to_string(&mut rest).unwrap();
+    let status = child.wait().unwrap();
+    let mut stderr = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    let printed = format!("Scurvy{rest}");
+    assert!(printed.starts_with("Scurvy comes from a lack of vitamin C [1].\n\nSources:\n  [1] faq.txt"), "{printed}");
+    assert!(printed.contains("Answer: Llm") && printed.contains("First token after"), "{printed}");
+
+    for flag in ["--no-stream", "--json"] {
+        let out = ragtune(&[&args[..], &[flag]].concat(), dir.path());
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        let stdout = text(&out.stdout);
+        if flag == "--json" {
+            let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+            assert_eq!((v["answer"].as_str(), v.get("ttft_ms")), (Some("Vitamin C [1]."), None), "{v}");
+        } else {
+            assert!(stdout.starts_with("Vitamin C [1].\n\nSources:") && !stdout.contains("First token"), "{stdout}");
+        }
+    }
+    assert!(llm.requests()[0].contains("\"stream\":true") && !llm.requests()[1].contains("\"stream\""));
+}
