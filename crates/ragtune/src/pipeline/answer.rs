@@ -268,11 +268,13 @@ pub(super) fn whole_sentences(text: &str) -> Vec<(String, Option<String>)> {
             let sentence = prose[s..e].split_whitespace().collect::<Vec<_>>().join(" ");
             let starts_cut = first && sentence.chars().next().is_some_and(char::is_lowercase);
             first = false;
-            let closed = ends_closed(&sentence);
+            // A lead-in ("… is the name of:") is a sentence only before the code block it introduces.
+            let lead_in = sentence.ends_with(':') && code_after.is_none();
+            let closed = ends_closed(&sentence) && !lead_in;
             let ends_cut = Some(b) == last_prose && i + 1 == spans.len() && !closed;
             let words = sentence.split_whitespace().count();
             let alphabetic = sentence.split_whitespace().filter(|w| w.chars().any(char::is_alphabetic)).count();
-            if starts_cut || ends_cut || words < 4 || alphabetic < 3 || (!closed && words < 12) {
+            if starts_cut || ends_cut || lead_in || words < 4 || alphabetic < 3 || (!closed && words < 12) {
                 continue;
             }
             out.push((sentence, code_after.clone()));
@@ -388,8 +390,11 @@ pub(super) fn pick_sentences(
     let Some(top) = ranked.first().map(|(score, s)| (*score, s.code_after.clone())) else {
         return NO_INFO.to_owned();
     };
+    // The same sentence in two overlapping passages is quoted once.
+    let mut seen = BTreeSet::new();
     let mut best: Vec<AnswerSentence> = ranked
         .into_iter()
+        .filter(|(_, s)| seen.insert(s.text.to_lowercase()))
         .take(MAX_SENTENCES)
         .filter(|(score, _)| *score >= SCORE_RATIO * top.0)
         .map(|(_, s)| s)
@@ -455,20 +460,29 @@ pub(super) fn best_sentences(
     }
     let sentences = answer_sentences(question, &passages);
     let report = super::run::Report::new("sentences").detail("sentences", sentences.len()).detail("budget", budget);
-    let mut ranked: Vec<&AnswerSentence> = sentences.iter().filter(|s| s.overlap > 0).collect();
+    let mut ranked: Vec<usize> = (0..sentences.len()).filter(|&i| sentences[i].overlap > 0).collect();
     if ranked.is_empty() {
         return (passages, report.detail("kept", 0).detail("fallback", "no sentence shares a term: whole passages"));
     }
-    ranked.sort_by(|a, b| b.relevance.total_cmp(&a.relevance).then(a.n.cmp(&b.n)).then(a.position.cmp(&b.position)));
+    ranked.sort_by(|&a, &b| {
+        let (a, b) = (&sentences[a], &sentences[b]);
+        b.relevance.total_cmp(&a.relevance).then(a.n.cmp(&b.n)).then(a.position.cmp(&b.position))
+    });
     let mut used = 0usize;
     let mut kept: BTreeSet<(usize, usize)> = BTreeSet::new();
-    for s in ranked {
-        let tokens = text::estimate_tokens(&s.text);
-        if !kept.is_empty() && used + tokens > budget {
-            continue;
+    for i in ranked {
+        // The sentence, then the one after it in its passage: an answer often follows the sentence that names
+        // the question's subject (on the calibration pool, a gold answer was in a 300-token context of such pairs
+        // 3 points more often than in one of single sentences).
+        let next = sentences.get(i + 1).filter(|n| n.n == sentences[i].n);
+        for s in std::iter::once(&sentences[i]).chain(next) {
+            let tokens = text::estimate_tokens(&s.text);
+            if kept.contains(&(s.n, s.position)) || (!kept.is_empty() && used + tokens > budget) {
+                continue;
+            }
+            used += tokens;
+            kept.insert((s.n, s.position));
         }
-        used += tokens;
-        kept.insert((s.n, s.position));
     }
     let out: Vec<ContextPassage> = passages
         .into_iter()
@@ -538,6 +552,17 @@ mod tests {
         );
         assert_eq!(answer("anything", &[]), NO_DOCUMENTS);
         assert_eq!(answer("stock markets", &ctx), NO_INFO);
+    }
+
+    #[test]
+    fn a_sentence_in_two_overlapping_passages_is_quoted_once_and_a_lead_in_not_at_all() {
+        let text = "Avogadro is most noted for his contributions to the theory of molarity. Santiago is the name of:";
+        let ctx = [passage(1, "a", text), passage(2, "b", text)];
+        assert_eq!(
+            answer("Who is noted for the theory of molarity?", &ctx),
+            "Avogadro is most noted for his contributions to the theory of molarity. [1]"
+        );
+        assert!(whole_sentences(text).iter().all(|(s, _)| !s.ends_with(':')));
     }
 
     #[test]
