@@ -121,12 +121,13 @@ pub fn apply_experiment(name: &str, cfg: &mut Config) -> Result<()> {
             cfg.pipeline.retry_context = Some(ContextMode::Extract);
             // The first attempt is plain RAG's: the same five passages. Synonym expansion on AMBIGUOUS would fuse
             // a second list into up to twice as many passages (more tokens on every question), and it does not
-            // repair what it flags (docs/eval.md, "The learned evaluator"); a retry changes the query instead.
+            // repair what it flags (docs/experiments/2026-11-25-learned-evaluator.md); a retry changes the query
+            // instead.
             cfg.crag.expand_on_ambiguous = false;
             // A no-info answer is reread unless the evaluator judged the retrieval INCORRECT, from refinement's strips
             // (the sentences closest to the question, no LLM call) and without the prompt's "not in the documents"
-            // way out; the judge decides whether the reread replaces it (docs/eval.md, "No-info rereads without the
-            // way out").
+            // way out; the judge decides whether the reread replaces it (docs/experiments/2026-11-27-answer-first.md,
+            // "No-info rereads without the way out").
             cfg.retry.recheck_no_info = NoInfoRecheck::UnlessIncorrect;
             cfg.pipeline.reread_context = Some(ContextMode::Refine);
             cfg.retry.max_retries = 1;
@@ -875,7 +876,7 @@ impl Asker<'_> {
 }
 
 /// The experiments that answer without an LLM (extractively, with the LLM-free judge); every other one needs one.
-pub const ANSWER_WITHOUT_LLM: [&str; 3] = ["baseline", "refined", "corrective"];
+pub const ANSWER_WITHOUT_LLM: [&str; 4] = ["baseline", "sentences", "refined", "corrective"];
 
 /// Checks every requested experiment against what the run has, before any of them runs (and before the index is
 /// built): a known name, a configuration the engine accepts once the experiment is applied, an LLM when the
@@ -1361,9 +1362,9 @@ mod tests {
         assert!(text.starts_with("3 of the 5 experiments requested cannot run, so none was started:\n"), "{text}");
         for line in [
             "\n  answer_first: needs an LLM, and this run has none",
-            "\n  nope: unknown experiment `nope`; available: no_retrieval, baseline",
+            "\n  nope: unknown experiment `nope`; available: no_retrieval, baseline, sentences",
             "\n  no_retrieval: needs an LLM, and this run has none",
-            "ask only for the experiments that answer without an LLM: baseline, refined, corrective",
+            "ask only for the experiments that answer without an LLM: baseline, sentences, refined, corrective",
         ] {
             assert!(text.contains(line), "{line:?} in {text}");
         }
