@@ -4,6 +4,7 @@ mod bad_input;
 mod crag_eval;
 mod crash;
 mod cross_encoder;
+mod docs_window;
 mod engine;
 mod eval;
 mod fusion_fit;

@@ -2,8 +2,8 @@
 //!
 //! Every other ragtune crate depends on this one and on no sibling: they meet through the traits here
 //! ([`Embedder`], [`SparseEncoder`], [`VectorStore`], [`Retriever`], [`Reranker`], [`RelevanceEvaluator`],
-//! [`Llm`], [`WebSearch`]). The crate holds no IO, no async runtime and no vendor types, so forks can implement
-//! any seam against it alone.
+//! [`Llm`], [`WebSearch`], and [`TokenCounter`], which lets a chunker count an embedding model's tokens).
+//! The crate holds no IO, no async runtime and no vendor types, so forks can implement any seam against it alone.
 //!
 //! ```
 //! use ragtune_core::{Chunk, Ctx, Filter, Query};
@@ -23,6 +23,7 @@ mod error;
 mod filter;
 pub mod prompt;
 mod seams;
+mod tokens;
 mod trace;
 mod types;
 
@@ -36,6 +37,7 @@ pub use seams::{
     SearchRequest, SpanEmbeddings, SparseEncoder, StoreStats, VectorQuery, VectorStore, Verdict, WebQuery, WebResult,
     WebSearch, WriteBatch, WriteReport,
 };
+pub use tokens::TokenCounter;
 pub use trace::TraceEvent;
 pub use types::{
     Candidate, Chunk, ChunkKind, Distance, Document, EmbeddingSpec, Metadata, Query, Record, ScoredHit, Secret,

@@ -360,6 +360,17 @@ impl FastEmbedder {
     pub fn config(&self) -> &FastEmbedderConfig {
         &self.config
     }
+
+    /// The model's tokenizer as a token counter whose window is the length this embedder truncates at (the
+    /// smaller of `max_length` and the model's own limit), for cutting text to fit before it is embedded.
+    ///
+    /// # Errors
+    /// [`InvalidInput`](ragtune_core::ErrorKind::InvalidInput) when the tokenizer's truncation cannot be turned
+    /// off (never for the provisioned model).
+    pub fn token_counter(&self) -> Result<crate::ModelTokenCounter> {
+        let window = self.tokenizer.get_truncation().map_or(self.config.max_length, |t| t.max_length);
+        crate::ModelTokenCounter::new((*self.tokenizer).clone(), window, self.spec.model_id.clone())
+    }
 }
 
 /// The session option that says how the intra-op threads of a session with more than one wait: spinning during a

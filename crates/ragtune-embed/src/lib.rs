@@ -4,6 +4,8 @@
 //! - [`FastEmbedder`]: dense embeddings (an [`Embedder`](ragtune_core::Embedder)) from an ONNX model through
 //!   fastembed and ONNX Runtime; by default all-MiniLM-L6-v2 (384 dimensions, mean pooling, L2-normalised).
 //! - [`CrossEncoderReranker`]: a cross-encoder (a [`Reranker`](ragtune_core::Reranker)) on the same runtime.
+//! - [`ModelTokenCounter`]: the embedding model's tokenizer as a [`TokenCounter`](ragtune_core::TokenCounter), so
+//!   that chunkers cut passages the model sees whole.
 //!
 //! ONNX Runtime is a shared library loaded at run time ([`init_onnx_runtime`], once per process); without it the
 //! ONNX types return [`Unavailable`](ragtune_core::ErrorKind::Unavailable) errors, never panics. Named models from
@@ -54,6 +56,9 @@ pub use bm25::{Bm25Config, Bm25Encoder};
 pub use text::{Analyzer, ENGLISH_STOP_WORDS};
 
 mod fast;
+mod tokens;
+
+pub use tokens::ModelTokenCounter;
 
 pub use fast::{
     CrossEncoderConfig, CrossEncoderReranker, FastEmbedder, FastEmbedderConfig, ModelSource, init_onnx_runtime,

@@ -171,7 +171,7 @@ fn add_pages(doc: &Document, chunk: &mut Chunk, offset: usize, spans: &[Range<us
     }
 }
 
-fn make_chunk(
+pub(crate) fn make_chunk(
     doc: &Document,
     id: String,
     kind: ChunkKind,
@@ -237,13 +237,13 @@ pub(crate) fn markdown_headings(text: &str) -> Vec<Heading> {
 
 /// A byte range of the document and the headings above it.
 #[derive(Debug)]
-struct Section {
-    range: Range<usize>,
-    header_path: Vec<String>,
+pub(crate) struct Section {
+    pub(crate) range: Range<usize>,
+    pub(crate) header_path: Vec<String>,
 }
 
 /// Cuts `text` at its headings into sections that hold words, in order.
-fn sections(text: &str, markdown: bool) -> Vec<Section> {
+pub(crate) fn sections(text: &str, markdown: bool) -> Vec<Section> {
     struct Raw {
         range: Range<usize>,
         header_path: Vec<String>,
@@ -313,12 +313,12 @@ fn word_start(text: &str, pos: usize) -> usize {
     pos
 }
 
-fn has_words(s: &str) -> bool {
+pub(crate) fn has_words(s: &str) -> bool {
     s.chars().any(|c| !c.is_whitespace())
 }
 
 /// Byte ranges of the whitespace-separated words of `s` (the same words as `str::split_whitespace`).
-fn word_spans(s: &str) -> Vec<Range<usize>> {
+pub(crate) fn word_spans(s: &str) -> Vec<Range<usize>> {
     let mut spans = Vec::new();
     let mut start = None;
     for (i, c) in s.char_indices() {

@@ -9,6 +9,7 @@ use walkdir::WalkDir;
 use crate::chunk::markdown_headings;
 use crate::jsonl::require_some;
 use crate::lines::io_error;
+use crate::markdown::{front_matter_len, front_matter_title};
 use crate::pdf::pdf_text;
 use crate::{LoadIssue, Loaded};
 
@@ -38,8 +39,9 @@ pub const MAX_FILE_BYTES: u64 = 64 * 1024 * 1024;
 /// Files are visited in file-name order at each level, so the result is the same on every machine.
 /// Hidden files and directories (names starting with `.`) and files with other extensions are skipped.
 /// A document's id and `source` are its path relative to `path`, with `/` separators (`guide/install.md`).
-/// Its title is the text of the first level-1 heading for Markdown, the `<title>` (else the first `<h1>`) for HTML,
-/// else the file stem.
+/// Its title is the text of the first level-1 heading for Markdown (else the `title:` of its YAML front matter,
+/// [`front_matter_title`](crate::front_matter_title)), the `<title>` (else the first `<h1>`) for HTML, else the
+/// file stem.
 /// Its metadata has `format` = `"markdown"`, `"text"`, `"html"`, `"pdf"` or `"docx"`.
 /// A DOCX's text is its paragraphs, with `Heading1`–`Heading6` and `Title` paragraphs as `#` lines; its title is
 /// its `Title` paragraph, else the file stem.
@@ -199,7 +201,12 @@ fn load_file(path: &Path, id: String, format: &'static str) -> std::result::Resu
         None => text,
     };
     let (title, text) = match format {
-        FORMAT_MARKDOWN => (markdown_headings(&text).into_iter().find(|h| h.level == 1).map(|h| h.text), text),
+        FORMAT_MARKDOWN => {
+            // Front matter is no heading (its closing `---` would make its last line a Setext heading).
+            let body = &text[front_matter_len(&text)..];
+            let h1 = markdown_headings(body).into_iter().find(|h| h.level == 1).map(|h| h.text);
+            (h1.or_else(|| front_matter_title(&text)), text)
+        }
         FORMAT_HTML => {
             let page = crate::html::extract(&text);
             (page.title, page.text)
@@ -270,6 +277,20 @@ mod tests {
              b.txt source=b.txt title=Some(\"b\") text \"plain # not a heading\"\n\
              guide/notes.MD source=guide/notes.MD title=Some(\"notes\") markdown \"no heading\"\n\
              guide/z.markdown source=guide/z.markdown title=Some(\"Setext\") markdown \"Setext\\n======\\n\"\n",
+        );
+    }
+
+    #[test]
+    fn markdown_titles_come_from_the_first_h1_else_the_front_matter() {
+        check(
+            &[
+                ("a.md", b"---\ntitle: From front matter\n---\nBody\n"),
+                ("b.md", b"---\ntitle: Ignored\n---\n# Heading wins\n"),
+                ("c.md", b"---\nlayout: x\n---\ntext\n"),
+            ],
+            "a.md source=a.md title=Some(\"From front matter\") markdown \"---\\ntitle: From front matter\\n---\\nBody\\n\"\n\
+             b.md source=b.md title=Some(\"Heading wins\") markdown \"---\\ntitle: Ignored\\n---\\n# Heading wins\\n\"\n\
+             c.md source=c.md title=Some(\"c\") markdown \"---\\nlayout: x\\n---\\ntext\\n\"\n",
         );
     }
 

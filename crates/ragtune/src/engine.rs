@@ -8,8 +8,8 @@ use std::time::Instant;
 
 use ragtune_core::{
     Candidate, Chunk, ChunkKind, Ctx, Document, Embedder, Error, ErrorKind, Llm, Query, Record, Reranker, Result,
-    Retriever, SpanVector, SparseEncoder, StoreStats, TextRole, TraceEvent, TraceSink, VectorStore, WebSearch,
-    WriteBatch,
+    Retriever, SpanVector, SparseEncoder, StoreStats, TextRole, TokenCounter, TraceEvent, TraceSink, VectorStore,
+    WebSearch, WriteBatch,
 };
 use ragtune_embed::{Bm25Config, Bm25Encoder};
 use ragtune_ingest::{ChunkerConfig, LoadIssue, Loaded};
@@ -32,6 +32,13 @@ pub enum Chunking {
     /// Sections and passages for Markdown (so header paths are kept); for other documents, one passage when they
     /// fit in one chunk, sections and passages otherwise.
     Auto(ChunkerConfig),
+    /// As `Auto`, except that Markdown documents are cut to fit the embedding model's window
+    /// ([`ragtune_ingest::chunk_markdown`]): heading sections, then passages of whole blocks (paragraphs, lists,
+    /// code blocks, tables) of at most `chunk_size` words whose indexed text fits the window, counted with the
+    /// loaded model's tokenizer ([`Engine::token_counter`]), else estimated ([`ragtune_ingest::EstimatedTokens`]
+    /// over `embedding.max_length`); `chunk_overlap` is not used for them. What [`Engine::index_path`] uses; the
+    /// evaluations keep `Auto` or `WholeDocuments`, so their numbers do not move.
+    Window(ChunkerConfig),
 }
 
 /// What an indexing run did.
@@ -79,6 +86,8 @@ pub struct Engine {
     store: OpenStore,
     encoder: Option<Arc<Bm25Encoder>>,
     embedder: Option<Arc<dyn Embedder>>,
+    /// The embedding model's tokenizer, which [`Chunking::Window`] counts with; `None` without a loaded model.
+    tokens: Option<Arc<dyn TokenCounter>>,
     /// The language model for query transformations; `None` when no URL is configured.
     llm: Option<Arc<dyn Llm>>,
     /// The cross-encoder of `[rerank]`, loaded once when reranking is enabled with `reranker = "cross-encoder"`
@@ -210,19 +219,19 @@ impl Engine {
     /// when `embedding.mode = "on"`.
     pub async fn open(config: Config) -> Result<Self> {
         let mut notes = Vec::new();
-        let embedder = match config.embedding.mode {
-            EmbeddingMode::Off => None,
-            mode => match crate::models::load_embedder(&config.embedding) {
-                Ok(e) => Some(e),
+        let (embedder, tokens) = match config.embedding.mode {
+            EmbeddingMode::Off => (None, None),
+            mode => match crate::models::load_embedder_and_tokens(&config.embedding) {
+                Ok((e, t)) => (Some(e), Some(t)),
                 Err(e) if mode == EmbeddingMode::Auto && e.kind() == ErrorKind::Unavailable => {
                     notes.push(format!("dense retrieval is off: {}", e.message()));
-                    None
+                    (None, None)
                 }
                 Err(e) => return Err(e),
             },
         };
         let llm = crate::models::load_llm(&config.llm)?;
-        let mut engine = Self::open_with_embedder(config, embedder).await?.with_llm(llm);
+        let mut engine = Self::open_with_embedder(config, embedder).await?.with_llm(llm).with_token_counter(tokens);
         engine.notes.extend(notes);
         Ok(engine)
     }
@@ -269,6 +278,7 @@ impl Engine {
             store,
             encoder,
             embedder,
+            tokens: None,
             llm: None,
             cross_encoder,
             notes,
@@ -362,6 +372,21 @@ impl Engine {
     pub fn with_llm(mut self, llm: Option<Arc<dyn Llm>>) -> Self {
         self.llm = llm;
         self
+    }
+
+    /// Uses `tokens` (or none) as the embedding model's tokenizer that [`Chunking::Window`] counts with, instead of
+    /// the one [`open`](Self::open) takes from the loaded model; for tests and for embedders of your own (without
+    /// one, Markdown is cut by an estimate of the tokens).
+    #[must_use]
+    pub fn with_token_counter(mut self, tokens: Option<Arc<dyn TokenCounter>>) -> Self {
+        self.tokens = tokens;
+        self
+    }
+
+    /// The embedding model's tokenizer as a token counter, when the model is loaded (or one was set).
+    #[must_use]
+    pub fn token_counter(&self) -> Option<&Arc<dyn TokenCounter>> {
+        self.tokens.as_ref()
     }
 
     /// The language model, when one is configured.
@@ -498,7 +523,8 @@ impl Engine {
         ragtune_ingest::load_folder(path)
     }
 
-    /// Loads and indexes `path` (see [`load`](Self::load)) with automatic chunking.
+    /// Loads and indexes `path` (see [`load`](Self::load)) with [`Chunking::Window`]: Markdown is cut into passages
+    /// that fit the embedding model's window, other documents as [`Chunking::Auto`] does.
     ///
     /// # Errors
     /// As [`load`](Self::load) and [`index_documents`](Self::index_documents).
@@ -509,7 +535,7 @@ impl Engine {
     ) -> Result<IndexReport> {
         let started = Instant::now();
         let loaded = Self::load(path)?;
-        let chunking = Chunking::Auto(self.config.chunking.chunker());
+        let chunking = Chunking::Window(self.config.chunking.chunker());
         let mut report = self.index_documents(&loaded.items, chunking, progress).await?;
         report.issues = loaded.issues.iter().map(LoadIssue::to_string).chain(report.issues).collect();
         report.seconds = started.elapsed().as_secs_f64();
@@ -535,8 +561,8 @@ impl Engine {
         let ctx = Ctx::new();
         let mut report = IndexReport::default();
         let mut per_doc: Vec<(String, Vec<Chunk>)> = Vec::with_capacity(docs.len());
-        for doc in docs {
-            match chunk(doc, chunking) {
+        for (doc, chunks) in docs.iter().zip(self.chunk_all(docs, chunking).await?) {
+            match chunks {
                 Ok(chunks) => per_doc.push((doc.id.clone(), chunks)),
                 Err(e) => report.issues.push(format!("document `{}`: {e}", doc.id)),
             }
@@ -628,6 +654,24 @@ impl Engine {
         Ok(embedded.optimize().await?.rebuilt)
     }
 
+    /// Each document's chunks (or why it cannot be chunked), in order. [`Chunking::Window`] counts tokens, which
+    /// is CPU work over the whole text, so it runs on the blocking pool; the other chunkings are cheap and run here.
+    async fn chunk_all(&self, docs: &[Document], chunking: Chunking) -> Result<Vec<Result<Vec<Chunk>>>> {
+        if !matches!(chunking, Chunking::Window(_)) {
+            return Ok(docs.iter().map(|doc| chunk(doc, chunking, None)).collect());
+        }
+        let tokens: Arc<dyn TokenCounter> = match &self.tokens {
+            Some(t) => t.clone(),
+            None => Arc::new(ragtune_ingest::EstimatedTokens::new(self.config.embedding.max_length)),
+        };
+        let docs = docs.to_vec();
+        tokio::task::spawn_blocking(move || {
+            docs.iter().map(|doc| chunk(doc, chunking, Some(tokens.as_ref()))).collect()
+        })
+        .await
+        .map_err(|e| Error::permanent("the chunking task failed").with_source(e))
+    }
+
     fn chunk_whole(&self, docs: &[Document]) -> Result<Vec<(String, Vec<Chunk>)>> {
         if docs.is_empty() {
             return Err(Error::invalid_input("there are no documents to index"));
@@ -635,7 +679,7 @@ impl Engine {
         let chunking = Chunking::Auto(self.config.chunking.chunker());
         docs.iter()
             .map(|doc| {
-                chunk(doc, chunking)
+                chunk(doc, chunking, None)
                     .map(|chunks| (doc.id.clone(), chunks))
                     .map_err(|e| e.context(format!("document `{}`; nothing of the batch was written", doc.id)))
             })
@@ -997,12 +1041,19 @@ impl Engine {
 }
 
 /// Cuts one document according to the chunking mode.
-fn chunk(doc: &Document, chunking: Chunking) -> Result<Vec<Chunk>> {
+/// One document's chunks; `tokens` counts for [`Chunking::Window`] (an estimate over `embedding.max_length` when the
+/// caller has no tokenizer).
+fn chunk(doc: &Document, chunking: Chunking, tokens: Option<&dyn TokenCounter>) -> Result<Vec<Chunk>> {
+    let markdown = doc.metadata.get("format").and_then(|f| f.as_str()) == Some(ragtune_ingest::FORMAT_MARKDOWN);
     match chunking {
         Chunking::WholeDocuments => Ok(vec![ragtune_ingest::whole_document_chunk(doc)]),
         Chunking::Sections(cfg) => ragtune_ingest::chunk_document(doc, &cfg),
-        Chunking::Auto(cfg) => {
-            let markdown = doc.metadata.get("format").and_then(|f| f.as_str()) == Some(ragtune_ingest::FORMAT_MARKDOWN);
+        Chunking::Window(cfg) if markdown => match tokens {
+            Some(tokens) => ragtune_ingest::chunk_markdown(doc, &cfg, tokens),
+            // `chunk_all` always gives one (the model's, else the estimate).
+            None => Err(Error::invalid_input("window chunking was given no token counter")),
+        },
+        Chunking::Auto(cfg) | Chunking::Window(cfg) => {
             if !markdown && doc.text.split_whitespace().count() <= cfg.chunk_size {
                 Ok(vec![ragtune_ingest::whole_document_chunk(doc)])
             } else {

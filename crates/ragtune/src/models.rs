@@ -6,9 +6,11 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use ragtune_core::{
     Candidate, Ctx, Embedder, Error, Llm, LlmRequest, LlmResponse, Reranker, Result, SpanEmbeddings, SpanVector,
-    TextRole, TraceEvent,
+    TextRole, TokenCounter, TraceEvent,
 };
-use ragtune_embed::{CrossEncoderConfig, CrossEncoderReranker, FastEmbedder, FastEmbedderConfig, ModelSource};
+use ragtune_embed::{
+    CrossEncoderConfig, CrossEncoderReranker, FastEmbedder, FastEmbedderConfig, ModelSource, ModelTokenCounter,
+};
 use ragtune_provision::ModelLayout;
 
 use crate::config::{EmbeddingSettings, LlmSettings, RerankSettings};
@@ -22,9 +24,40 @@ pub const QUANTIZED_MODEL_ID: &str = "sentence-transformers/all-MiniLM-L6-v2@int
 /// [`Unavailable`](ragtune_core::ErrorKind::Unavailable) when the model or ONNX Runtime is not provisioned (the
 /// message says to run `cargo xtask models`); model loading failures.
 pub fn load_embedder(settings: &EmbeddingSettings) -> Result<Arc<dyn Embedder>> {
+    load_embedder_and_tokens(settings).map(|(embedder, _)| embedder)
+}
+
+/// The directory of the embedding model the settings describe.
+fn embedding_model_dir(settings: &EmbeddingSettings) -> std::path::PathBuf {
     let layout = ModelLayout::new(crate::ragtune_home());
     let provisioned = if settings.quantized { layout.minilm_quantized_dir() } else { layout.minilm_dir() };
-    let model_dir = settings.model_dir.clone().unwrap_or(provisioned);
+    settings.model_dir.clone().unwrap_or(provisioned)
+}
+
+/// The tokenizer of the embedding model the settings describe, alone (no ONNX Runtime), as a token counter whose
+/// window is `max_length` (or the model's own limit when smaller): what the engine chunks Markdown with when it
+/// loads the model. For tests and tools that cut text as indexing would.
+///
+/// # Errors
+/// [`Unavailable`](ragtune_core::ErrorKind::Unavailable) when the model's tokenizer files are not there.
+pub fn load_token_counter(settings: &EmbeddingSettings) -> Result<Arc<dyn TokenCounter>> {
+    let dir = embedding_model_dir(settings);
+    // The embedder's model id, as `load_embedder_and_tokens` names it.
+    let name = if settings.quantized {
+        QUANTIZED_MODEL_ID.to_owned()
+    } else {
+        FastEmbedderConfig::new(dir.clone(), std::path::PathBuf::new()).model_id
+    };
+    Ok(Arc::new(ModelTokenCounter::from_dir(&dir, settings.max_length, name)?))
+}
+
+/// [`load_embedder`], and the loaded model's tokenizer as a token counter (the same tokenizer object the embedder
+/// encodes with).
+pub(crate) fn load_embedder_and_tokens(
+    settings: &EmbeddingSettings,
+) -> Result<(Arc<dyn Embedder>, Arc<dyn TokenCounter>)> {
+    let layout = ModelLayout::new(crate::ragtune_home());
+    let model_dir = embedding_model_dir(settings);
     if settings.quantized && !model_dir.join("model.onnx").is_file() {
         return Err(Error::unavailable(format!(
             "embedding.quantized is on (the default) but {} has no model.onnx: run `cargo xtask models` to build it, \
@@ -45,11 +78,14 @@ pub fn load_embedder(settings: &EmbeddingSettings) -> Result<Arc<dyn Embedder>> 
     cfg.lone_threads = settings.lone_threads;
     cfg.spinning = settings.spinning;
     cfg.max_length = settings.max_length;
-    let embedder: Arc<dyn Embedder> = Arc::new(FastEmbedder::new(cfg)?);
-    Ok(match settings.query_cache {
+    let model = FastEmbedder::new(cfg)?;
+    let tokens: Arc<dyn TokenCounter> = Arc::new(model.token_counter()?);
+    let embedder: Arc<dyn Embedder> = Arc::new(model);
+    let embedder = match settings.query_cache {
         0 => embedder,
         capacity => Arc::new(QueryCache::new(embedder, capacity)),
-    })
+    };
+    Ok((embedder, tokens))
 }
 
 /// Loads the cross-encoder `[rerank] model` names, with `[rerank]`'s `max_length` and `batch_size`, on the ONNX
