@@ -55,11 +55,12 @@ async fn answer_level_evaluation_without_an_llm() {
         assert_eq!(e.questions, 4, "{}: every question is asked: {:?}", e.experiment, e.failed);
         assert!(e.failed.is_empty());
         assert_eq!(e.yes_no_questions, 1);
-        // Extractive answers quote the passage that holds the answer, so the three factual questions are right
-        // and the yes/no one (extractive answers never say yes or no) is wrong.
+        // Extractive answers quote the passage that holds the answer, so the three factual questions are right,
+        // and the yes/no one is answered "Yes" with the sentence that states the claim.
         assert_eq!(e.other_accuracy, 1.0, "{}: {e:?}", e.experiment);
-        assert_eq!(e.yes_no_accuracy, 0.0);
-        assert_eq!(e.accuracy, 0.75);
+        assert_eq!(e.yes_no_accuracy, 1.0, "{e:?}");
+        assert_eq!(e.accuracy, 1.0);
+        assert_eq!((e.abstention_rate, e.markup_answers), (0.0, 0), "{e:?}");
         assert_eq!(e.answer_kinds.get("extractive"), Some(&4), "{e:?}");
         assert_eq!(e.llm_calls_per_question, 0.0, "no LLM is configured");
         // Every citation points into the question's own article.
