@@ -12,7 +12,7 @@ use crate::Analyzer;
 ///
 /// The defaults are the classic Robertson/Lucene `k1 = 1.2`, `b = 0.75`: on the SciFact *train* split they beat
 /// Pyserini's BEIR setting `0.9 / 0.4` (nDCG@10 0.7040 vs 0.6995), so they were chosen without looking at test
-/// (`docs/eval.md` has both settings on both splits).
+/// (`docs/experiments/2026-11-22-bm25-scifact.md` has both settings on both splits).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Bm25Config {
     /// Term-frequency saturation.

@@ -2,8 +2,8 @@
 //! dataset's documents, a larger corpus with the same judgements.
 //!
 //! This is how a setting fitted on a corpus of one size is checked on a larger one (BM25's scores follow the
-//! corpus's IDFs, which grow with its size; docs/eval.md, "Level weights as the default"). For every input dataset
-//! the builder writes one BEIR directory:
+//! corpus's IDFs, which grow with its size; docs/experiments/2026-11-28-level-weights-default.md). For every input
+//! dataset the builder writes one BEIR directory:
 //!
 //! - `corpus.jsonl`: every input's `corpus.jsonl`, byte for byte, in the order the datasets were given (a newline
 //!   added between two files when the first does not end with one, and a file's leading UTF-8 byte order mark

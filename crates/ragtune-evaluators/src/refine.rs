@@ -56,8 +56,9 @@ pub struct RefineConfig {
 
 impl Default for RefineConfig {
     fn default() -> Self {
-        // Tuned on half of the measurable CMU QA questions (docs/eval.md, "Knowledge refinement"): on the other
-        // half they keep 89 % of the answer-bearing strips of the top 5 passages and cut 31 % of their tokens.
+        // Tuned on half of the measurable CMU QA questions (docs/experiments/2026-11-23-knowledge-refinement.md): on
+        // the other half they keep 89 % of the answer-bearing strips of the top 5 passages and cut 31 % of their
+        // tokens.
         Self {
             threshold: 0.05,
             relative_threshold: 0.0,

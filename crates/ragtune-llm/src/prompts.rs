@@ -166,7 +166,8 @@ pub const EXTRACT_MAX_SENTENCES: usize = 10;
 /// keeps those sentences (and their neighbours) in the source's own words.
 ///
 /// Version 2 asks for numbers; version 1 asked the model to copy the sentences word for word, and a 0.5B model's
-/// copies failed verification in about half of the questions (docs/eval.md, "Answer-level evaluation").
+/// copies failed verification in about half of the questions
+/// (docs/experiments/2026-11-23-answer-level-first-runs.md).
 /// Version 3 caps the list at [`EXTRACT_MAX_SENTENCES`] in the prompt and the schema (a grammar-constrained server
 /// closes the list there): under version 2 a 1.5B model's answer ran to the 128-token limit, and the cut JSON
 /// fell back after a repair that ran to its own limit.
