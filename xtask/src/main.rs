@@ -16,6 +16,8 @@ mod bench;
 mod bench_server;
 mod ci;
 mod demo;
+#[cfg(test)]
+mod doc_links;
 mod eval;
 mod fuzz;
 mod layers;
