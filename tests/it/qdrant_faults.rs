@@ -71,7 +71,7 @@ fn cluster_config(url: String, api_key: &str, collection: &str) -> QdrantConfig 
         shard_number: Some(3),
         replication_factor: Some(2),
         // One confirmation per write: with two replicas of every shard, the cluster keeps accepting writes while one
-        // node is down, and an acknowledged write is on at least one live replica (docs/store.md, "Clusters").
+        // node is down, and an acknowledged write is on at least one live replica (docs/stores.md, "A Qdrant cluster").
         write_consistency_factor: Some(1),
         ..QdrantConfig::default()
     }
