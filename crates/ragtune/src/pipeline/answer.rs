@@ -43,7 +43,8 @@ pub(super) const SCORE_RATIO: f32 = 0.7;
 /// left undecided).
 pub(super) const YES_COVERAGE: f32 = 0.5;
 
-/// The answer when CRAG judged the retrieval INCORRECT and no correction brought evidence (no web results).
+/// The answer when CRAG judged the retrieval INCORRECT, no correction brought web results, and no sentence of the
+/// context holds half the question's content terms ([`has_evidence`]).
 pub(super) const ABSTAIN: &str = "The documents don't contain this information: the retrieved passages were judged \
                            irrelevant to the question and no correction found better evidence.";
 
@@ -340,6 +341,23 @@ pub(super) fn answer_sentences(question: &str, context: &[ContextPassage]) -> Ve
     out
 }
 
+/// Whether some quotable sentence of `context` holds at least half of the question's content terms: evidence the
+/// extractive answer can quote even when CRAG judged the retrieval INCORRECT (an evaluator without embeddings
+/// judges a two-document corpus harshly), so that only a retrieval judged INCORRECT *and* without such a
+/// sentence abstains.
+pub(super) fn has_evidence(question: &str, context: &[ContextPassage]) -> bool {
+    let analyzer = Analyzer::english();
+    let q = question_terms(&analyzer, question);
+    !q.is_empty()
+        && context.iter().flat_map(|p| whole_sentences(&p.text)).any(|(s, _)| {
+            let shared = terms(&analyzer, &s).intersection(&q).count();
+            shared as f32 >= EVIDENCE_COVERAGE * q.len() as f32
+        })
+}
+
+/// The share of the question's content terms a sentence must hold to count as evidence ([`has_evidence`]).
+pub(super) const EVIDENCE_COVERAGE: f32 = 0.5;
+
 /// Whether any sentence shares a term with the question: without one the answer is [`NO_INFO`] whatever scores
 /// the sentences (an honest "not in the documents", which smart retry accepts), and no model is asked.
 pub(super) fn any_overlap(sentences: &[AnswerSentence]) -> bool {
@@ -563,6 +581,14 @@ mod tests {
             "Avogadro is most noted for his contributions to the theory of molarity. [1]"
         );
         assert!(whole_sentences(text).iter().all(|(s, _)| !s.ends_with(':')));
+    }
+
+    #[test]
+    fn evidence_is_a_sentence_holding_half_the_questions_terms() {
+        let ctx = [passage(1, "a", "Scurvy is a disease caused by a lack of vitamin C. Ships carried many sailors.")];
+        assert!(has_evidence("What causes scurvy?", &ctx));
+        assert!(!has_evidence("How many goals did the football team score against the ships?", &ctx));
+        assert!(!has_evidence("What causes scurvy?", &[]));
     }
 
     #[test]

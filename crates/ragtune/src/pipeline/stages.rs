@@ -10,7 +10,9 @@ use ragtune_evaluators::refine::{Refined, Refiner, estimate_tokens};
 use ragtune_evaluators::retry::{AttemptOutcome, RetryDecision, RetryStrategy, decide, keep_reread};
 use ragtune_llm::prompts;
 
-use super::answer::{ABSTAIN, answer_sentences, any_overlap, best_sentences, pick_sentences, sentence_candidates};
+use super::answer::{
+    ABSTAIN, answer_sentences, any_overlap, best_sentences, has_evidence, pick_sentences, sentence_candidates,
+};
 use super::components::Retrieved;
 use super::run::{Env, Report, Run, Stage};
 use super::{
@@ -202,8 +204,9 @@ impl Run<'_> {
     }
 
     /// The answer: the LLM's from the numbered context when there is an LLM, a context and time; extractive
-    /// otherwise, or [`ABSTAIN`] when `abstain` (CRAG found the retrieval INCORRECT and no correction found
-    /// evidence): an honest "not in the documents" rather than the nearest sentence.
+    /// otherwise, or [`ABSTAIN`] when `abstain` (CRAG found the retrieval INCORRECT and no correction brought web
+    /// results) and no sentence of the context holds half the question's terms ([`has_evidence`]): an honest "not
+    /// in the documents" rather than the nearest sentence.
     async fn generate(
         &mut self,
         context: &[ContextPassage],
@@ -224,7 +227,7 @@ impl Run<'_> {
             match (context.is_empty(), retrieved) {
                 (true, true) => ((NO_INFO.to_owned(), AnswerKind::Extractive), Report::new("extractive")),
                 (true, false) => ((NO_DOCUMENTS.to_owned(), AnswerKind::Extractive), Report::new("extractive")),
-                (false, _) if abstain => {
+                (false, _) if abstain && !has_evidence(&env.question, context) => {
                     let report = Report::new("abstained").detail("reason", "crag_incorrect_without_evidence");
                     ((ABSTAIN.to_owned(), AnswerKind::Extractive), report)
                 }
