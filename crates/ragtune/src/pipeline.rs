@@ -485,7 +485,8 @@ fn render_context(context: &[ContextPassage]) -> String {
 mod tests {
     use super::*;
 
-    fn passage(n: usize, id: &str, text: &str) -> ContextPassage {
+    /// A context passage of `text` with chunk and document `id` (the answer module's tests use it too).
+    pub(super) fn passage(n: usize, id: &str, text: &str) -> ContextPassage {
         ContextPassage {
             n,
             chunk_id: id.into(),

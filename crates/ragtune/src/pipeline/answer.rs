@@ -539,20 +539,8 @@ pub(super) fn sentence_candidates(sentences: &[AnswerSentence]) -> Vec<Candidate
 mod tests {
     use proptest::prelude::*;
 
+    use super::super::tests::passage;
     use super::*;
-
-    fn passage(n: usize, id: &str, text: &str) -> ContextPassage {
-        ContextPassage {
-            n,
-            chunk_id: id.into(),
-            doc_id: id.into(),
-            title: None,
-            text: text.into(),
-            tier: None,
-            page: None,
-            last_page: None,
-        }
-    }
 
     fn answer(question: &str, context: &[ContextPassage]) -> String {
         pick_sentences(question, answer_sentences(question, context), None, context.is_empty())
