@@ -366,9 +366,16 @@ pub fn load_llm(settings: &LlmSettings) -> Result<Option<Arc<dyn Llm>>> {
     }
     let secs =
         if settings.timeout_secs.is_finite() && settings.timeout_secs > 0.0 { settings.timeout_secs } else { 60.0 };
+    // The local server's model, asked for under the default name, is named as the server names it, so that the
+    // disk cache (keyed by the model name) never serves one local model's answers for another's.
+    let default_model = ragtune_llm::LlmConfig::default().model;
+    let model = match local_llm_model(&settings.url) {
+        Some(local) if settings.model == default_model => local,
+        _ => settings.model.clone(),
+    };
     let client = ragtune_llm::OpenAiClient::new(ragtune_llm::LlmConfig {
         base_url: settings.url.clone(),
-        model: settings.model.clone(),
+        model,
         api_key: settings.api_key.clone(),
         endpoint: settings.endpoint,
         timeout: std::time::Duration::from_secs_f64(secs),
@@ -386,9 +393,25 @@ pub fn load_llm(settings: &LlmSettings) -> Result<Option<Arc<dyn Llm>>> {
 /// `$RAGTUNE_HOME/llm/server.json`, when that file exists and names one.
 #[must_use]
 pub fn local_llm_url() -> Option<String> {
+    local_server()?["url"].as_str().filter(|u| !u.is_empty()).map(str::to_owned)
+}
+
+/// What `$RAGTUNE_HOME/llm/server.json` records about the running local server.
+fn local_server() -> Option<serde_json::Value> {
     let path = crate::ragtune_home().join("llm").join("server.json");
-    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(path).ok()?).ok()?;
-    v["url"].as_str().filter(|u| !u.is_empty()).map(str::to_owned)
+    serde_json::from_slice(&std::fs::read(path).ok()?).ok()
+}
+
+/// The model the local server runs (`qwen-1.5b`, the name its API reports) when `url` is its address.
+fn local_llm_model(url: &str) -> Option<String> {
+    let server = local_server()?;
+    model_at(&server, url)
+}
+
+/// `server`'s model when its recorded URL is `url` (a trailing `/` aside).
+fn model_at(server: &serde_json::Value, url: &str) -> Option<String> {
+    let same = server["url"].as_str().is_some_and(|u| u.trim_end_matches('/') == url.trim().trim_end_matches('/'));
+    server["model"].as_str().filter(|m| same && !m.is_empty()).map(str::to_owned)
 }
 
 /// Stands in for the LLM when none is configured: every call is an `Unavailable` error saying how to configure
@@ -406,5 +429,18 @@ impl Llm for NoLlm {
         Err(Error::unavailable(
             "no LLM is configured: set llm.url or $RAGTUNE_LLM_URL (`cargo xtask llm start` runs a local one)",
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_local_servers_model_is_named_only_at_its_address() {
+        let server = serde_json::json!({"url": "http://127.0.0.1:4000", "model": "qwen-0.5b", "pid": 1});
+        assert_eq!(model_at(&server, "http://127.0.0.1:4000/").as_deref(), Some("qwen-0.5b"));
+        assert_eq!(model_at(&server, "http://127.0.0.1:4001"), None);
+        assert_eq!(model_at(&serde_json::json!({"url": "http://127.0.0.1:4000"}), "http://127.0.0.1:4000"), None);
     }
 }
