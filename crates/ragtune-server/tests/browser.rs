@@ -6,12 +6,12 @@
 //! `#[ignore]`d so that a plain run lists it as skipped, never as passed: `cargo xtask ci` installs `chromium` and
 //! `chromium-driver` and runs it in its own step (`browser-tests`).
 
+mod common;
+
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
-use ragtune::ServerSettings;
-use ragtune_server::Server;
 use ragtune_testkit::http::request_http11 as request;
 use serde_json::{Value, json};
 
@@ -105,39 +105,13 @@ fn text(d: &Driver, s: &str, element: &str) -> String {
 #[ignore = "needs Debian's chromium and chromium-driver: `cargo xtask ci` installs them and runs this test"]
 async fn the_page_asks_and_renders_the_answer_citations_and_trace_in_a_real_browser() {
     let dir = tempfile::tempdir().unwrap();
-    let mut cfg = ragtune::Config::default();
-    cfg.store.path = dir.path().join("store");
-    cfg.embedding.mode = ragtune::EmbeddingMode::Off;
-    cfg.llm.url = String::new();
-    let mut engine = ragtune::Engine::open(cfg).await.unwrap();
-    let docs = [
-        ragtune::core::Document::new(
-            "scurvy",
-            "Scurvy is a disease caused by a lack of vitamin C. Citrus fruit cures it.",
-        ),
-        ragtune::core::Document::new(
-            "rickets",
-            "Rickets is caused by a lack of vitamin D. It softens the bones of children.",
-        ),
-    ];
-    engine.index_documents(&docs, ragtune::Chunking::WholeDocuments, &mut |_, _| {}).await.unwrap();
-    let server =
-        Server::bind(engine, ServerSettings { bind: "127.0.0.1:0".into(), ..ServerSettings::default() }).await.unwrap();
-    let page = format!("http://127.0.0.1:{}/", server.local_addr().port());
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(server.run(async move {
-        let _ = stopped.await;
-    }));
+    let (page, stop) = serve_page(common::offline_config(dir.path())).await;
     let profile = tempfile::tempdir().unwrap();
 
     let screenshot = tokio::task::spawn_blocking(move || {
         let d = Driver::start();
         let s = session(&d, profile.path());
-        d.call("POST", &format!("/session/{s}/url"), Some(json!({"url": page})));
-        let input = find(&d, &s, "#question").expect("the question box");
-        d.call("POST", &format!("/session/{s}/element/{input}/value"), Some(json!({"text": "What causes scurvy?"})));
-        let button = find(&d, &s, "button[type=submit]").expect("the Ask button");
-        d.call("POST", &format!("/session/{s}/element/{button}/click"), Some(json!({})));
+        ask_on_page(&d, &s, &page, "What causes scurvy?");
         // Wait (bounded) for the answer's citations to be rendered.
         let started = Instant::now();
         let citation = loop {
@@ -206,45 +180,20 @@ async fn the_page_shows_the_answer_as_it_streams_in_a_real_browser() {
     ])
     .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let mut cfg = ragtune::Config::default();
-    cfg.store.path = dir.path().join("store");
-    cfg.embedding.mode = ragtune::EmbeddingMode::Off;
+    let mut cfg = common::offline_config(dir.path());
     cfg.llm.url = llm.url().to_owned();
-    cfg.llm.cache = false;
     // Only the answer asks the LLM.
     cfg.crag.rewrite_on_incorrect = false;
     cfg.pipeline.judge = false;
     cfg.pipeline.retry = false;
     cfg.pipeline.context = ragtune::ContextMode::Full;
-    let mut engine = ragtune::Engine::open(cfg).await.unwrap();
-    let docs = [
-        ragtune::core::Document::new(
-            "scurvy",
-            "Scurvy is a disease caused by a lack of vitamin C. Citrus fruit cures it.",
-        ),
-        ragtune::core::Document::new(
-            "rickets",
-            "Rickets is caused by a lack of vitamin D. It softens the bones of children.",
-        ),
-    ];
-    engine.index_documents(&docs, ragtune::Chunking::WholeDocuments, &mut |_, _| {}).await.unwrap();
-    let server =
-        Server::bind(engine, ServerSettings { bind: "127.0.0.1:0".into(), ..ServerSettings::default() }).await.unwrap();
-    let page = format!("http://127.0.0.1:{}/", server.local_addr().port());
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(server.run(async move {
-        let _ = stopped.await;
-    }));
+    let (page, stop) = serve_page(cfg).await;
     let profile = tempfile::tempdir().unwrap();
 
     let screenshot = tokio::task::spawn_blocking(move || {
         let d = Driver::start();
         let s = session(&d, profile.path());
-        d.call("POST", &format!("/session/{s}/url"), Some(json!({"url": page})));
-        let input = find(&d, &s, "#question").expect("the question box");
-        d.call("POST", &format!("/session/{s}/element/{input}/value"), Some(json!({"text": "What causes scurvy?"})));
-        let button = find(&d, &s, "button[type=submit]").expect("the Ask button");
-        d.call("POST", &format!("/session/{s}/element/{button}/click"), Some(json!({})));
+        ask_on_page(&d, &s, &page, "What causes scurvy?");
         // The first token is on the page while the LLM still holds the rest of the answer.
         let answer = find(&d, &s, "#answer").unwrap();
         wait_for("the first token shown", || (text(&d, &s, &answer) == "Scurvy").then_some(()));
@@ -266,4 +215,32 @@ async fn the_page_shows_the_answer_as_it_streams_in_a_real_browser() {
     std::fs::write(&path, &screenshot).unwrap();
     println!("screenshot: {} ({} bytes)", path.display(), screenshot.len());
     let _ = stop.send(());
+}
+
+/// The page of a server over an engine of `cfg` holding two documents (scurvy, rickets), and the sender that stops
+/// the server.
+async fn serve_page(cfg: ragtune::Config) -> (String, tokio::sync::oneshot::Sender<()>) {
+    let mut engine = ragtune::Engine::open(cfg).await.unwrap();
+    let docs = [
+        ragtune::core::Document::new(
+            "scurvy",
+            "Scurvy is a disease caused by a lack of vitamin C. Citrus fruit cures it.",
+        ),
+        ragtune::core::Document::new(
+            "rickets",
+            "Rickets is caused by a lack of vitamin D. It softens the bones of children.",
+        ),
+    ];
+    engine.index_documents(&docs, ragtune::Chunking::WholeDocuments, &mut |_, _| {}).await.unwrap();
+    let (url, stop) = common::serve(engine).await;
+    (format!("{url}/"), stop)
+}
+
+/// Opens `page` in session `s`, types `question` and presses Ask.
+fn ask_on_page(d: &Driver, s: &str, page: &str, question: &str) {
+    d.call("POST", &format!("/session/{s}/url"), Some(json!({"url": page})));
+    let input = find(d, s, "#question").expect("the question box");
+    d.call("POST", &format!("/session/{s}/element/{input}/value"), Some(json!({"text": question})));
+    let button = find(d, s, "button[type=submit]").expect("the Ask button");
+    d.call("POST", &format!("/session/{s}/element/{button}/click"), Some(json!({})));
 }

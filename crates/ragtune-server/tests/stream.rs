@@ -3,8 +3,8 @@
 //! (the testkit's `ScriptedServer`) and holds the rest of its answer back on a gate until the test has read the
 //! first token from ragtune. So the first token event provably arrives before the answer ends, with no timing.
 
-use ragtune::ServerSettings;
-use ragtune_server::Server;
+mod common;
+
 use ragtune_testkit::http::{Events, Gate, Reply, SSE_DONE, ScriptedServer, chat_chunk, open_events, request};
 use serde_json::{Value, json};
 
@@ -40,23 +40,13 @@ struct Running {
 /// which would call it too).
 async fn start(llm: &str) -> Running {
     let dir = tempfile::tempdir().unwrap();
-    let mut cfg = ragtune::Config::default();
-    cfg.store.path = dir.path().join("store");
-    cfg.embedding.mode = ragtune::EmbeddingMode::Off;
+    let mut cfg = common::offline_config(dir.path());
     cfg.llm.url = llm.to_owned();
-    cfg.llm.cache = false;
     cfg.crag.enabled = false;
     cfg.pipeline.judge = false;
     cfg.pipeline.retry = false;
     cfg.pipeline.context = ragtune::ContextMode::Full;
-    let engine = ragtune::Engine::open(cfg).await.unwrap();
-    let server =
-        Server::bind(engine, ServerSettings { bind: "127.0.0.1:0".into(), ..ServerSettings::default() }).await.unwrap();
-    let url = format!("http://127.0.0.1:{}", server.local_addr().port());
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(server.run(async move {
-        let _ = stopped.await;
-    }));
+    let (url, stop) = common::serve(ragtune::Engine::open(cfg).await.unwrap()).await;
     let docs = json!({"documents": DOCS.iter().map(|(id, text)| json!({"id": id, "text": text})).collect::<Vec<_>>()});
     let put = call(&url, "PUT", "/v1/documents", &[], Some(docs)).await;
     assert_eq!(put.status, 200, "{}", put.body);
@@ -196,19 +186,8 @@ async fn ask_with_accept_event_stream_sends_tokens_before_the_answer_ends_then_t
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_an_llm_the_stream_carries_the_extractive_answer_whole_then_the_response() {
     let dir = tempfile::tempdir().unwrap();
-    let mut cfg = ragtune::Config::default();
-    cfg.store.path = dir.path().join("store");
-    cfg.embedding.mode = ragtune::EmbeddingMode::Off;
-    cfg.llm.url = String::new();
-    cfg.llm.cache = false;
-    let engine = ragtune::Engine::open(cfg).await.unwrap();
-    let server =
-        Server::bind(engine, ServerSettings { bind: "127.0.0.1:0".into(), ..ServerSettings::default() }).await.unwrap();
-    let url = format!("http://127.0.0.1:{}", server.local_addr().port());
-    let (_stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(server.run(async move {
-        let _ = stopped.await;
-    }));
+    let engine = ragtune::Engine::open(common::offline_config(dir.path())).await.unwrap();
+    let (url, _stop) = common::serve(engine).await;
     let docs = json!({"documents": DOCS.iter().map(|(id, text)| json!({"id": id, "text": text})).collect::<Vec<_>>()});
     assert_eq!(call(&url, "PUT", "/v1/documents", &[], Some(docs)).await.status, 200);
     let body = json!({"question": "What causes scurvy?", "trace": true});
