@@ -392,7 +392,7 @@ fn boundary_score(text: &str, spans: &[Range<usize>], j: usize) -> u8 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use proptest::prelude::*;
 
@@ -404,8 +404,14 @@ mod tests {
     /// `s0 [A > B] "text"` for sections and `  0 "text"` for their passages.
     fn check(text: &str, cfg: ChunkerConfig, expect: &str) {
         let chunks = chunk_document(&Document::new("d", text), &cfg).unwrap();
+        assert_eq!(render(&chunks), expect);
+    }
+
+    /// One line per chunk of document `d`: `s0 [A > B] "text"` for sections, `  0 "text"` for their passages (the
+    /// Markdown chunker's tests read chunks the same way).
+    pub(crate) fn render(chunks: &[Chunk]) -> String {
         let mut got = String::new();
-        for c in &chunks {
+        for c in chunks {
             let short = c.id.strip_prefix("d#").unwrap();
             match c.kind {
                 ChunkKind::Section => {
@@ -414,7 +420,7 @@ mod tests {
                 ChunkKind::Passage => got.push_str(&format!("  {short} {:?}\n", c.text)),
             }
         }
-        assert_eq!(got, expect);
+        got
     }
 
     #[test]

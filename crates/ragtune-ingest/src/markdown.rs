@@ -861,17 +861,7 @@ mod tests {
         let mut doc = Document::new("d", text);
         doc.title = Some("T".into());
         let chunks = chunk_markdown(&doc, &cfg, &Words(window)).unwrap();
-        let mut got = String::new();
-        for c in &chunks {
-            let short = c.id.strip_prefix("d#").unwrap();
-            match c.kind {
-                ChunkKind::Section => {
-                    got.push_str(&format!("{short} [{}] {:?}\n", c.header_path.join(" > "), c.text));
-                }
-                ChunkKind::Passage => got.push_str(&format!("  {short} {:?}\n", c.text)),
-            }
-        }
-        assert_eq!(got, expect);
+        assert_eq!(crate::chunk::tests::render(&chunks), expect);
     }
 
     #[test]
