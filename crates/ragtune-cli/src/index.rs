@@ -16,14 +16,18 @@ pub struct IndexArgs {
     /// Print the summary as JSON.
     #[arg(long)]
     json: bool,
+    /// Skip the files and folders of a folder that this glob matches: a name at any depth without `/`
+    /// (`experiments`, `*.txt`), a path from the folder with one (`notes/drafts`). Repeatable.
+    #[arg(long, value_name = "GLOB")]
+    exclude: Vec<String>,
 }
 
 pub async fn run(config: Option<&Path>, args: IndexArgs) -> anyhow::Result<()> {
-    let IndexArgs { path, store, json } = args;
+    let IndexArgs { path, store, json, exclude } = args;
     let mut engine = Engine::open(load_config(config, Overrides::store(store))?).await?;
     let bar = progress_bar("indexing", "documents", json)?;
     let report = engine
-        .index_path(&path, &mut |done, total| {
+        .index_path(&path, &exclude, &mut |done, total| {
             bar.set_length(total as u64);
             bar.set_position(done as u64);
         })

@@ -66,6 +66,23 @@ fn index_then_search_prints_ranked_hits() {
 }
 
 #[test]
+fn index_exclude_skips_matching_files_and_names_a_bad_pattern() {
+    let dir = tempfile::tempdir().unwrap();
+    corpus(dir.path());
+    let out =
+        ragtune(&["index", "docs", "--exclude", "guide", "--exclude", "*.md", "--store", "s", "--json"], dir.path());
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // faq.txt alone: guide/ is not entered and broken.md is not read (so it is no problem either).
+    assert_eq!(report["documents"], 1, "{report}");
+    assert_eq!(report["issues"].as_array().map(Vec::len), Some(0), "{report}");
+
+    let out = ragtune(&["index", "docs", "--exclude", "guide/[a", "--store", "s2"], dir.path());
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("\"guide/[a\" is not a glob"), "{}", text(&out.stderr));
+}
+
+#[test]
 fn usage_errors_exit_with_2() {
     let dir = tempfile::tempdir().unwrap();
     assert_eq!(ragtune(&[], dir.path()).status.code(), Some(2));

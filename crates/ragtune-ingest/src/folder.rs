@@ -66,7 +66,30 @@ pub const MAX_FILE_BYTES: u64 = 64 * 1024 * 1024;
 /// [`ErrorKind::InvalidInput`](ragtune_core::ErrorKind::InvalidInput) when it holds no loadable document, or is a
 /// single file of an unsupported type; each names the path.
 pub fn load_folder(path: impl AsRef<Path>) -> Result<Loaded<Document>> {
+    load_folder_excluding(path, &[])
+}
+
+/// [`load_folder`] without the files and folders that `exclude`'s glob patterns match, gitignore-style: a pattern
+/// without `/` matches a file or folder name at any depth (`experiments`, `*.txt`, `draft-*`); a pattern with `/`
+/// matches the path relative to `path` (`docs/experiments`, `notes/**/*.md`; a leading `/` is allowed). `*` stays
+/// within one path component, `**` spans any number. An excluded folder is not entered. A single `path` file is
+/// loaded whatever the patterns say (it was named).
+///
+/// ```
+/// # let dir = tempfile::tempdir().unwrap();
+/// # std::fs::create_dir_all(dir.path().join("experiments")).unwrap();
+/// # std::fs::write(dir.path().join("guide.md"), "# Guide\n\nHow to start.").unwrap();
+/// # std::fs::write(dir.path().join("experiments/2026-11-29.md"), "# Log\n\nWhat we tried.").unwrap();
+/// let loaded = ragtune_ingest::load_folder_excluding(dir.path(), &["experiments".to_owned()]).unwrap();
+/// assert_eq!(loaded.items.iter().map(|d| d.id.as_str()).collect::<Vec<_>>(), ["guide.md"]);
+/// ```
+///
+/// # Errors
+/// As [`load_folder`]; [`ErrorKind::InvalidInput`](ragtune_core::ErrorKind::InvalidInput) for a pattern that is
+/// not a glob (an unclosed `[` or `{`), naming it.
+pub fn load_folder_excluding(path: impl AsRef<Path>, exclude: &[String]) -> Result<Loaded<Document>> {
     let root = path.as_ref();
+    let exclude = Exclude::new(exclude)?;
     let meta = std::fs::metadata(root).map_err(|e| io_error(root, "cannot open", e))?;
     let mut out = Loaded::default();
     if meta.is_file() {
@@ -89,7 +112,11 @@ pub fn load_folder(path: impl AsRef<Path>) -> Result<Loaded<Document>> {
             .follow_root_links(true)
             .sort_by_file_name()
             .into_iter()
-            .filter_entry(|e| e.depth() == 0 || !e.file_name().to_string_lossy().starts_with('.'));
+            .filter_entry(|e| {
+                e.depth() == 0
+                    || (!e.file_name().to_string_lossy().starts_with('.')
+                        && !exclude.matches(&relative_id(root, e.path())))
+            });
         for entry in walk {
             let entry = match entry {
                 Ok(entry) => entry,
@@ -120,6 +147,44 @@ pub fn load_folder(path: impl AsRef<Path>) -> Result<Loaded<Document>> {
     }
     require_some(&out, root, "documents")?;
     Ok(out)
+}
+
+/// The glob patterns of [`load_folder_excluding`]: names (no `/`) and paths relative to the folder.
+struct Exclude {
+    names: globset::GlobSet,
+    paths: globset::GlobSet,
+}
+
+impl Exclude {
+    fn new(patterns: &[String]) -> Result<Self> {
+        let mut names = globset::GlobSetBuilder::new();
+        let mut paths = globset::GlobSetBuilder::new();
+        for pattern in patterns {
+            let trimmed = pattern.trim().trim_end_matches('/');
+            if trimmed.is_empty() {
+                return Err(Error::invalid_input(format!("exclude pattern {pattern:?} is empty")));
+            }
+            let glob = globset::GlobBuilder::new(trimmed.trim_start_matches('/'))
+                .literal_separator(true)
+                .build()
+                .map_err(|e| Error::invalid_input(format!("exclude pattern {pattern:?} is not a glob: {e}")))?;
+            if trimmed.contains('/') {
+                paths.add(glob);
+            } else {
+                names.add(glob);
+            }
+        }
+        let build = |set: globset::GlobSetBuilder| {
+            set.build().map_err(|e| Error::invalid_input(format!("exclude patterns {patterns:?}: {e}")))
+        };
+        Ok(Self { names: build(names)?, paths: build(paths)? })
+    }
+
+    /// Whether the file or folder at `relative` (`/`-separated, from the folder) is excluded.
+    fn matches(&self, relative: &str) -> bool {
+        let name = relative.rsplit('/').next().unwrap_or(relative);
+        self.names.is_match(name) || self.paths.is_match(relative)
+    }
 }
 
 /// The document format of a file, from its extension (case-insensitive); `None` for files we do not load.
@@ -259,6 +324,56 @@ mod tests {
             }
             Err(e) => format!("error {}: {}", e.kind(), e.message().replace(&root_text, "D")),
         }
+    }
+
+    #[test]
+    fn exclude_patterns_skip_names_at_any_depth_and_paths_from_the_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        let files: &[(&str, &[u8])] = &[
+            ("guide.md", b"g"),
+            ("notes.txt", b"n"),
+            ("experiments/log.md", b"e"),
+            ("ref/experiments/old.md", b"o"),
+            ("ref/api.md", b"a"),
+            ("ref/drafts/x.md", b"x"),
+            ("drafts/y.md", b"y"),
+            ("draft-z.md", b"z"),
+        ];
+        write(dir.path(), files);
+        let ids = |exclude: &[&str]| -> Vec<String> {
+            let exclude: Vec<String> = exclude.iter().map(|p| (*p).to_owned()).collect();
+            let loaded = load_folder_excluding(dir.path(), &exclude).unwrap();
+            loaded.items.iter().map(|d| d.id.clone()).collect()
+        };
+        let all = ["draft-z.md", "drafts/y.md", "experiments/log.md", "guide.md", "notes.txt", "ref/api.md"];
+        assert_eq!(ids(&[])[..6], all);
+        // A name: at any depth, folders are not entered.
+        assert_eq!(
+            ids(&["experiments"]),
+            ["draft-z.md", "drafts/y.md", "guide.md", "notes.txt", "ref/api.md", "ref/drafts/x.md"]
+        );
+        // A glob on names, and a trailing slash.
+        assert_eq!(ids(&["*.txt", "draft*/", "experiments"]), ["guide.md", "ref/api.md"]);
+        // A path from the folder: only there (`ref/drafts` stays out, `drafts/` at the top stays in).
+        assert_eq!(
+            ids(&["/ref/drafts", "ref/experiments/**"]),
+            ["draft-z.md", "drafts/y.md", "experiments/log.md", "guide.md", "notes.txt", "ref/api.md"]
+        );
+        // `*` stays in one component; `**` spans several.
+        assert_eq!(ids(&["ref/*.md"]).len(), 8 - 1);
+        assert_eq!(ids(&["ref/**/*.md"]).len(), 8 - 3);
+        // Everything excluded: the folder holds no documents.
+        let err = load_folder_excluding(dir.path(), &["*".to_owned()]).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidInput);
+        // A pattern that is not a glob, and an empty one, are named.
+        for bad in ["ref/[a", "", "  "] {
+            let err = load_folder_excluding(dir.path(), &[bad.to_owned()]).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::InvalidInput);
+            assert!(err.message().contains(&format!("{bad:?}")), "{}", err.message());
+        }
+        // A single file is loaded whatever the patterns say.
+        let one = load_folder_excluding(dir.path().join("guide.md"), &["*".to_owned()]).unwrap();
+        assert_eq!(one.items.len(), 1);
     }
 
     #[test]

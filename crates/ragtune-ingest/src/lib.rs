@@ -60,7 +60,10 @@ mod report;
 
 pub use beir::{BeirDataset, BeirQuery, Qrels, corpus_ids, list_splits, load_beir, load_qrels};
 pub use chunk::{ChunkerConfig, chunk_document, whole_document_chunk};
-pub use folder::{FORMAT_DOCX, FORMAT_HTML, FORMAT_MARKDOWN, FORMAT_PDF, FORMAT_TEXT, MAX_FILE_BYTES, load_folder};
+pub use folder::{
+    FORMAT_DOCX, FORMAT_HTML, FORMAT_MARKDOWN, FORMAT_PDF, FORMAT_TEXT, MAX_FILE_BYTES, load_folder,
+    load_folder_excluding,
+};
 pub use jsonl::load_jsonl_documents;
 pub use markdown::{EstimatedTokens, chunk_markdown, front_matter_len, front_matter_title};
 pub use pdf::PAGE_BREAK;

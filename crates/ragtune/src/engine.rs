@@ -508,19 +508,28 @@ impl Engine {
     }
 
     /// Loads documents from `path`: a BEIR directory (with `corpus.jsonl`), a `.jsonl` file, a folder of Markdown
-    /// and text files, or one such file.
+    /// and text files, or one such file. In a folder, files and folders that an `exclude` glob matches are skipped
+    /// ([`ragtune_ingest::load_folder_excluding`]).
     ///
     /// # Errors
-    /// A missing path or a source with no documents; per-line and per-file problems are returned as issues.
-    pub fn load(path: &Path) -> Result<Loaded<Document>> {
+    /// A missing path or a source with no documents; [`InvalidInput`](ragtune_core::ErrorKind::InvalidInput) for
+    /// an `exclude` pattern that is not a glob, or any `exclude` pattern with a JSONL file or a BEIR directory (whose
+    /// documents are lines, not files); per-line and per-file problems are returned as issues.
+    pub fn load(path: &Path, exclude: &[String]) -> Result<Loaded<Document>> {
         let corpus = path.join("corpus.jsonl");
-        if path.is_dir() && corpus.is_file() {
-            return ragtune_ingest::load_jsonl_documents(&corpus);
+        let jsonl = if path.is_dir() && corpus.is_file() {
+            Some(corpus)
+        } else {
+            path.extension().is_some_and(|e| e == "jsonl").then(|| path.to_path_buf())
+        };
+        match jsonl {
+            Some(_) if !exclude.is_empty() => Err(Error::invalid_input(format!(
+                "{}: exclude patterns apply to the files of a folder, not to the lines of a JSONL corpus",
+                path.display()
+            ))),
+            Some(file) => ragtune_ingest::load_jsonl_documents(&file),
+            None => ragtune_ingest::load_folder_excluding(path, exclude),
         }
-        if path.extension().is_some_and(|e| e == "jsonl") {
-            return ragtune_ingest::load_jsonl_documents(path);
-        }
-        ragtune_ingest::load_folder(path)
     }
 
     /// Loads and indexes `path` (see [`load`](Self::load)) with [`Chunking::Window`]: Markdown is cut into passages
@@ -531,10 +540,11 @@ impl Engine {
     pub async fn index_path(
         &mut self,
         path: &Path,
+        exclude: &[String],
         progress: &mut (dyn FnMut(usize, usize) + Send),
     ) -> Result<IndexReport> {
         let started = Instant::now();
-        let loaded = Self::load(path)?;
+        let loaded = Self::load(path, exclude)?;
         let chunking = Chunking::Window(self.config.chunking.chunker());
         let mut report = self.index_documents(&loaded.items, chunking, progress).await?;
         report.issues = loaded.issues.iter().map(LoadIssue::to_string).chain(report.issues).collect();

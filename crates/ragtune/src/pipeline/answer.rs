@@ -7,13 +7,15 @@
 //! own, quoted (fenced) only after the sentence that introduces it and only when the question asks for a command;
 //! links keep their text and lose their address. A sentence the passage cut (the first one when the passage starts
 //! mid-sentence, the last one when it stops mid-sentence) and a fragment without closing punctuation (a title,
-//! list debris) are not quoted either ([`whole_sentences`]).
+//! list debris) are not quoted either ([`whole_sentences`]), nor is a sentence that asks something (a FAQ's or a
+//! notebook's question answers nothing). Emphasis marks (`*`, `_`, `**`, `__`) are dropped.
 //!
 //! **Relevance** is lexical evidence weighted by rarity: the question's content words (its [`text::STOP_WORDS`]
 //! removed) analysed like BM25's terms (Porter2 stems), each shared word worth `ln(1 + N / df)` over the `N`
 //! candidate sentences, so a word every sentence has counts little. With `[pipeline] sentence_scorer =
 //! "cross-encoder"` the trained relevance model scores them instead. The answer is the best sentence and up to two
-//! more scoring at least [`SCORE_RATIO`] of it, in context order. On 400 questions of the CMU QA calibration pool
+//! more scoring at least [`SCORE_RATIO`] of it, in context order. Asked for a command, a sentence's code block
+//! counts with it (the block's words are the sentence's too), so the introduction of the right command wins. On 400 questions of the CMU QA calibration pool
 //! (not the reported ones), stems with rarity weights found the gold answer in 0.566 of the 219 non-yes/no answers
 //! against 0.511 for the plain count of shared words (two sentences), at the same 58 words on average
 //! (docs/experiments/2026-11-29-answers.md).
@@ -195,13 +197,16 @@ fn strip_list_marker(t: &str) -> (bool, &str) {
 }
 
 /// `text` without inline markup: images removed, links reduced to their text (`[text](address)`,
-/// `[text][label]`), autolinks to their address, `**`/`__` emphasis removed. Inline code keeps its backticks.
+/// `[text][label]`), autolinks to their address, `**`/`__` and `*`/`_` emphasis removed (a single `*` or `_` only
+/// at a word's edge, so `2 * 3` and `snake_case` stay). Inline code keeps its backticks.
 fn clean_inline(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(i) = rest.find(['[', '!', '<', '*', '_']) {
         out.push_str(&rest[..i]);
         let tail = &rest[i..];
+        let before = out.chars().next_back();
+        let after = tail[1..].chars().next();
         if let Some(after) = tail.strip_prefix("![")
             && let Some((_, end)) = link_parts(after)
         {
@@ -219,6 +224,8 @@ fn clean_inline(text: &str) -> String {
             rest = &after[close + 1..];
         } else if tail.starts_with("**") || tail.starts_with("__") {
             rest = &tail[2..];
+        } else if (tail.starts_with('*') || tail.starts_with('_')) && emphasis_edge(before, after) {
+            rest = &tail[1..];
         } else {
             out.push_str(&tail[..1]);
             rest = &tail[1..];
@@ -226,6 +233,17 @@ fn clean_inline(text: &str) -> String {
     }
     out.push_str(rest);
     out
+}
+
+/// Whether a single `*` or `_` between `before` and `after` opens or closes emphasis: a word on one side (or
+/// punctuation before it, as in `?*`), and a space, punctuation or the line's edge on the other.
+fn emphasis_edge(before: Option<char>, after: Option<char>) -> bool {
+    let word = |c: Option<char>| c.is_some_and(char::is_alphanumeric);
+    let edge = |c: Option<char>| {
+        c.is_none_or(|c| c.is_whitespace() || c.is_ascii_punctuation() || "\u{2014}\u{201c}\u{201d}".contains(c))
+    };
+    let mark = |c: Option<char>| c.is_some_and(|c| c.is_ascii_punctuation());
+    (edge(before) && word(after)) || ((word(before) || mark(before)) && edge(after))
 }
 
 /// For the text after a link's `[`: its label and the byte length of `label](address)` or `label][ref]`.
@@ -252,7 +270,7 @@ fn link_parts(after: &str) -> Option<(&str, usize)> {
 /// The sentences of `text` an answer may quote, in order, each with the code block that follows its paragraph:
 /// whole sentences of its prose blocks with at least four words, three of them alphabetic, that end in closing
 /// punctuation (or run to twelve words or more, the length of a sentence that lost its period rather than a
-/// title). The first sentence is left out when it starts in lowercase (the passage starts mid-sentence) and the
+/// title), and do not ask anything (a question in a FAQ, a quiz or a lab notebook answers nothing). The first sentence is left out when it starts in lowercase (the passage starts mid-sentence) and the
 /// last one when it does not end in closing punctuation (the passage stops mid-sentence).
 pub(super) fn whole_sentences(text: &str) -> Vec<(String, Option<String>)> {
     let blocks = blocks(text);
@@ -268,6 +286,8 @@ pub(super) fn whole_sentences(text: &str) -> Vec<(String, Option<String>)> {
         let spans = text::sentence_spans(prose);
         for (i, &(s, e)) in spans.iter().enumerate() {
             let sentence = prose[s..e].split_whitespace().collect::<Vec<_>>().join(" ");
+            // A dash left from "*Question?* — answer" or a list's separator is not the sentence's.
+            let sentence = sentence.trim_start_matches(['\u{2014}', '\u{2013}', ' ']).to_owned();
             let starts_cut = first && sentence.chars().next().is_some_and(char::is_lowercase);
             first = false;
             // A lead-in ("… is the name of:") is a sentence only before the code block it introduces.
@@ -276,7 +296,8 @@ pub(super) fn whole_sentences(text: &str) -> Vec<(String, Option<String>)> {
             let ends_cut = Some(b) == last_prose && i + 1 == spans.len() && !closed;
             let words = sentence.split_whitespace().count();
             let alphabetic = sentence.split_whitespace().filter(|w| w.chars().any(char::is_alphabetic)).count();
-            if starts_cut || ends_cut || lead_in || words < 4 || alphabetic < 3 || (!closed && words < 12) {
+            let question = is_question(&sentence);
+            if starts_cut || ends_cut || lead_in || question || words < 4 || alphabetic < 3 || (!closed && words < 12) {
                 continue;
             }
             out.push((sentence, code_after.clone()));
@@ -285,11 +306,18 @@ pub(super) fn whole_sentences(text: &str) -> Vec<(String, Option<String>)> {
     out
 }
 
+/// Whether `sentence` asks something: a question mark outside inline code (at its end, or inside, as in
+/// "*Question?* — notes", which does not split into sentences once the emphasis is gone).
+fn is_question(sentence: &str) -> bool {
+    sentence.split('`').step_by(2).any(|prose| prose.contains('?'))
+}
+
+/// What may close a sentence after its punctuation: quotes, brackets, emphasis and code marks.
+const CLOSERS: [char; 8] = ['"', '\'', ')', ']', '\u{201d}', '\u{2019}', '*', '`'];
+
 /// Whether `sentence` ends in closing punctuation, before any closing quotes or brackets.
 fn ends_closed(sentence: &str) -> bool {
-    sentence
-        .trim_end_matches(['"', '\'', ')', ']', '\u{201d}', '\u{2019}', '*', '`'])
-        .ends_with(['.', '!', '?', '…', ':', ';'])
+    sentence.trim_end_matches(CLOSERS).ends_with(['.', '!', '?', '…', ':', ';'])
 }
 
 /// The terms of `text` as BM25 analyses them (Porter2 stems), each once.
@@ -309,10 +337,15 @@ fn question_terms(analyzer: &Analyzer, question: &str) -> BTreeSet<String> {
 pub(super) fn answer_sentences(question: &str, context: &[ContextPassage]) -> Vec<AnswerSentence> {
     let analyzer = Analyzer::english();
     let q = question_terms(&analyzer, question);
+    // Asked for a command, a sentence and the code block after it are one answer: the block's words count too.
+    let command = asks_for_command(question);
     let mut out = Vec::new();
     for p in context {
         for (position, (sentence, code_after)) in whole_sentences(&p.text).into_iter().enumerate() {
-            let terms = terms(&analyzer, &sentence);
+            let mut terms = terms(&analyzer, &sentence);
+            if command && let Some(code) = &code_after {
+                terms.extend(analyzer.terms(code));
+            }
             let overlap = terms.intersection(&q).count();
             out.push(AnswerSentence {
                 n: p.n,
@@ -661,6 +694,24 @@ mod tests {
         let ctx = [passage(1, "a", doc)];
         let a = answer("How does the store survive a crash?", &ctx);
         assert!(!a.contains('|') && !a.contains("```") && !a.contains('#') && !a.contains("title:"), "{a}");
+    }
+
+    #[test]
+    fn a_question_in_the_text_is_never_the_answer_and_emphasis_is_dropped() {
+        // A lab notebook that lists the question it studied, then what it found.
+        let doc = "1. *How does the embedded store survive a crash?* — the answer quoted the requirement.\n\nA crash \
+                   leaves the store at the last _committed_ batch; redb repairs its file on the next open.\n\nThe \
+                   field `max_batch_size` and 2 * 3 stay as written.";
+        let quoted: Vec<String> = whole_sentences(doc).into_iter().map(|(s, _)| s).collect();
+        assert_eq!(
+            quoted,
+            [
+                "A crash leaves the store at the last committed batch; redb repairs its file on the next open.",
+                "The field `max_batch_size` and 2 * 3 stay as written."
+            ]
+        );
+        let a = answer("How does the embedded store survive a crash?", &[passage(1, "a", doc)]);
+        assert!(a.starts_with("A crash leaves the store") && !a.contains('?'), "{a}");
     }
 
     #[test]

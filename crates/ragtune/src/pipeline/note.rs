@@ -194,7 +194,7 @@ mod tests {
         check("rerank skipped: reranking needs the LLM (llm.url)", NoteKind::RerankSkipped);
         check("refine: no strip scored above zero", NoteKind::Refinement);
         check("refinement failed, whole passages are used: x", NoteKind::RefinementFailed);
-        check("query-focused extraction needs an LLM: refinement strips are used", NoteKind::NoLlm);
+        check("query-focused extraction needs an LLM: the whole passages are used", NoteKind::NoLlm);
         check("extraction fell back to refinement strips: failed", NoteKind::ExtractionFallback);
         check("generation failed; the answer is extractive: down", NoteKind::GenerationFailed);
         check("faithfulness judged without the LLM (llm-free (lexical)): not configured", NoteKind::JudgeFallback);

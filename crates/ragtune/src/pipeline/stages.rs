@@ -176,7 +176,9 @@ impl Run<'_> {
     /// The context before assembly: whole passages, refinement strips, or the sentences extraction kept.
     ///
     /// Extraction needs no refinement: when it fails it falls back to the whole passages (never less than plain
-    /// retrieval gives). Without an LLM, extraction mode uses refinement's strips.
+    /// retrieval gives). Without an LLM, extraction mode gives the whole passages too: the extractive answer
+    /// chooses its own sentences from them, and refinement's strips would leave it fewer to choose from (the
+    /// sentence that answers "how does the store survive a crash" was not in the strips of docs/).
     async fn reduce(&mut self, candidates: &[Candidate], mode: ContextMode) -> Reduced {
         let (env, ledger) = (&self.env, &mut self.ledger);
         if mode == ContextMode::Full || candidates.is_empty() {
@@ -195,7 +197,8 @@ impl Run<'_> {
                     .flatten()
                     .unwrap_or_else(|| (whole_passages(candidates), ContextMethod::ExtractFallback, None));
             }
-            ledger.note(NoteKind::NoLlm, "query-focused extraction needs an LLM: refinement strips are used");
+            ledger.note(NoteKind::NoLlm, "query-focused extraction needs an LLM: the whole passages are used");
+            return (whole_passages(candidates), ContextMethod::Full, None);
         }
         let Some(refined) = ledger.step(Stage::Refine, env.refine(candidates)).await else {
             return (whole_passages(candidates), ContextMethod::Full, None);
