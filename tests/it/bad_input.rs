@@ -36,7 +36,7 @@ async fn a_malformed_jsonl_line_is_reported_with_file_and_line_and_the_rest_is_i
     )
     .unwrap();
     let mut engine = engine_in(dir.path()).await;
-    let report = engine.index_path(&file, &mut |_, _| {}).await.unwrap();
+    let report = engine.index_path(&file, &[], &mut |_, _| {}).await.unwrap();
     assert_eq!(report.documents, 2);
     assert_eq!(report.issues.len(), 1, "{:?}", report.issues);
     assert!(report.issues[0].contains("docs.jsonl:2"), "{:?}", report.issues);
@@ -51,7 +51,7 @@ async fn invalid_utf8_is_reported_per_file() {
     std::fs::write(docs.join("good.md"), "# Good\n\nReadable text about lakes.").unwrap();
     std::fs::write(docs.join("bad.txt"), b"caf\xe9 latin-1 text").unwrap();
     let mut engine = engine_in(dir.path()).await;
-    let report = engine.index_path(&docs, &mut |_, _| {}).await.unwrap();
+    let report = engine.index_path(&docs, &[], &mut |_, _| {}).await.unwrap();
     assert_eq!(report.documents, 1);
     assert!(report.issues.iter().any(|i| i.contains("bad.txt") && i.contains("UTF-8")), "{:?}", report.issues);
 }
@@ -60,13 +60,13 @@ async fn invalid_utf8_is_reported_per_file() {
 async fn missing_files_and_empty_corpora_are_clear_errors() {
     let dir = tempfile::tempdir().unwrap();
     let mut engine = engine_in(dir.path()).await;
-    let err = engine.index_path(&dir.path().join("nope"), &mut |_, _| {}).await.unwrap_err();
+    let err = engine.index_path(&dir.path().join("nope"), &[], &mut |_, _| {}).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::NotFound);
     assert!(err.to_string().contains("nope"), "{err}");
 
     let empty = dir.path().join("empty");
     std::fs::create_dir_all(&empty).unwrap();
-    let err = engine.index_path(&empty, &mut |_, _| {}).await.unwrap_err();
+    let err = engine.index_path(&empty, &[], &mut |_, _| {}).await.unwrap_err();
     assert!(err.to_string().contains("no documents found"), "{err}");
     let err = engine.index_documents(&[], Chunking::WholeDocuments, &mut |_, _| {}).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidInput);

@@ -38,9 +38,9 @@ async fn stored_passages(engine: &Engine, docs: &[Document]) -> Vec<Chunk> {
 
 /// Indexes `docs/` with `engine` and checks every stored passage against `tokens`' window; the passages.
 async fn index_docs_within(mut engine: Engine, tokens: &dyn TokenCounter) -> Vec<Chunk> {
-    let report = engine.index_path(&docs_dir(), &mut |_, _| {}).await.unwrap();
+    let report = engine.index_path(&docs_dir(), &[], &mut |_, _| {}).await.unwrap();
     assert!(report.issues.is_empty(), "{:?}", report.issues);
-    let loaded = Engine::load(&docs_dir()).unwrap();
+    let loaded = Engine::load(&docs_dir(), &[]).unwrap();
     let passages = stored_passages(&engine, &loaded.items).await;
     assert_eq!(passages.len(), report.passages, "every passage was read back");
     let texts: Vec<String> = passages.iter().map(Chunk::indexable_text).collect();

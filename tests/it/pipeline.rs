@@ -80,11 +80,12 @@ async fn without_an_llm_the_answer_is_extractive_with_citations_and_crag_metadat
     let f = r.faithfulness.as_ref().expect("judged");
     assert!(f.label().starts_with("llm-free"), "{}", f.label());
     assert!(f.fallback_reason.as_deref().unwrap_or("").contains("not configured"), "{:?}", f.fallback_reason);
-    // Context: refinement strips (no LLM to extract with), and the trace covers every stage.
-    assert_eq!(r.context_report.method, ContextMethod::Refine);
+    // Context: the whole passages (no LLM to extract with; the extractive answer picks its own sentences), and
+    // the trace covers every stage.
+    assert_eq!(r.context_report.method, ContextMethod::Full);
     assert!(has(&r, NoteKind::NoLlm), "{}", notes(&r));
     let stages: std::collections::BTreeSet<&str> = r.trace.iter().map(|e| e.stage.as_str()).collect();
-    for s in ["retrieve", "evaluate", "correct", "refine", "assemble", "judge"] {
+    for s in ["retrieve", "evaluate", "correct", "assemble", "generate", "judge"] {
         assert!(stages.contains(s), "{s} missing from {stages:?}");
     }
     assert_eq!(r.attempts.len(), 1);
@@ -473,10 +474,19 @@ async fn every_stage_is_timed_traced_and_charged_under_its_name() {
     let dir = tempfile::tempdir().unwrap();
     let engine = indexed(dir.path(), config(dir.path())).await;
     let r = engine.ask("What causes scurvy in sailors?").await.unwrap();
-    for stage in ["retrieve", "evaluate", "correct", "refine", "assemble", "generate", "judge", "retry"] {
+    for stage in ["retrieve", "evaluate", "correct", "assemble", "generate", "judge", "retry"] {
         assert!(r.cost.stages.contains_key(stage), "{stage} is charged: {:?}", r.cost.stages.keys());
         assert!(r.trace.iter().any(|e| e.stage == stage), "{stage} is traced");
     }
+    // Without an LLM, extraction mode gives the extractive answer the whole passages: nothing is refined.
+    assert_eq!(r.context_report.method, ContextMethod::Full);
+    assert!(!r.cost.stages.contains_key("refine"), "{:?}", r.cost.stages.keys());
+    drop(engine);
+    let mut cfg = config(dir.path());
+    cfg.pipeline.context = ragtune::ContextMode::Refine;
+    let engine = Engine::open(cfg).await.unwrap();
+    let r = engine.ask("What causes scurvy in sailors?").await.unwrap();
+    assert!(r.cost.stages.contains_key("refine") && r.trace.iter().any(|e| e.stage == "refine"), "refine is charged");
     let assemble: Vec<_> = r.trace.iter().filter(|e| e.stage == "assemble").collect();
     assert_eq!(assemble.len(), 1, "one event per stage and attempt");
     assert_eq!(assemble[0].action, r.context_report.method.to_string());
@@ -574,7 +584,8 @@ async fn answer_first_rereads_a_no_info_answer_from_an_extraction_when_the_retri
     assert_eq!(r.cost.llm_calls, 3, "{:?}", r.cost);
     drop(engine);
 
-    // Without the recheck, the same honest no-info answer is accepted after one call.
+    // Without the recheck, the same honest no-info answer is accepted after one call (the retry loop owns no-info
+    // answers, so the extractive fallback stays out).
     let mut plain = cfg;
     plain.retry.recheck_no_info = ragtune::evaluators::retry::NoInfoRecheck::Off;
     let engine = Engine::open(plain).await.unwrap().with_llm(Some(llm()));
@@ -584,6 +595,28 @@ async fn answer_first_rereads_a_no_info_answer_from_an_extraction_when_the_retri
     assert_eq!(r.context_report.method, ContextMethod::Full);
     assert_eq!(r.answer.as_deref(), Some("The documents don't contain this information."));
     assert_eq!(r.cost.llm_calls, 1, "{:?}", r.cost);
+}
+
+#[tokio::test]
+async fn without_retry_an_llm_no_info_answer_with_evidence_in_the_context_gives_way_to_the_extractive_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    ragtune_eval::qa::apply_experiment("sentences", &mut cfg).unwrap();
+    assert!(!cfg.pipeline.retry);
+    let llm = Arc::new(ScriptedLlm::new("The documents don't contain this information."));
+    let engine = indexed(dir.path(), cfg).await.with_llm(Some(llm.clone()));
+    // A sentence of the context holds the question's terms ("scurvy", "caused"): it is quoted instead.
+    let r = engine.ask("What causes scurvy?").await.unwrap();
+    assert_eq!(r.answer.as_deref(), Some("Scurvy is a disease caused by a lack of vitamin C. [1]"), "{}", notes(&r));
+    assert_eq!(r.answer_kind, AnswerKind::Extractive);
+    assert_eq!(r.cost.llm_calls, 1, "{:?}", r.cost);
+    let generate = r.trace.iter().find(|e| e.stage == "generate").expect("a generate event");
+    assert_eq!(generate.detail["fallback"], "no_info_with_evidence", "{generate:?}");
+    assert_eq!(generate.detail["llm_answer"], "The documents don't contain this information.", "{generate:?}");
+    // No sentence holds half the question's terms: the LLM's honest "not in the documents" stands.
+    let r = engine.ask("Which ships did James Lind sail on before his trial?").await.unwrap();
+    assert_eq!(r.answer.as_deref(), Some("The documents don't contain this information."), "{}", notes(&r));
+    assert_eq!(r.answer_kind, AnswerKind::Llm);
 }
 
 #[tokio::test]

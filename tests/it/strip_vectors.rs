@@ -57,6 +57,8 @@ async fn indexing_stores_strip_vectors_and_answering_embeds_no_stored_strip() {
     cfg.store.path = dir.path().join("store");
     cfg.embedding.mode = ragtune::EmbeddingMode::On;
     cfg.embedding.sessions = 1;
+    // Refinement's strips as the context (without an LLM the default extraction mode reads whole passages).
+    cfg.pipeline.context = ragtune::ContextMode::Refine;
     let mut engine = Engine::open(cfg).await.unwrap();
     let docs = vec![
         ragtune::core::Document::new(

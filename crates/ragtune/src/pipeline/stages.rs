@@ -6,6 +6,7 @@ use std::sync::Arc;
 use ragtune_core::{Candidate, Chunk, Cost, Error, Llm, RelevanceJudgement, SourceScore, Verdict, WebQuery, WebSearch};
 use ragtune_evaluators::extract::{Extraction, ExtractionMethod, Extractor};
 use ragtune_evaluators::faithfulness::Faithfulness;
+use ragtune_evaluators::faithfulness::is_no_info;
 use ragtune_evaluators::refine::{Refined, Refiner, estimate_tokens};
 use ragtune_evaluators::retry::{AttemptOutcome, RetryDecision, RetryStrategy, decide, keep_reread};
 use ragtune_llm::prompts;
@@ -220,7 +221,8 @@ impl Run<'_> {
         let (env, ledger) = (&self.env, &mut self.ledger);
         if let Some(llm) = env.engine.llm().cloned()
             && !context.is_empty()
-            && let Some(answer) = ledger.stage(Stage::Generate, env.generate_llm(llm.as_ref(), context, reread)).await
+            && let Some(answer) =
+                ledger.stage(Stage::Generate, env.generate_llm(llm.as_ref(), context, reread, abstain)).await
         {
             return answer;
         }
@@ -608,6 +610,7 @@ impl Env<'_> {
         llm: &dyn Llm,
         context: &[ContextPassage],
         reread: bool,
+        abstain: bool,
     ) -> ((String, AnswerKind), Report) {
         let numbered = render_context(context);
         let prompt =
@@ -617,6 +620,18 @@ impl Env<'_> {
         let report = match outcome {
             Ok((text, c)) if !text.trim().is_empty() => {
                 let report = timing.report(Report::new("llm").detail("prompt", prompt.tag()).cost(c));
+                if !reread
+                    && !abstain
+                    && self.no_info_falls_back()
+                    && is_no_info(&text)
+                    && has_evidence(&self.question, context)
+                {
+                    // The LLM called the answer out of the documents while a sentence of the context holds half the
+                    // question's terms: quote it (docs/pipeline.md, "An LLM that finds nothing").
+                    let report = report.detail("llm_answer", text.trim()).detail("fallback", "no_info_with_evidence");
+                    let (text, report) = self.extractive(context, report).await;
+                    return ((text, AnswerKind::Extractive), report);
+                }
                 return ((text.trim().to_owned(), AnswerKind::Llm), report);
             }
             Ok((_, c)) => timing
@@ -630,6 +645,13 @@ impl Env<'_> {
         };
         let (text, report) = self.extractive(context, report).await;
         ((text, AnswerKind::Extractive), report)
+    }
+
+    /// Whether an LLM's "not in the documents" answer with evidence in the context gives way to the extractive
+    /// answer: only without smart retry, whose loop owns no-info answers (it retries them, or rereads them with
+    /// `retry.recheck_no_info`).
+    fn no_info_falls_back(&self) -> bool {
+        !self.engine.config().pipeline.retry
     }
 
     /// The extractive answer from a non-empty `context`, reported into `report`: its sentences picked by word
