@@ -23,6 +23,7 @@ mod error;
 mod filter;
 pub mod prompt;
 mod seams;
+pub mod text;
 mod tokens;
 mod trace;
 mod types;
