@@ -57,6 +57,14 @@ impl ErrorKind {
     }
 }
 
+impl ErrorKind {
+    /// Whether retrying the same call may succeed: only [`Transient`](Self::Transient) failures.
+    #[must_use]
+    pub fn is_retryable(self) -> bool {
+        matches!(self, Self::Transient)
+    }
+}
+
 impl fmt::Display for ErrorKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
@@ -152,7 +160,7 @@ impl Error {
     /// Whether retrying the same call may succeed (transient failures and deadlines of a single attempt).
     #[must_use]
     pub fn is_retryable(&self) -> bool {
-        matches!(self.kind, ErrorKind::Transient)
+        self.kind.is_retryable()
     }
 
     /// The message followed by every cause, separated by `: ` — what a CLI prints.

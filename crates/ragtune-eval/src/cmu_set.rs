@@ -33,9 +33,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use ragtune::core::text::keywords;
 use ragtune::core::{Document, Error, Result};
 use ragtune::evaluators::metrics::answer::contains_answer;
-use ragtune::evaluators::text::keywords;
 use serde::{Deserialize, Serialize};
 
 use crate::cmu_qa::{ArticleText, QaQuestion, load_cmu_qa};

@@ -21,12 +21,12 @@
 //! assert!(!is_no_info("Python does not contain a switch statement."));
 //! ```
 
-use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
 
 use ragtune_core::prompt::{JsonAnswer, generate_json, raw_output};
+use ragtune_core::text::{SUPPORT_THRESHOLD, content_tokens, token_overlap};
 use ragtune_core::{
     Cost, Ctx, Embedder, Error, ErrorKind, Llm, LlmRequest, LlmResponse, Prompt, Result, TextRole, TraceEvent,
 };
@@ -176,7 +176,7 @@ pub struct JudgeConfig {
 impl Default for JudgeConfig {
     fn default() -> Self {
         Self {
-            supported_threshold: 0.7,
+            supported_threshold: SUPPORT_THRESHOLD,
             partial_threshold: 0.4,
             embedding_weight: 0.5,
             max_context_chars: 6000,
@@ -663,7 +663,7 @@ impl FaithfulnessJudge {
                 }
                 let mut best: Option<(f32, usize)> = None;
                 for (j, pt) in passage_tokens.iter().enumerate() {
-                    let lexical = lexical_overlap(&tokens, pt);
+                    let lexical = token_overlap(&tokens, pt);
                     let cosine = similarities.as_ref().map_or(0.0, |sim| sim[i][j].max(0.0));
                     let score = (1.0 - weight) * lexical + weight * cosine;
                     // Strictly greater keeps the earliest passage on ties, so the evidence is deterministic.
@@ -848,43 +848,6 @@ async fn embed_similarities(
         )));
     }
     Ok(s.iter().map(|a| p.iter().map(|b| cosine(a, b)).collect()).collect())
-}
-
-/// The content tokens of `content`: its content words ([`text::is_content_word`]: no stop words, no words of two
-/// characters or fewer), each once; numbers are kept whatever their length, since a wrong number is exactly what
-/// must not pass.
-fn content_tokens(content: &str) -> Vec<String> {
-    let mut seen = BTreeSet::new();
-    text::words(content)
-        .filter(|t| is_number(t) || text::is_content_word(t))
-        .filter(|t| seen.insert(t.clone()))
-        .collect()
-}
-
-fn is_number(token: &str) -> bool {
-    token.chars().all(|c| c.is_ascii_digit())
-}
-
-/// The share of `statement` tokens found among `passage` tokens.
-fn lexical_overlap(statement: &[String], passage: &[String]) -> f32 {
-    if statement.is_empty() {
-        return 0.0;
-    }
-    let found = statement.iter().filter(|t| passage.iter().any(|p| tokens_match(t, p))).count();
-    found as f32 / statement.len() as f32
-}
-
-/// Exact match, or for words (not numbers) of five characters or more, one a prefix of the other with at most
-/// three characters more ("documents"/"document", "caused"/"cause"): a cheap stand-in for stemming.
-fn tokens_match(a: &str, b: &str) -> bool {
-    if a == b {
-        return true;
-    }
-    if is_number(a) || is_number(b) {
-        return false;
-    }
-    let (short, long) = if a.len() <= b.len() { (a, b) } else { (b, a) };
-    short.chars().count() >= 5 && long.starts_with(short) && long.chars().count() - short.chars().count() <= 3
 }
 
 #[cfg(test)]
@@ -1337,7 +1300,7 @@ mod tests {
             .iter()
             .map(|p| {
                 let lexical =
-                    lexical_overlap(&content_tokens("The tower in London was built in 1900."), &content_tokens(p));
+                    token_overlap(&content_tokens("The tower in London was built in 1900."), &content_tokens(p));
                 0.5 * lexical + 0.5 * cosine(&s, &embedder.embed_one(p)).max(0.0)
             })
             .fold(0.0_f32, f32::max);

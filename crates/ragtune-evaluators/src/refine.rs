@@ -23,12 +23,13 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use ragtune_core::text::{MIN_CONTENT_CHARS, keywords, words};
 use ragtune_core::{Candidate, Cost, Ctx, Embedder, Error, Result, TextRole, TraceEvent};
 use serde::{Deserialize, Serialize};
 
 /// Re-exported from [`text`], where every user of the estimate finds it: refinement reports its savings with it.
 pub use crate::text::estimate_tokens;
-use crate::text::{self, cosine, keywords, words};
+use crate::text::{self, cosine};
 
 /// How strips are scored and which are kept.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -303,7 +304,7 @@ fn token_matches(keyword: &str, token: &str) -> bool {
 /// over the strips themselves (BM25's formula), so rare keywords count for more than common ones.
 fn lexical_scores(keywords: &[String], strips: &[&str]) -> Vec<f32> {
     let strip_tokens: Vec<BTreeSet<String>> =
-        strips.iter().map(|s| words(s).filter(|t| t.chars().count() >= text::MIN_CONTENT_CHARS).collect()).collect();
+        strips.iter().map(|s| words(s).filter(|t| t.chars().count() >= MIN_CONTENT_CHARS).collect()).collect();
     let present: Vec<Vec<bool>> = strip_tokens
         .iter()
         .map(|set| keywords.iter().map(|k| set.iter().any(|t| token_matches(k, t))).collect())

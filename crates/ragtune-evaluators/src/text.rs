@@ -1,26 +1,20 @@
-//! The text analysis every judge shares: word tokens, stop words, query keywords, sentences, the cosine of two
-//! vectors and the token estimate.
+//! The sentence-level text analysis every judge shares: sentences, the cosine of two vectors and the token
+//! estimate. Words, stop words, keywords and the LLM-free support check are core's ([`ragtune_core::text`]), shared
+//! with the crates that do not depend on this one.
 //!
 //! The heuristic CRAG evaluator, knowledge refinement, query-focused extraction, the faithfulness judge and the
-//! answer pipeline (its extractive answer and its token budget) all read text through this module, so they see
-//! the same words and the same sentences: a keyword the evaluator looks for is the keyword refinement scores, and
-//! a sentence refinement keeps is a sentence the judge would split the same way.
+//! answer pipeline (its extractive answer and its token budget) all read text through this module and core's, so
+//! they see the same words and the same sentences: a keyword the evaluator looks for is the keyword refinement
+//! scores, and a sentence refinement keeps is a sentence the judge would split the same way.
 //!
-//! - [`words`]: lower-cased runs of alphanumeric characters; everything else separates words.
-//! - [`STOP_WORDS`] and [`is_content_word`]: function words carry no topic, and words of fewer than
-//!   [`MIN_CONTENT_CHARS`] characters are dropped with them.
-//! - [`keywords`]: the distinct content words of a query, also without the [`REQUEST_WORDS`] of a request
-//!   ("tell", "explain", "list", ...).
 //! - [`sentence_spans`] and [`sentences`]: Unicode sentence boundaries (UAX #29), not broken after one list of
 //!   [`ABBREVIATIONS`] or a name's initial, nor inside a hard-wrapped line.
 //! - [`estimate_tokens`]: whitespace-separated words times 4/3, rounded up.
 //! - [`cosine`]: the cosine of two vectors, 0 when it is undefined.
+//! - [`repeats_itself`]: a generation that loops.
 //!
 //! Choices made when the users' private copies were merged (each was written for one judge):
 //!
-//! - One stop list, the union of the function words the evaluator, refinement and the judge each had. The
-//!   request words are stop words of a query only: in an answer's statement "name" or "list" are content
-//!   ("His name was Lind").
 //! - One abbreviation list, the union of refinement's and the judge's. A capital letter with a period is a name's
 //!   initial after a capitalised word, after another initial or at the start of a sentence ("John F. Kennedy",
 //!   "J. Lind"); after a lowercase word it ends the sentence ("a lack of vitamin C. Lemons ..."). The judge used
@@ -35,17 +29,16 @@
 //!
 //! What stays elsewhere on purpose: refinement glues fragments of fewer than three words to a neighbour
 //! ([`decompose`](crate::refine::decompose)), since a strip must carry meaning while a statement may be short;
-//! the pipeline's extractive answer matches all of the question's words of at least [`MIN_CONTENT_CHARS`]
-//! characters, stop words included (matching [`keywords`] only lowered its accuracy on the CMU QA set, 0.285 to
-//! 0.270); SQuAD's answer normalisation ([`normalize_answer`](crate::metrics::answer::normalize_answer)) is a
-//! defined metric that deletes punctuation, joining "1,000" into one token where [`words`] sees two; and the
-//! BM25 analyzer of retrieval (stemming, Lucene's stop words) belongs to `ragtune-embed`.
+//! the pipeline's extractive answer matches all of the question's words of at least two characters, short
+//! function words included (matching [`keywords`](ragtune_core::text::keywords) only lowered its accuracy on the
+//! CMU QA set, 0.285 to 0.270); SQuAD's answer normalisation
+//! ([`normalize_answer`](crate::metrics::answer::normalize_answer)) is a defined metric that deletes punctuation,
+//! joining "1,000" into one token where [`words`](ragtune_core::text::words) sees two; and the BM25 analyzer of
+//! retrieval (stemming, Lucene's stop words) belongs to `ragtune-embed`.
 //!
 //! ```
-//! use ragtune_evaluators::text::{cosine, estimate_tokens, keywords, sentences, words};
+//! use ragtune_evaluators::text::{cosine, estimate_tokens, sentences};
 //!
-//! assert_eq!(words("Vitamin-C, 1,000 mg").collect::<Vec<_>>(), ["vitamin", "c", "1", "000", "mg"]);
-//! assert_eq!(keywords("Please explain what causes scurvy in sailors"), ["causes", "scurvy", "sailors"]);
 //! assert_eq!(
 //!     sentences("Dr. Lind tested citrus, e.g. lemons. John F. Kennedy was not there."),
 //!     ["Dr. Lind tested citrus, e.g. lemons.", "John F. Kennedy was not there."]
@@ -54,32 +47,8 @@
 //! assert_eq!(cosine(&[1.0, 0.0], &[1.0, 1.0]), std::f32::consts::FRAC_1_SQRT_2);
 //! ```
 
-use std::collections::BTreeSet;
-
+use ragtune_core::text::words;
 use unicode_segmentation::UnicodeSegmentation;
-
-/// Words of fewer characters than this are never content words: they are mostly function words, and the few
-/// that are not ("C" of "vitamin C") match too much by accident.
-pub const MIN_CONTENT_CHARS: usize = 3;
-
-/// Common English function words, lower-cased: words that carry no evidence of what a text is about.
-///
-/// Only words of at least [`MIN_CONTENT_CHARS`] characters are listed, since shorter ones are dropped anyway.
-pub const STOP_WORDS: &[&str] = &[
-    "about", "above", "after", "again", "against", "all", "also", "and", "any", "are", "because", "been", "before",
-    "being", "below", "between", "both", "but", "can", "could", "did", "does", "doing", "down", "during", "each",
-    "few", "for", "from", "further", "had", "has", "have", "having", "her", "here", "hers", "herself", "him",
-    "himself", "his", "how", "however", "into", "its", "itself", "just", "many", "may", "might", "more", "most",
-    "much", "must", "nor", "not", "now", "off", "once", "only", "other", "our", "ours", "out", "over", "own", "per",
-    "same", "she", "should", "some", "such", "than", "that", "the", "their", "theirs", "them", "then", "there",
-    "these", "they", "this", "those", "through", "too", "under", "until", "upon", "very", "via", "was", "were", "what",
-    "when", "where", "which", "while", "who", "whom", "whose", "why", "will", "with", "within", "without", "would",
-    "yes", "you", "your", "yours",
-];
-
-/// Words that make a question a request ("tell me", "explain", "list the ..."): stop words of a query, content
-/// anywhere else.
-pub const REQUEST_WORDS: &[&str] = &["tell", "explain", "describe", "please", "know", "give", "list", "name"];
 
 /// Abbreviations after which a period does not end a sentence, lower-cased with their final period. "etc." is
 /// left out on purpose: it ends sentences as often as not.
@@ -89,12 +58,6 @@ pub const ABBREVIATIONS: &[&str] = &[
     "st.", "u.k.", "u.n.", "u.s.", "u.s.a.", "vol.", "vs.",
 ];
 
-/// The words of `text`, lower-cased: maximal runs of alphanumeric characters, so punctuation, symbols and
-/// whitespace all separate words ("vitamin-C" is two words, "1,000" too).
-pub fn words(text: &str) -> impl Iterator<Item = String> + '_ {
-    text.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).map(str::to_lowercase)
-}
-
 /// Whether `text` loops: a small model's generation that repeats a phrase until its token limit ("[1]
 /// (Copenhagen) Copenhagen [2] (Copenhagen) Copenhagen …"). At least 20 [`words`], fewer than 30 % of them
 /// distinct; an answer of one to three sentences, even a list, has well over half its words distinct.
@@ -103,29 +66,6 @@ pub fn repeats_itself(text: &str) -> bool {
     let all: Vec<String> = words(text).collect();
     let distinct: std::collections::HashSet<&str> = all.iter().map(String::as_str).collect();
     all.len() >= 20 && distinct.len() * 10 < all.len() * 3
-}
-
-/// Whether `word` (lower-cased, as [`words`] returns it) is one of the [`STOP_WORDS`].
-#[must_use]
-pub fn is_stop_word(word: &str) -> bool {
-    STOP_WORDS.contains(&word)
-}
-
-/// Whether `word` (lower-cased) carries content: at least [`MIN_CONTENT_CHARS`] characters and not a stop word.
-#[must_use]
-pub fn is_content_word(word: &str) -> bool {
-    word.chars().count() >= MIN_CONTENT_CHARS && !is_stop_word(word)
-}
-
-/// The keywords of a query: its content words that are not [`REQUEST_WORDS`], each once, in order of first
-/// appearance.
-#[must_use]
-pub fn keywords(query: &str) -> Vec<String> {
-    let mut seen = BTreeSet::new();
-    words(query)
-        .filter(|w| is_content_word(w) && !REQUEST_WORDS.contains(&w.as_str()))
-        .filter(|w| seen.insert(w.clone()))
-        .collect()
 }
 
 /// Estimates the tokens of `text` as whitespace-separated words times 4/3, rounded up.
@@ -243,39 +183,6 @@ mod tests {
     /// Runs `analyse` on `input` and compares its rendering with `expect`.
     fn check<'a, T: std::fmt::Debug>(analyse: impl Fn(&'a str) -> T, input: &'a str, expect: &str) {
         assert_eq!(format!("{:?}", analyse(input)), expect, "input: {input:?}");
-    }
-
-    fn all_words(text: &str) -> Vec<String> {
-        words(text).collect()
-    }
-
-    #[test]
-    fn words_are_lowercased_alphanumeric_runs() {
-        check(all_words, "Vitamin-C, 1,000 mg!", r#"["vitamin", "c", "1", "000", "mg"]"#);
-        check(all_words, "Café NAÏVE 3rd", r#"["café", "naïve", "3rd"]"#);
-        check(all_words, "  ... ", "[]");
-    }
-
-    #[test]
-    fn content_words_drop_stop_words_and_short_words() {
-        assert!(is_content_word("scurvy") && is_content_word("name") && is_content_word("100"));
-        assert!(!is_content_word("the") && !is_content_word("however") && !is_content_word("of"));
-        assert!(!is_content_word("c") && !is_content_word("11"));
-        // Every listed stop word is long enough to need listing, and the list has no repeats.
-        assert!(STOP_WORDS.iter().all(|w| w.chars().count() >= MIN_CONTENT_CHARS));
-        assert_eq!(STOP_WORDS.iter().collect::<BTreeSet<_>>().len(), STOP_WORDS.len());
-    }
-
-    #[test]
-    fn keywords_are_distinct_content_words_without_requests() {
-        check(
-            keywords,
-            "What vitamin deficiency causes scurvy? Which VITAMIN, and why do we care about it?",
-            r#"["vitamin", "deficiency", "causes", "scurvy", "care"]"#,
-        );
-        check(keywords, "Please tell me the name of the ship", r#"["ship"]"#);
-        check(keywords, "what is it?", "[]");
-        check(keywords, "", "[]");
     }
 
     #[test]

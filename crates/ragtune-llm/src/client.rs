@@ -4,6 +4,7 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use ragtune_core::http::{self, GiveUp, RetryDecision, RetryPolicy};
 use ragtune_core::{Cost, Ctx, Error, Llm, LlmRequest, LlmResponse, Message, Result, Role, Secret, TraceEvent};
 use serde_json::{Value, json};
 
@@ -37,13 +38,33 @@ pub struct LlmConfig {
     pub timeout: Duration,
     /// Time allowed to connect.
     pub connect_timeout: Duration,
-    /// Retries after a transient failure (timeouts, HTTP 408/429/5xx, connection resets).
+    /// Retries after a transient failure (timeouts, connection resets, the transient statuses of
+    /// [`status_kind`](ragtune_core::http::status_kind): 408, 409, 425, 429, 5xx).
     pub max_retries: u32,
-    /// The first backoff; it doubles with every retry (a server's `Retry-After` wins, up to 10 s).
+    /// The first backoff; it doubles with every retry up to 10 s (a server's `Retry-After` wins, up to the same
+    /// limit).
     pub initial_backoff: Duration,
     /// The largest response body read ([`DEFAULT_MAX_RESPONSE_BYTES`] by default): a longer one is a permanent
     /// error rather than a memory spike.
     pub max_response_bytes: usize,
+}
+
+/// The longest wait between two attempts, computed or asked for by the server.
+const MAX_BACKOFF: Duration = Duration::from_secs(10);
+
+impl LlmConfig {
+    /// The retry policy of these settings: `initial_backoff` doubling up to 10 s, no jitter (one client
+    /// talks to one server, so there is no herd to spread), `max_retries` retries.
+    #[must_use]
+    pub fn retry_policy(&self) -> RetryPolicy {
+        RetryPolicy {
+            base: self.initial_backoff,
+            max: MAX_BACKOFF,
+            jitter: 0.0,
+            max_retries: self.max_retries,
+            seed: 0,
+        }
+    }
 }
 
 /// The default [`LlmConfig::max_response_bytes`], 8 MiB: a completion of a few thousand tokens is a few tens of
@@ -205,10 +226,15 @@ impl OpenAiClient {
                     ctx.trace(event.cost(response.cost).elapsed(started.elapsed()));
                     return Ok(response);
                 }
-                Err((error, retry_after)) => {
+                Err(error) => {
                     let streamed = stream.as_ref().map_or(0, |s| s.pieces);
-                    let retry = error.is_retryable() && attempt < self.config.max_retries && streamed == 0;
-                    if !retry {
+                    let decision = if streamed == 0 {
+                        // No jitter, so the draw does not matter.
+                        self.config.retry_policy().decide(ctx, attempt, &error, 0.5)
+                    } else {
+                        RetryDecision::GiveUp(GiveUp::NotRetryable)
+                    };
+                    let RetryDecision::Wait { wait, .. } = decision else {
                         // A malformed answer was still generated and paid for: its cost goes into the trace.
                         let spent = crate::structured::raw_output(&error).map_or(Cost::ZERO, |raw| raw.cost);
                         let mut event = TraceEvent::new("llm", "failed")
@@ -219,59 +245,54 @@ impl OpenAiClient {
                             event = s.describe(event);
                         }
                         ctx.trace(event.cost(spent).elapsed(started.elapsed()));
+                        if matches!(decision, RetryDecision::GiveUp(GiveUp::Deadline { .. })) {
+                            return Err(error.context("no time left in the deadline to retry"));
+                        }
                         return Err(error);
-                    }
-                    let backoff = retry_after
-                        .unwrap_or_else(|| self.config.initial_backoff * 2_u32.saturating_pow(attempt))
-                        .min(Duration::from_secs(10));
-                    if ctx.remaining().is_some_and(|r| r <= backoff) {
-                        return Err(error.context("no time left in the deadline to retry"));
-                    }
-                    tokio::time::sleep(backoff).await;
+                    };
+                    tokio::time::sleep(wait).await;
                     attempt += 1;
                 }
             }
         }
     }
 
-    /// One HTTP attempt (streamed into `stream` when there is one); on failure the error and the server's
-    /// `Retry-After`, if any.
+    /// One HTTP attempt (streamed into `stream` when there is one); a failure carries the server's `Retry-After`,
+    /// if any ([`http::retry_after`]).
     async fn attempt(
         &self,
         body: &Value,
         request: &LlmRequest,
         timeout: Duration,
         mut stream: Option<&mut Stream<'_>>,
-    ) -> std::result::Result<LlmResponse, (Error, Option<Duration>)> {
+    ) -> Result<LlmResponse> {
         let mut req = self.http.post(self.url()).timeout(timeout).json(body);
         if let Some(key) = &self.config.api_key {
             req = req.bearer_auth(key.expose());
         }
-        let response = req.send().await.map_err(|e| (self.transport_error(&e, timeout), None))?;
+        let response = req.send().await.map_err(|e| self.transport_error(&e, timeout))?;
         let status = response.status();
         let retry_after = response
             .headers()
             .get(reqwest::header::RETRY_AFTER)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .map(Duration::from_secs);
+            .and_then(http::parse_retry_after);
         if status.is_success()
             && is_event_stream(&response)
             && let Some(stream) = stream.as_deref_mut()
         {
-            return self.read_stream(response, request, timeout, stream).await.map_err(|e| (e, None));
+            return self.read_stream(response, request, timeout, stream).await;
         }
-        let (body, complete) =
-            self.read_capped(response).await.map_err(|e| (self.transport_error(&e, timeout), None))?;
+        let (body, complete) = self.read_capped(response).await.map_err(|e| self.transport_error(&e, timeout))?;
         let text = String::from_utf8_lossy(&body);
         if !status.is_success() {
             // The start of an oversized error body is enough for its message.
-            return Err((self.status_error(status.as_u16(), &text), retry_after));
+            return Err(self.status_error(status.as_u16(), &text).with_retry_after(retry_after));
         }
         if !complete {
-            return Err((self.too_large(), None));
+            return Err(self.too_large());
         }
-        let response = self.parse(&text, request).map_err(|e| (e, None))?;
+        let response = self.parse(&text, request)?;
         if let Some(stream) = stream {
             // A server that answered a streamed request whole (it ignores `stream`): the whole text is one piece.
             stream.piece(&response.text);
@@ -460,13 +481,13 @@ impl OpenAiClient {
     fn status_error(&self, status: u16, body: &str) -> Error {
         let server = server_message(body);
         let what = format!("the LLM at {} answered HTTP {status}: {server}", self.base);
-        match status {
-            408 | 409 | 425 | 429 | 500 | 502 | 503 | 504 => Error::transient(what),
-            401 | 403 => Error::permanent(format!("{what} (check the API key: `llm.api_key` or $RAGTUNE_LLM_API_KEY)")),
-            404 => Error::not_found(format!("{what} (check the URL and the model name `{}`)", self.config.model)),
-            400 | 413 | 422 => Error::invalid_input(what),
-            _ => Error::permanent(what),
-        }
+        // The kind is core's; the hints are this client's.
+        let hint = match status {
+            401 | 403 => " (check the API key: `llm.api_key` or $RAGTUNE_LLM_API_KEY)".to_owned(),
+            404 => format!(" (check the URL and the model name `{}`)", self.config.model),
+            _ => String::new(),
+        };
+        http::status_error(status, format!("{what}{hint}"))
     }
 
     fn parse(&self, text: &str, request: &LlmRequest) -> Result<LlmResponse> {

@@ -8,6 +8,7 @@
 //! in a way its text cannot forge.
 
 pub use ragtune_core::Prompt;
+use ragtune_core::text::is_question_word;
 use serde_json::{Value, json};
 
 /// HyDE: a hypothetical passage that would answer the question, embedded in place of (or with) the question.
@@ -376,16 +377,13 @@ pub fn is_yes_no_question(question: &str) -> bool {
     if opens(question) {
         return true;
     }
-    let asks = |text: &str| text.split_whitespace().map(word).any(|w| QUESTION_WORDS.contains(&w.as_str()));
+    let asks = |text: &str| text.split_whitespace().map(word).any(|w| is_question_word(&w));
     // "Sibiu, a city in Transylvania, was chosen in what year?": the clause after the comma asks a question word,
     // so the auxiliary continues the subject before it. A relative clause after a later comma (", which are …")
     // does not count.
-    !first_word(question).is_some_and(|w| QUESTION_WORDS.contains(&w.as_str()))
+    !first_word(question).is_some_and(|w| is_question_word(&w))
         && question.split(',').skip(1).any(|clause| opens(clause) && !asks(clause))
 }
-
-/// Words that open a question that is not yes/no ("Who", "When", "How").
-const QUESTION_WORDS: &[&str] = &["who", "whom", "whose", "what", "which", "where", "when", "why", "how"];
 
 /// The answer prompt for `question`: [`ANSWER_YES_NO`] for a yes/no question ([`is_yes_no_question`]),
 /// [`ANSWER`] otherwise.

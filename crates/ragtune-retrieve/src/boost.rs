@@ -9,18 +9,15 @@
 //! RRF scores are around 0.02, cosines around 0.5, BM25 scores around 10; with weight 0.1 a hit whose headers
 //! match the query's keywords exactly moves up by a tenth of the list's spread.
 //! Hits without headers get nothing, so a corpus without headers (BEIR abstracts) is ranked exactly as before.
-//! Keywords come from the caller (the facade passes the judges' shared analysis), since this crate depends on
-//! `ragtune-core` only.
+//! Keywords are core's ([`ragtune_core::text::keywords`]), the ones the judges read.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Instant;
 
 use async_trait::async_trait;
+use ragtune_core::text::{jaccard, keywords};
 use ragtune_core::{Candidate, Ctx, Error, Query, Result, Retriever, TraceEvent, sort_ranked};
-
-/// The keywords of a text (content words, lower-cased), as the caller's text analysis finds them.
-pub type Keywords = fn(&str) -> Vec<String>;
 
 /// One boosted hit.
 #[derive(Debug, Clone, PartialEq)]
@@ -43,21 +40,10 @@ pub fn boosts_json(boosts: &[Boost]) -> serde_json::Value {
         .collect()
 }
 
-/// The Jaccard overlap of two keyword sets: shared over all; 0 when either is empty.
-#[must_use]
-pub fn jaccard(a: &BTreeSet<String>, b: &BTreeSet<String>) -> f32 {
-    if a.is_empty() || b.is_empty() {
-        return 0.0;
-    }
-    let shared = a.intersection(b).count();
-    let all = a.len() + b.len() - shared;
-    shared as f32 / all as f32
-}
-
 /// Adds the header boost to the hits of `list` (ranked, best first) and ranks it again; returns the boosted hits in
 /// list order. A `weight` of 0 (or one that is not finite and positive), a query without keywords and a list
 /// without header paths change nothing.
-pub fn header_boost(query: &str, list: &mut [Candidate], weight: f32, keywords: Keywords) -> Vec<Boost> {
+pub fn header_boost(query: &str, list: &mut [Candidate], weight: f32) -> Vec<Boost> {
     if !(weight.is_finite() && weight > 0.0) || list.iter().all(|c| c.chunk.header_path.is_empty()) {
         return Vec::new();
     }
@@ -99,7 +85,6 @@ pub fn header_boost(query: &str, list: &mut [Candidate], weight: f32, keywords: 
 pub struct HeaderBoostRetriever {
     inner: Arc<dyn Retriever>,
     weight: f32,
-    keywords: Keywords,
 }
 
 impl std::fmt::Debug for HeaderBoostRetriever {
@@ -109,15 +94,15 @@ impl std::fmt::Debug for HeaderBoostRetriever {
 }
 
 impl HeaderBoostRetriever {
-    /// Boosts `inner`'s lists by `weight`, reading keywords with `keywords`.
+    /// Boosts `inner`'s lists by `weight`.
     ///
     /// # Errors
     /// [`InvalidInput`](ragtune_core::ErrorKind::InvalidInput) when `weight` is negative or not finite.
-    pub fn new(inner: Arc<dyn Retriever>, weight: f32, keywords: Keywords) -> Result<Self> {
+    pub fn new(inner: Arc<dyn Retriever>, weight: f32) -> Result<Self> {
         if !weight.is_finite() || weight < 0.0 {
             return Err(Error::invalid_input(format!("header_boost must be a finite number >= 0, got {weight}")));
         }
-        Ok(Self { inner, weight, keywords })
+        Ok(Self { inner, weight })
     }
 }
 
@@ -131,7 +116,7 @@ impl Retriever for HeaderBoostRetriever {
         let mut lists = self.inner.retrieve(ctx, queries).await?;
         for (q, list) in queries.iter().zip(lists.iter_mut()) {
             let started = Instant::now();
-            let boosts = header_boost(&q.text, list, self.weight, self.keywords);
+            let boosts = header_boost(&q.text, list, self.weight);
             let event = if boosts.is_empty() {
                 let why = if list.iter().all(|c| c.chunk.header_path.is_empty()) {
                     "no hit has a header path"
@@ -154,13 +139,6 @@ mod tests {
     use ragtune_core::{Chunk, TraceSink};
     use ragtune_testkit::fakes::StaticRetriever;
 
-    fn words(text: &str) -> Vec<String> {
-        text.split(|c: char| !c.is_alphanumeric())
-            .filter(|w| w.len() >= 3 && *w != "the" && *w != "how")
-            .map(str::to_lowercase)
-            .collect()
-    }
-
     fn hit(id: &str, score: f32, headers: &[&str]) -> Candidate {
         let mut chunk = Chunk::new(id, id, "text");
         chunk.header_path = headers.iter().map(|h| (*h).to_owned()).collect();
@@ -170,18 +148,9 @@ mod tests {
     /// Boosts `list` for `query` with weight `w` and renders the ranking as `id score` lines.
     fn check(query: &str, w: f32, list: Vec<Candidate>, expect: &str) {
         let mut list = list;
-        header_boost(query, &mut list, w, words);
+        header_boost(query, &mut list, w);
         let got: String = list.iter().map(|c| format!("{} {:.3}\n", c.chunk.id, c.score)).collect();
         assert_eq!(got, expect);
-    }
-
-    #[test]
-    fn jaccard_of_keyword_sets() {
-        let set = |w: &[&str]| w.iter().map(|s| (*s).to_owned()).collect::<BTreeSet<String>>();
-        assert_eq!(jaccard(&set(&["a", "b"]), &set(&["b", "c"])), 1.0 / 3.0);
-        assert_eq!(jaccard(&set(&["a"]), &set(&["a"])), 1.0);
-        assert_eq!(jaccard(&set(&[]), &set(&["a"])), 0.0);
-        assert_eq!(jaccard(&set(&["a"]), &set(&[])), 0.0);
     }
 
     #[test]
@@ -216,7 +185,7 @@ mod tests {
         let list = vec![hit("a", 1.0, &["Use"]), hit("b", 0.9, &["Install"]), hit("c", 0.8, &[])];
         let inner: Arc<dyn Retriever> = Arc::new(StaticRetriever::new("static").with_candidates("install it", list));
         // Spread 0.2; b's header is the query's one keyword: Jaccard 1, so b gains 1 * 1 * 0.2.
-        let boosted = HeaderBoostRetriever::new(inner, 1.0, words).unwrap();
+        let boosted = HeaderBoostRetriever::new(inner, 1.0).unwrap();
         let run = || async {
             let sink = TraceSink::new();
             let ctx = Ctx::new().with_trace(sink.clone());
@@ -231,6 +200,6 @@ mod tests {
         assert_eq!(action, "boost");
         assert_eq!(detail[0]["chunk"], "b");
         assert_eq!(run().await, (ids, action, detail));
-        assert!(HeaderBoostRetriever::new(Arc::new(StaticRetriever::new("s")), -1.0, words).is_err());
+        assert!(HeaderBoostRetriever::new(Arc::new(StaticRetriever::new("s")), -1.0).is_err());
     }
 }

@@ -29,16 +29,6 @@ pub fn fnv1a(bytes: &[u8]) -> u32 {
     hash
 }
 
-/// Splits `text` into lower-cased tokens at every character that is not alphanumeric (whitespace, punctuation).
-///
-/// ```
-/// let tokens: Vec<String> = ragtune_testkit::fakes::tokenize("Vitamin-C, scurvy!").collect();
-/// assert_eq!(tokens, ["vitamin", "c", "scurvy"]);
-/// ```
-pub fn tokenize(text: &str) -> impl Iterator<Item = String> + '_ {
-    text.split(|c: char| !c.is_alphanumeric()).filter(|t| !t.is_empty()).map(str::to_lowercase)
-}
-
 /// A fake [`Embedder`] for unit tests: bag-of-words feature hashing into `dim` buckets, L2-normalised.
 ///
 /// Each token lands in bucket `fnv1a(token) % dim` with a sign taken from the hash's top bit, so texts that share
@@ -75,7 +65,7 @@ impl HashEmbedder {
     pub fn embed_one(&self, text: &str) -> Vec<f32> {
         let dim = self.spec.dim;
         let mut v = vec![0.0_f32; dim];
-        for token in tokenize(text) {
+        for token in ragtune_core::text::words(text) {
             let h = fnv1a(token.as_bytes());
             v[h as usize % dim] += if h >> 31 == 0 { 1.0 } else { -1.0 };
         }
@@ -117,8 +107,8 @@ impl Embedder for HashEmbedder {
     }
 }
 
-/// A fake [`SparseEncoder`] for unit tests: each token (see [`tokenize`]) becomes the term index `fnv1a(token)`
-/// with its term frequency as weight.
+/// A fake [`SparseEncoder`] for unit tests: each word (core's [`words`](ragtune_core::text::words)) becomes the
+/// term index `fnv1a(word)` with its term frequency as weight.
 ///
 /// The spec is `encoder_id: "hash-sparse"` with `idf: true`, so a store turns these weights into a TF-IDF-like
 /// score. The role is ignored. Never fails, as lexical encoders do not.
@@ -140,7 +130,7 @@ impl HashSparseEncoder {
     /// The sparse vector of one text, as [`encode`](SparseEncoder::encode) returns it.
     #[must_use]
     pub fn encode_one(&self, text: &str) -> SparseVector {
-        SparseVector::from_pairs(tokenize(text).map(|t| (fnv1a(t.as_bytes()), 1.0)).collect())
+        SparseVector::from_pairs(ragtune_core::text::words(text).map(|t| (fnv1a(t.as_bytes()), 1.0)).collect())
     }
 }
 

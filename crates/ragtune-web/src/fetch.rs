@@ -30,7 +30,7 @@ pub struct FetchPolicy {
     /// The most characters of extracted text kept as the result's content.
     pub max_text_chars: usize,
     /// The longest one page may take, redirects included (seconds in configuration files).
-    #[serde(with = "crate::resilience::secs")]
+    #[serde(with = "ragtune_core::http::secs")]
     pub timeout: Duration,
     /// The most redirects followed.
     pub max_redirects: usize,

@@ -1,9 +1,9 @@
 //! What every provider shares: where it is, its key, its time limits, and how an HTTP exchange becomes a result or
 //! a classified [`Error`].
 
-use std::fmt;
 use std::time::Duration;
 
+use ragtune_core::http::{parse_retry_after, status_kind};
 use ragtune_core::{Ctx, Error, ErrorKind, Result, Secret};
 
 /// Where a provider is and how long a call to it may take.
@@ -64,38 +64,6 @@ impl Endpoint {
             ))
         })
     }
-}
-
-/// The wait a server asked for with `Retry-After`, carried as the source of a transient [`Error`] so that the
-/// retry decorator can honour it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RetryAfter(pub Duration);
-
-impl fmt::Display for RetryAfter {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "the server asked to retry after {:.1} s", self.0.as_secs_f64())
-    }
-}
-
-impl std::error::Error for RetryAfter {}
-
-/// The `Retry-After` wait an error carries, if any.
-#[must_use]
-pub fn retry_after(error: &Error) -> Option<Duration> {
-    let mut cur: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(error);
-    while let Some(e) = cur {
-        if let Some(r) = e.downcast_ref::<RetryAfter>() {
-            return Some(r.0);
-        }
-        cur = e.source();
-    }
-    None
-}
-
-/// Parses a `Retry-After` value in seconds. The HTTP-date form is not honoured (it needs a date parser and
-/// providers send seconds); it falls back to the backoff schedule.
-fn parse_retry_after(value: &str) -> Option<Duration> {
-    value.trim().parse::<f64>().ok().filter(|s| s.is_finite() && *s >= 0.0).map(Duration::from_secs_f64)
 }
 
 /// The most redirects a provider call follows.
@@ -218,17 +186,13 @@ fn describe(e: &reqwest::Error) -> String {
 
 fn status_error(provider: &str, status: u16, wait: Option<Duration>, body: &str) -> Error {
     let what = format!("{provider} answered HTTP {status}: {}", snippet(body));
-    let error = match status {
-        408 | 425 | 429 | 500 | 502 | 503 | 504 => Error::transient(what),
-        401 | 403 => Error::permanent(format!("{what} (check the API key)")),
-        404 => Error::not_found(format!("{what} (check the base URL)")),
-        400 | 413 | 422 => Error::invalid_input(what),
-        _ => Error::permanent(what),
+    // The kind is core's; the hints are the providers'.
+    let hint = match status {
+        401 | 403 => " (check the API key)",
+        404 => " (check the base URL)",
+        _ => "",
     };
-    match wait {
-        Some(w) if error.is_retryable() => error.with_source(RetryAfter(w)),
-        _ => error,
-    }
+    Error::new(status_kind(status), format!("{what}{hint}")).with_retry_after(wait)
 }
 
 /// The start of a body for an error message, on one line.
@@ -255,15 +219,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn retry_after_travels_with_transient_errors_only() {
+    fn status_errors_carry_hints_and_retry_after() {
+        use ragtune_core::http::retry_after;
         let e = status_error("p", 429, Some(Duration::from_secs(7)), "slow down");
-        assert_eq!(e.kind(), ErrorKind::Transient);
+        assert_eq!((e.kind(), e.message()), (ErrorKind::Transient, "p answered HTTP 429: slow down"));
         assert_eq!(retry_after(&e), Some(Duration::from_secs(7)));
         let e = status_error("p", 401, Some(Duration::from_secs(7)), "no");
+        assert_eq!((e.kind(), e.message()), (ErrorKind::Permanent, "p answered HTTP 401: no (check the API key)"));
         assert_eq!(retry_after(&e), None);
-        assert_eq!(parse_retry_after(" 2 "), Some(Duration::from_secs(2)));
-        assert_eq!(parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT"), None);
-        assert_eq!(parse_retry_after("-1"), None);
+        let e = status_error("p", 404, None, "");
+        assert_eq!((e.kind(), e.message()), (ErrorKind::NotFound, "p answered HTTP 404:  (check the base URL)"));
     }
 
     #[test]

@@ -55,7 +55,7 @@ pub mod triangulation;
 pub use canon::{canonical_url, domain_of, registered_domain};
 pub use credibility::Credibility;
 pub use fetch::{FetchPolicy, Page, PageFetcher};
-pub use http::{Endpoint, RetryAfter, retry_after};
+pub use http::Endpoint;
 pub use multi::{Complexity, MultiSearch, RoutePlan, Routing, Skipped, WebOutcome, merge};
 pub use providers::arxiv::{self, Arxiv};
 pub use providers::exa::{self, Exa};
@@ -64,7 +64,7 @@ pub use providers::searxng::{self, SearxNg};
 pub use providers::semantic_scholar::{self, SemanticScholar};
 pub use providers::tavily::{self, Tavily};
 pub use resilience::{
-    Backoff, BreakerConfig, BreakerState, CircuitBreaker, RateLimit, RateLimited, Resilience, ResilienceStats,
-    Resilient, Retrying, StatsSnapshot,
+    BreakerConfig, BreakerState, CircuitBreaker, RateLimit, RateLimited, Resilience, ResilienceStats, Resilient,
+    Retrying, StatsSnapshot,
 };
 pub use settings::{ProviderSettings, WebSettings, WebStack};

@@ -18,10 +18,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use governor::clock::Clock;
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use ragtune_core::http::{GiveUp, RetryDecision, RetryPolicy};
 use ragtune_core::{CostModel, Ctx, Error, ErrorKind, Result, TraceEvent, WebQuery, WebResult, WebSearch};
 use serde::{Deserialize, Serialize};
 
-use crate::http::retry_after;
 use crate::providers::per_query;
 
 /// Counters shared by a provider's decorators: what the breaker, the retries and the rate limit did.
@@ -87,20 +87,25 @@ fn bump(counter: &AtomicU64) {
 /// Waits `wait` unless that would pass the context's deadline.
 async fn wait_within(ctx: &Ctx, provider: &str, what: &str, wait: Duration, stats: &ResilienceStats) -> Result<()> {
     if ctx.remaining().is_some_and(|left| wait >= left) {
-        bump(&stats.deadline_refusals);
-        ctx.trace(
-            TraceEvent::new("web", "deadline_refused")
-                .detail("provider", provider)
-                .detail("wait", what)
-                .detail("wait_ms", millis(wait)),
-        );
-        return Err(Error::new(
-            ErrorKind::DeadlineExceeded,
-            format!("{provider}: waiting {:.1} s for the {what} would pass the deadline", wait.as_secs_f64()),
-        ));
+        return Err(refuse(ctx, provider, what, wait, stats));
     }
     tokio::time::sleep(wait).await;
     ctx.check()
+}
+
+/// Counts and traces a wait refused because it would pass the deadline, and says so.
+fn refuse(ctx: &Ctx, provider: &str, what: &str, wait: Duration, stats: &ResilienceStats) -> Error {
+    bump(&stats.deadline_refusals);
+    ctx.trace(
+        TraceEvent::new("web", "deadline_refused")
+            .detail("provider", provider)
+            .detail("wait", what)
+            .detail("wait_ms", millis(wait)),
+    );
+    Error::new(
+        ErrorKind::DeadlineExceeded,
+        format!("{provider}: waiting {:.1} s for the {what} would pass the deadline", wait.as_secs_f64()),
+    )
 }
 
 fn millis(d: Duration) -> u64 {
@@ -205,76 +210,23 @@ impl<P: WebSearch> RateLimited<P> {
 // ---------------------------------------------------------------------------------------------------------------
 // Retries
 
-/// Exponential backoff with jitter: the wait before retry `n` (from 0) is `base · 2ⁿ`, capped at `max`, spread by
-/// ± `jitter` of itself. A `Retry-After` from the server replaces the computed wait.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct Backoff {
-    /// The first wait (the protocol's 1 s).
-    #[serde(with = "secs")]
-    pub base: Duration,
-    /// The longest computed wait (the protocol's 60 s).
-    #[serde(with = "secs")]
-    pub max: Duration,
-    /// The spread, as a fraction of the wait (the protocol's 0.5).
-    pub jitter: f64,
-    /// Retries after the first attempt; only transient failures are retried.
-    pub max_retries: u32,
-    /// The seed of the jitter, so that the same run waits the same and traces the same.
-    pub seed: u64,
-}
-
-impl Default for Backoff {
-    fn default() -> Self {
-        Self { base: Duration::from_secs(1), max: Duration::from_secs(60), jitter: 0.5, max_retries: 3, seed: 0 }
-    }
-}
-
-impl Backoff {
-    /// The wait before retry `attempt` (from 0) for a jitter draw `u` in `[0, 1)`.
-    #[must_use]
-    pub fn delay(&self, attempt: u32, u: f64) -> Duration {
-        let exp = self.base.as_secs_f64() * 2f64.powi(i32::try_from(attempt.min(62)).unwrap_or(62));
-        let capped = exp.min(self.max.as_secs_f64());
-        let jitter = self.jitter.clamp(0.0, 1.0);
-        let spread = capped * (1.0 + jitter * (2.0 * u - 1.0));
-        Duration::from_secs_f64(spread.clamp(0.0, self.max.as_secs_f64()))
-    }
-}
-
-/// Durations as seconds (`0.25`) in configuration files.
-pub(crate) mod secs {
-    use std::time::Duration;
-
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_f64(d.as_secs_f64())
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        let secs = f64::deserialize(d)?;
-        Duration::try_from_secs_f64(secs).map_err(serde::de::Error::custom)
-    }
-}
-
-/// Retries a provider's transient failures with [`Backoff`].
+/// Retries a provider's transient failures with [`RetryPolicy`].
 #[derive(Debug)]
 pub struct Retrying<P> {
     inner: P,
-    backoff: Backoff,
+    backoff: RetryPolicy,
     rng: Mutex<fastrand::Rng>,
     stats: Arc<ResilienceStats>,
 }
 
 impl<P: WebSearch> Retrying<P> {
     /// Wraps `inner`.
-    pub fn new(inner: P, backoff: Backoff) -> Self {
+    pub fn new(inner: P, backoff: RetryPolicy) -> Self {
         Self::with_stats(inner, backoff, Arc::default())
     }
 
     /// Wraps `inner`, counting into `stats`.
-    pub fn with_stats(inner: P, backoff: Backoff, stats: Arc<ResilienceStats>) -> Self {
+    pub fn with_stats(inner: P, backoff: RetryPolicy, stats: Arc<ResilienceStats>) -> Self {
         Self { inner, rng: Mutex::new(fastrand::Rng::with_seed(backoff.seed)), backoff, stats }
     }
 
@@ -291,15 +243,15 @@ impl<P: WebSearch> Retrying<P> {
                 Ok(results) => return Ok(results),
                 Err(e) => e,
             };
-            if !error.is_retryable() || attempt >= self.backoff.max_retries {
-                return Err(error);
-            }
-            let (wait, source) = match retry_after(&error) {
-                Some(w) => (w, "retry_after"),
-                None => {
-                    let u = self.rng.lock().unwrap_or_else(std::sync::PoisonError::into_inner).f64();
-                    (self.backoff.delay(attempt, u), "backoff")
+            let u = self.rng.lock().unwrap_or_else(std::sync::PoisonError::into_inner).f64();
+            let (wait, source) = match self.backoff.decide(ctx, attempt, &error, u) {
+                RetryDecision::Wait { wait, from } => (wait, from.as_str()),
+                RetryDecision::GiveUp(GiveUp::Deadline { wait }) => {
+                    // The caller gets the provider's failure, which says more than the refusal.
+                    refuse(ctx, self.inner.name(), "retry", wait, &self.stats);
+                    return Err(error);
                 }
+                RetryDecision::GiveUp(GiveUp::NotRetryable | GiveUp::Exhausted) => return Err(error),
             };
             bump(&self.stats.retries);
             ctx.trace(
@@ -310,11 +262,8 @@ impl<P: WebSearch> Retrying<P> {
                     .detail("wait_from", source)
                     .detail("error", error.message()),
             );
-            // When the wait would pass the deadline, the caller gets the provider's failure, which says more
-            // than the refusal.
-            if let Err(refused) = wait_within(ctx, self.inner.name(), "retry", wait, &self.stats).await {
-                return Err(if refused.kind() == ErrorKind::DeadlineExceeded { error } else { refused });
-            }
+            tokio::time::sleep(wait).await;
+            ctx.check()?;
             attempt += 1;
         }
     }
@@ -330,7 +279,7 @@ pub struct BreakerConfig {
     /// Consecutive failures that open the circuit (the protocol's 5).
     pub failure_threshold: u32,
     /// How long the circuit stays open before a probe is let through (the protocol's 30 s).
-    #[serde(with = "secs")]
+    #[serde(with = "ragtune_core::http::secs")]
     pub recovery_timeout: Duration,
     /// Queries let through at once while half-open.
     pub half_open_probes: u32,
@@ -620,7 +569,7 @@ pub struct Resilience {
     /// The rate limit; none by default except for the providers the protocol limits (see [`Self::for_provider`]).
     pub rate_limit: Option<RateLimit>,
     /// Retries.
-    pub backoff: Backoff,
+    pub backoff: RetryPolicy,
     /// The circuit breaker.
     pub breaker: BreakerConfig,
 }
@@ -797,8 +746,10 @@ mod tests {
     async fn retries_back_off_exponentially_and_stop_at_the_deadline() {
         let sink = TraceSink::new();
         let ctx = Ctx::new().with_trace(sink.clone());
-        let retrying =
-            Retrying::new(Flaky::new(true, ErrorKind::Transient), Backoff { jitter: 0.0, ..Backoff::default() });
+        let retrying = Retrying::new(
+            Flaky::new(true, ErrorKind::Transient),
+            RetryPolicy { jitter: 0.0, ..RetryPolicy::default() },
+        );
         let start = tokio::time::Instant::now();
         retrying.search(&ctx, &q()).await.unwrap_err();
         assert_eq!(retrying.inner.calls.load(Ordering::SeqCst), 4);
@@ -808,7 +759,7 @@ mod tests {
         assert_eq!(waits, [1000, 2000, 4000]);
 
         // Permanent failures are not retried.
-        let permanent = Retrying::new(Flaky::new(true, ErrorKind::Permanent), Backoff::default());
+        let permanent = Retrying::new(Flaky::new(true, ErrorKind::Permanent), RetryPolicy::default());
         permanent.search(&ctx, &q()).await.unwrap_err();
         assert_eq!(permanent.inner.calls.load(Ordering::SeqCst), 1);
     }
@@ -819,23 +770,16 @@ mod tests {
         rt.block_on(async {
             // The deadline is on the real clock; 500 ms left and a 1 s first backoff.
             let ctx = Ctx::new().with_timeout(Duration::from_millis(500));
-            let retrying =
-                Retrying::new(Flaky::new(true, ErrorKind::Transient), Backoff { jitter: 0.0, ..Backoff::default() });
+            let retrying = Retrying::new(
+                Flaky::new(true, ErrorKind::Transient),
+                RetryPolicy { jitter: 0.0, ..RetryPolicy::default() },
+            );
             let err = retrying.search(&ctx, &q()).await.unwrap_err();
             // One call and a deadline refusal: the 1 s backoff was refused, not slept.
             assert_eq!(err.kind(), ErrorKind::Transient, "the provider's own failure is reported: {err}");
             assert_eq!(retrying.inner.calls.load(Ordering::SeqCst), 1);
             assert_eq!(retrying.stats().deadline_refusals, 1);
         });
-    }
-
-    #[test]
-    fn backoff_delays() {
-        let b = Backoff::default();
-        let d = |attempt, u| b.delay(attempt, u).as_secs_f64();
-        assert_eq!([d(0, 0.5), d(1, 0.5), d(2, 0.5), d(6, 0.5), d(10, 0.5)], [1.0, 2.0, 4.0, 60.0, 60.0]);
-        assert_eq!([d(0, 0.0), d(2, 0.0), d(6, 0.0)], [0.5, 2.0, 30.0]);
-        assert!(d(0, 0.999) < 1.5 && d(6, 0.999) <= 60.0);
     }
 
     #[test]

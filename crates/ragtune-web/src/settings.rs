@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use ragtune_core::http::RetryPolicy;
 use ragtune_core::{Error, Result, Secret, WebSearch};
 use serde::{Deserialize, Serialize};
 
@@ -13,7 +14,7 @@ use crate::fetch::{FetchPolicy, PageFetcher};
 use crate::http::Endpoint;
 use crate::multi::{Complexity, MultiSearch, Routing};
 use crate::providers::{arxiv, exa, perplexity, searxng, semantic_scholar, tavily};
-use crate::resilience::{Backoff, BreakerConfig, RateLimit, Resilience, ResilienceStats};
+use crate::resilience::{BreakerConfig, RateLimit, Resilience, ResilienceStats};
 
 /// The settings of one provider; everything but SearXNG's `base_url` (and the paid providers' keys) has a default.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
@@ -29,7 +30,7 @@ pub struct ProviderSettings {
     /// The rate limit; the protocol's for the provider when unset (see [`Resilience::for_provider`]).
     pub rate_limit: Option<RateLimit>,
     /// Retries; the protocol's backoff when unset.
-    pub backoff: Option<Backoff>,
+    pub backoff: Option<RetryPolicy>,
     /// The circuit breaker; the protocol's when unset.
     pub breaker: Option<BreakerConfig>,
     /// Perplexity's model (`sonar` when unset).

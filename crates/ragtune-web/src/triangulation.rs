@@ -4,7 +4,8 @@
 //! counts as one source however many passages support a claim. A claim is **VERIFIED** with at least 3 independent
 //! supporting sources, **LIKELY** with 2, **UNVERIFIED** with at most 1 (the web search protocol's ProofGuard
 //! statuses). Whether a piece of evidence supports a claim is decided by a support function: an LLM judge when one is
-//! configured, [`lexically_supports`] otherwise (the table says which).
+//! configured, core's LLM-free [`supports`](ragtune_core::text::supports) otherwise (the table says which), the
+//! check the faithfulness judge scores statements with, so that the judge and the table agree on one answer.
 
 use std::collections::BTreeSet;
 
@@ -115,40 +116,10 @@ pub fn triangulate(
     }
 }
 
-/// Words too common to show support.
-const STOP: &[&str] = &[
-    "a", "an", "and", "are", "as", "at", "be", "by", "for", "from", "has", "have", "in", "is", "it", "its", "of", "on",
-    "or", "that", "the", "their", "this", "to", "was", "were", "which", "with",
-];
-
-fn content_words(text: &str) -> BTreeSet<String> {
-    text.split(|c: char| !c.is_alphanumeric())
-        .map(str::to_lowercase)
-        .filter(|w| !w.is_empty() && !STOP.contains(&w.as_str()))
-        .collect()
-}
-
-/// The LLM-free support score: the share of the claim's content words that the evidence contains, in [0, 1].
-#[must_use]
-pub fn lexical_support(claim: &str, evidence: &str) -> f64 {
-    let claim = content_words(claim);
-    if claim.is_empty() {
-        return 0.0;
-    }
-    let evidence = content_words(evidence);
-    #[allow(clippy::cast_precision_loss)]
-    let share = claim.iter().filter(|w| evidence.contains(*w)).count() as f64 / claim.len() as f64;
-    share
-}
-
-/// The lexical support check: at least 70 % of the claim's content words in the evidence.
-#[must_use]
-pub fn lexically_supports(claim: &str, evidence: &str) -> bool {
-    lexical_support(claim, evidence) >= 0.7
-}
-
 #[cfg(test)]
 mod tests {
+    use ragtune_core::text::supports;
+
     use super::*;
 
     fn web(url: &str, text: &str, tier: u8) -> Evidence {
@@ -182,7 +153,7 @@ mod tests {
             Evidence { url: None, text: "vitamin D deficiency causes osteomalacia".into(), tier: 1 },
             Evidence { url: None, text: "vitamin D deficiency causes osteomalacia in adults".into(), tier: 1 },
         ];
-        let table = triangulate(&claims, &evidence, "lexical", |c, e| lexically_supports(c, &e.text));
+        let table = triangulate(&claims, &evidence, "lexical", |c, e| supports(c, &e.text));
         let rows: Vec<String> = table.rows.iter().map(|r| format!("{:?} {}", r.status, r.sources.join(","))).collect();
         assert_eq!(
             rows,
@@ -197,8 +168,8 @@ mod tests {
 
     #[test]
     fn empty_inputs() {
-        let table = triangulate(&[], &[], "lexical", |c, e| lexically_supports(c, &e.text));
+        let table = triangulate(&[], &[], "lexical", |c, e| supports(c, &e.text));
         assert_eq!((table.coverage_pct, table.tier1_ratio), (0.0, 0.0));
-        assert_eq!(lexical_support("the of", "anything"), 0.0);
+        assert!(!supports("the of", "anything"));
     }
 }

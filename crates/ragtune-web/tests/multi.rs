@@ -8,10 +8,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use ragtune_core::http::RetryPolicy;
 use ragtune_core::{Ctx, ErrorKind, TraceSink, WebQuery, WebSearch};
 use ragtune_web::{
-    Arxiv, Backoff, BreakerConfig, BreakerState, Complexity, Endpoint, MultiSearch, RateLimit, Resilience, RoutePlan,
-    Routing, SearxNg, SemanticScholar,
+    Arxiv, BreakerConfig, BreakerState, Complexity, Endpoint, MultiSearch, RateLimit, Resilience, RoutePlan, Routing,
+    SearxNg, SemanticScholar,
 };
 use serde_json::json;
 use support::{Reply, serve};
@@ -24,7 +25,7 @@ fn searx_reply(urls: &[&str]) -> Reply {
 /// Fast retries so that tests do not wait the protocol's seconds.
 fn quick() -> Resilience {
     Resilience {
-        backoff: Backoff { base: Duration::from_millis(5), max_retries: 1, ..Backoff::default() },
+        backoff: RetryPolicy { base: Duration::from_millis(5), max_retries: 1, ..RetryPolicy::default() },
         ..Resilience::default()
     }
 }

@@ -6,8 +6,9 @@ mod support;
 
 use std::time::Duration;
 
+use ragtune_core::http::RetryPolicy;
 use ragtune_core::{Ctx, ErrorKind, TraceSink, WebQuery, WebResult, WebSearch};
-use ragtune_web::{Arxiv, Backoff, Endpoint, Exa, Perplexity, Retrying, SearxNg, SemanticScholar, Tavily};
+use ragtune_web::{Arxiv, Endpoint, Exa, Perplexity, Retrying, SearxNg, SemanticScholar, Tavily};
 use serde_json::json;
 use support::{Reply, closed_port, serve};
 
@@ -224,7 +225,7 @@ async fn rate_limited_answers_are_retried_after_the_wait_the_server_asks() {
         }
     })
     .await;
-    let backoff = Backoff { base: Duration::from_millis(10), ..Backoff::default() };
+    let backoff = RetryPolicy { base: Duration::from_millis(10), ..RetryPolicy::default() };
     let searx = Retrying::new(SearxNg::new(Endpoint::new(&server.url)).unwrap(), backoff);
     let sink = TraceSink::new();
     let ctx = Ctx::new().with_trace(sink.clone());
@@ -258,7 +259,7 @@ async fn a_burst_of_server_errors_is_retried_through() {
         }
     })
     .await;
-    let backoff = Backoff { base: Duration::from_millis(10), ..Backoff::default() };
+    let backoff = RetryPolicy { base: Duration::from_millis(10), ..RetryPolicy::default() };
     let searx = Retrying::new(SearxNg::new(Endpoint::new(&server.url)).unwrap(), backoff);
     assert_eq!(searx.search(&Ctx::new(), &query("q", 5)).await.unwrap()[0].len(), 1);
     assert_eq!(server.requests().len(), 4);

@@ -895,11 +895,7 @@ impl Engine {
         // The header boost comes after fusion and transformation, on the list the caller receives.
         let boost = self.config.search.header_boost;
         if boost > 0.0 {
-            return Ok(Arc::new(ragtune_retrieve::HeaderBoostRetriever::new(
-                retriever,
-                boost,
-                ragtune_evaluators::text::keywords,
-            )?));
+            return Ok(Arc::new(ragtune_retrieve::HeaderBoostRetriever::new(retriever, boost)?));
         }
         Ok(retriever)
     }

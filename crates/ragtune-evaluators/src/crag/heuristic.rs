@@ -4,10 +4,11 @@ use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
 use async_trait::async_trait;
+use ragtune_core::text::{keywords, words};
 use ragtune_core::{Candidate, Cost, Ctx, Error, RelevanceEvaluator, RelevanceJudgement, Result, Verdict};
 use serde::{Deserialize, Serialize};
 
-use crate::text::{estimate_tokens, keywords, words};
+use crate::text::estimate_tokens;
 
 /// The criteria keys of [`RelevanceJudgement::criteria`] written by [`HeuristicEvaluator`].
 const KEYWORD_OVERLAP: &str = "keyword_overlap";
@@ -113,7 +114,7 @@ impl HeuristicConfig {
 /// The LLM-free CRAG evaluator (docs/pipeline.md, "Evaluate"): keyword overlap, semantic coherence, length adequacy and
 /// source diversity, weighted into one score in `[0, 1]` and read against two thresholds.
 ///
-/// - **Keyword overlap**: the query's keywords ([`text::keywords`](crate::text::keywords): lower-cased words
+/// - **Keyword overlap**: the query's keywords ([`text::keywords`](ragtune_core::text::keywords): lower-cased words
 ///   without stop words, request words and words of at most two characters, repeats removed). The criterion is
 ///   the share of these keywords found as words of the candidates' titles and texts (a keyword of five or more
 ///   characters also matches words it begins, so "vitamin" finds "vitamins").

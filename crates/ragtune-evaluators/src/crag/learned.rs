@@ -26,6 +26,7 @@ use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
 use async_trait::async_trait;
+use ragtune_core::text::keywords;
 use ragtune_core::{Candidate, Cost, Ctx, Error, RelevanceEvaluator, RelevanceJudgement, Result, Verdict};
 use serde::{Deserialize, Serialize};
 
@@ -34,7 +35,6 @@ use super::calibrate::{
 };
 use super::heuristic::{HeuristicConfig, HeuristicEvaluator, candidate_tokens, contains_keyword};
 use super::stumps::{self, sigmoid};
-use crate::text::keywords;
 
 /// Features are computed from at most this many candidates, from the top of the list.
 pub const FEATURE_DEPTH: usize = 10;

@@ -5,9 +5,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use async_trait::async_trait;
+use ragtune_core::text::{word_set, words};
 use ragtune_core::{Candidate, Ctx, Error, Query, Result, Retriever, TraceEvent};
 
-use super::{relabel, word_set};
+use super::relabel;
 use crate::{rrf_fuse, validate_all};
 
 /// The synonym groups of the default table: general English and the scientific vocabulary of typical corpora.
@@ -109,11 +110,11 @@ impl SynonymTable {
     /// no word has a synonym.
     #[must_use]
     pub fn expand(&self, text: &str) -> Option<(String, Vec<String>)> {
-        let words = word_set(text);
+        let present = word_set(text);
         let mut added: Vec<String> = Vec::new();
-        for w in text.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).map(str::to_lowercase) {
+        for w in words(text) {
             for s in self.synonyms(&w) {
-                if !words.contains(s) && !added.contains(s) {
+                if !present.contains(s) && !added.contains(s) {
                     added.push(s.clone());
                 }
             }

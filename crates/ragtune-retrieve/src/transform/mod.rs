@@ -19,8 +19,6 @@ mod multi_query;
 mod rewrite;
 mod router;
 
-use std::collections::BTreeSet;
-
 use ragtune_core::{Candidate, Cost, Ctx, Error, Llm, Prompt, Query, Result, TraceEvent};
 
 pub use expand::{SynonymExpansionRetriever, SynonymTable};
@@ -31,24 +29,6 @@ pub use rewrite::{RewriteConfig, RewriteRetriever};
 pub use router::{
     Complexity, RouteBudget, RouteDecision, RoutePlan, RouteSignals, RoutedRetriever, classify_heuristic,
 };
-
-/// Lower-case word tokens of a text (letters and digits), for similarity checks.
-pub(crate) fn word_set(text: &str) -> BTreeSet<String> {
-    text.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).map(str::to_lowercase).collect()
-}
-
-/// Jaccard similarity of the word sets of two texts (1.0 for two empty texts).
-#[must_use]
-pub fn jaccard(a: &str, b: &str) -> f32 {
-    let (a, b) = (word_set(a), word_set(b));
-    let union = a.union(&b).count();
-    if union == 0 {
-        return 1.0;
-    }
-    #[allow(clippy::cast_precision_loss)]
-    let j = a.intersection(&b).count() as f32 / union as f32;
-    j
-}
 
 /// A generated query is usable when it is non-blank and within the query size limit.
 pub(crate) fn usable_query(text: &str) -> Option<String> {
@@ -92,18 +72,6 @@ pub(crate) fn clip(text: &str, max: usize) -> String {
     match text.char_indices().nth(max) {
         Some((i, _)) => format!("{}…", &text[..i]),
         None => text.to_owned(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn jaccard_of_word_sets() {
-        assert!((jaccard("vitamin C scurvy", "Scurvy, vitamin c!") - 1.0).abs() < 1e-6);
-        assert!((jaccard("a b", "b c") - 1.0 / 3.0).abs() < 1e-6);
-        assert!(jaccard("a", "b").abs() < 1e-6);
     }
 }
 

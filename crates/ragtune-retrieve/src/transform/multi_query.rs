@@ -4,9 +4,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use async_trait::async_trait;
+use ragtune_core::text::{jaccard, word_set};
 use ragtune_core::{Candidate, Ctx, Llm, Prompt, Query, Result, Retriever, TraceEvent};
 
-use super::{fallback_event, jaccard, llm_json, relabel, usable_query};
+use super::{fallback_event, llm_json, relabel, usable_query};
 use crate::rrf_fuse;
 use crate::validate_all;
 
@@ -73,7 +74,7 @@ impl MultiQueryRetriever {
             };
             let similar = std::iter::once(original)
                 .chain(kept.iter().map(String::as_str))
-                .map(|k| (k, jaccard(&q, k)))
+                .map(|k| (k, jaccard(&word_set(&q), &word_set(k))))
                 .find(|(_, j)| *j >= self.config.max_similarity);
             if let Some((k, j)) = similar {
                 dropped.push(format!("{q:?}: {j:.2} similar to {k:?}"));

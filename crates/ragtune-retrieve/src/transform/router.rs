@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use async_trait::async_trait;
+use ragtune_core::text::{self, is_question_word};
 use ragtune_core::{Candidate, Ctx, Error, Llm, Prompt, Query, Result, Retriever, TraceEvent};
 use serde::Serialize;
 
@@ -102,7 +103,6 @@ const REASONING: &[&str] = &[
     "cause of",
     "lead to",
 ];
-const QUESTION_WORDS: &[&str] = &["what", "who", "when", "where", "which", "why", "how"];
 
 /// The LLM-free classifier: counts of words and named things and cues of comparison, several parts and reasoning,
 /// added into a score (see [`RouteSignals`]). Deterministic; the signals go into the trace.
@@ -120,7 +120,7 @@ pub fn classify_heuristic(text: &str) -> (Complexity, RouteSignals) {
         .count();
     let comparison = COMPARISON.iter().any(|c| lower.contains(c));
     let reasoning = REASONING.iter().any(|c| lower.contains(c));
-    let question_words = lower.split(|c: char| !c.is_alphanumeric()).filter(|w| QUESTION_WORDS.contains(w)).count();
+    let question_words = text::words(text).filter(|w| is_question_word(w)).count();
     let multi_part = text.matches('?').count() > 1
         || text.contains(';')
         || (question_words >= 2 && lower.contains(" and "))

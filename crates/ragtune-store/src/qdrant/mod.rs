@@ -25,6 +25,7 @@ use qdrant_client::qdrant::{
     with_payload_selector::SelectorOptions,
 };
 use qdrant_client::{Qdrant, QdrantError};
+use ragtune_core::http::{RetryDecision, RetryPolicy};
 use ragtune_core::{
     Chunk, Ctx, Distance, EmbeddingSpec, Error, ErrorKind, Filter, Record, Result, ScoredHit, SearchRequest,
     SparseSpec, SparseVector, StoreStats, TraceEvent, VectorQuery, VectorStore, WriteBatch, WriteReport, sort_ranked,
@@ -73,7 +74,14 @@ const IDF_CONCURRENCY: usize = 8;
 const CANCEL_POLL: Duration = Duration::from_millis(20);
 /// The first retry waits this long; each further retry twice as long, up to [`MAX_BACKOFF`].
 const BASE_BACKOFF: Duration = Duration::from_millis(100);
+/// The longest wait between two attempts, computed or asked for by the server.
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// The store's retry policy: [`BASE_BACKOFF`] doubling up to [`MAX_BACKOFF`] (a server's `retry-after` wins, up to
+/// the same limit), no jitter, `max_retries` retries.
+fn retry_policy(max_retries: u32) -> RetryPolicy {
+    RetryPolicy { base: BASE_BACKOFF, max: MAX_BACKOFF, jitter: 0.0, max_retries, seed: 0 }
+}
 
 /// A [`VectorStore`] on a [Qdrant](https://qdrant.tech) server (1.17 or newer), over gRPC.
 ///
@@ -717,6 +725,7 @@ impl Inner {
         F: Fn() -> Fut,
         Fut: Future<Output = Result<T, QdrantError>>,
     {
+        let policy = retry_policy(self.config.max_retries);
         let mut attempt: u32 = 0;
         let mut last_failure: Option<String> = None;
         loop {
@@ -754,14 +763,11 @@ impl Inner {
             if failure.kind == ErrorKind::NotFound {
                 self.stale.store(true, Ordering::Release);
             }
-            if failure.kind != ErrorKind::Transient || attempt > self.config.max_retries {
+            // No jitter, so the draw does not matter.
+            let decision = policy.decide_for(ctx, attempt - 1, failure.kind, failure.retry_after, 0.5);
+            let RetryDecision::Wait { wait, .. } = decision else {
                 return Err(failure.into_error(attempt));
-            }
-            let backoff = BASE_BACKOFF.saturating_mul(1 << (attempt - 1).min(16)).min(MAX_BACKOFF);
-            let wait = failure.retry_after.map_or(backoff, |r| r.max(backoff));
-            if ctx.remaining().is_some_and(|left| left <= wait) {
-                return Err(failure.into_error(attempt));
-            }
+            };
             tokio::select! {
                 () = tokio::time::sleep(wait) => {}
                 () = cancelled(ctx) => return Err(Error::new(ErrorKind::Cancelled, "the request was cancelled")),

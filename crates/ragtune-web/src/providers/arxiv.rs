@@ -55,18 +55,17 @@ impl Arxiv {
     }
 }
 
-/// Question words and function words that would make an all-words-required query miss every paper.
-const STOP: &[&str] = &[
-    "a", "an", "and", "andnot", "are", "as", "at", "be", "by", "did", "do", "does", "for", "from", "how", "in", "is",
-    "it", "of", "on", "or", "the", "to", "was", "were", "what", "when", "where", "which", "who", "why", "with",
-];
-
 /// A natural-language query as arXiv search syntax: every content word searched in all fields, all required
-/// (`all:osteomalacia AND all:vitamin`). Punctuation is dropped (arXiv's syntax gives it meaning), and so are
-/// question and function words.
+/// (`all:osteomalacia AND all:vitamin`). Punctuation is dropped (arXiv's syntax gives it meaning) but hyphens are
+/// kept (`all:vitamin-d` searches the compound); core's [stop words](ragtune_core::text::STOP_WORDS), the question
+/// words among them, would make an all-words-required query miss every paper, and so would arXiv's `ANDNOT`
+/// operator taken as a word.
 fn search_query(text: &str) -> String {
     text.split(|c: char| !c.is_alphanumeric() && c != '-')
-        .filter(|w| !w.is_empty() && !STOP.contains(&w.to_lowercase().as_str()))
+        .filter(|w| {
+            let lower = w.to_lowercase();
+            !w.is_empty() && !ragtune_core::text::is_stop_word(&lower) && lower != "andnot"
+        })
         .map(|w| format!("all:{w}"))
         .collect::<Vec<_>>()
         .join(" AND ")

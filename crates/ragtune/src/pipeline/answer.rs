@@ -10,8 +10,8 @@
 //! list debris) are not quoted either ([`whole_sentences`]), nor is a sentence that asks something (a FAQ's or a
 //! notebook's question answers nothing). Emphasis marks (`*`, `_`, `**`, `__`) are dropped.
 //!
-//! **Relevance** is lexical evidence weighted by rarity: the question's content words (its [`text::STOP_WORDS`]
-//! removed) analysed like BM25's terms (Porter2 stems), each shared word worth `ln(1 + N / df)` over the `N`
+//! **Relevance** is lexical evidence weighted by rarity: the question's content words (its stop words of three
+//! letters or more removed, [`is_long_stop_word`]) analysed like BM25's terms (Porter2 stems), each shared word worth `ln(1 + N / df)` over the `N`
 //! candidate sentences, so a word every sentence has counts little. With `[pipeline] sentence_scorer =
 //! "cross-encoder"` the trained relevance model scores them instead. The answer is the best sentence and up to two
 //! more scoring at least [`SCORE_RATIO`] of it, in context order. Asked for a command, a sentence's code block
@@ -29,6 +29,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use ragtune_core::Candidate;
+use ragtune_core::text::{self as core_text, MIN_CONTENT_CHARS};
 use ragtune_embed::Analyzer;
 use ragtune_evaluators::text;
 
@@ -325,10 +326,19 @@ fn terms(analyzer: &Analyzer, text: &str) -> BTreeSet<String> {
     analyzer.terms(text).into_iter().collect()
 }
 
-/// The question's content terms: its words that are not [`text::STOP_WORDS`] (nor single letters), analysed.
+/// Whether `word` is one of core's stop words of at least [`MIN_CONTENT_CHARS`] characters.
+///
+/// The extractive answer keeps the question's two-letter words, function words too ("do", "is"): it was measured
+/// that way, and the analyser drops the ones Lucene lists anyway.
+fn is_long_stop_word(word: &str) -> bool {
+    word.chars().count() >= MIN_CONTENT_CHARS && core_text::is_stop_word(word)
+}
+
+/// The question's content terms: its words that are not [long stop words](is_long_stop_word) (nor single
+/// letters), analysed.
 fn question_terms(analyzer: &Analyzer, question: &str) -> BTreeSet<String> {
-    text::words(question)
-        .filter(|w| !text::is_stop_word(w) && (w.chars().count() >= 2 || w.chars().all(|c| c.is_ascii_digit())))
+    core_text::words(question)
+        .filter(|w| !is_long_stop_word(w) && (w.chars().count() >= 2 || w.chars().all(|c| c.is_ascii_digit())))
         .flat_map(|w| analyzer.terms(&w))
         .collect()
 }
@@ -402,7 +412,7 @@ pub(super) fn any_overlap(sentences: &[AnswerSentence]) -> bool {
 /// best sentence is quoted with it.
 pub(super) fn asks_for_command(question: &str) -> bool {
     let lower = question.to_lowercase();
-    let words: Vec<String> = text::words(&lower).collect();
+    let words: Vec<String> = core_text::words(&lower).collect();
     let has = |w: &str| words.iter().any(|x| x == w);
     has("command")
         || has("commands")
@@ -475,9 +485,9 @@ const AUXILIARIES: &[&str] = &[
 /// `None` when the question has no content words.
 fn yes_no_answer(question: &str, sentences: &[AnswerSentence]) -> Option<String> {
     let analyzer = Analyzer::english();
-    let claim: BTreeSet<String> = text::words(question)
+    let claim: BTreeSet<String> = core_text::words(question)
         .skip(1)
-        .filter(|w| !text::is_stop_word(w) && !AUXILIARIES.contains(&w.as_str()) && w.chars().count() >= 2)
+        .filter(|w| !is_long_stop_word(w) && !AUXILIARIES.contains(&w.as_str()) && w.chars().count() >= 2)
         .flat_map(|w| analyzer.terms(&w))
         .collect();
     if claim.is_empty() {

@@ -466,12 +466,7 @@ impl Env<'_> {
                     .cost(spent);
                 // The header boost comes after reranking too, which reorders the boosted retrieval list.
                 let weight = self.engine.config().search.header_boost;
-                let boosts = ragtune_retrieve::header_boost(
-                    &self.question,
-                    &mut reranked,
-                    weight,
-                    ragtune_evaluators::text::keywords,
-                );
+                let boosts = ragtune_retrieve::header_boost(&self.question, &mut reranked, weight);
                 if !boosts.is_empty() {
                     report = report.detail("header_boost", ragtune_retrieve::boost::boosts_json(&boosts));
                 }
@@ -969,15 +964,15 @@ impl Env<'_> {
     /// The answer's claims checked against the context's independent sources (registered domains; the corpus is
     /// one source). Claims are the judge's statements, else the answer's sentences. The support check is the LLM's
     /// (the judge prompt, one call per source) when the judge is configured to use the LLM and one is there, and the
-    /// LLM-free lexical one otherwise (at least 70 % of a claim's content words in a passage) or for any source the
-    /// LLM could not judge, with a note.
+    /// LLM-free lexical one otherwise (`ragtune_core::text::supports`: at least 70 % of a claim's content words and
+    /// numbers in a passage) or for any source the LLM could not judge, with a note.
     pub(super) async fn triangulate_claims(
         &self,
         context: &[ContextPassage],
         answer: Option<&str>,
         faithfulness: Option<&Faithfulness>,
     ) -> (Option<ragtune_web::triangulation::Triangulation>, Report) {
-        use ragtune_web::triangulation::{Evidence, lexically_supports, triangulate};
+        use ragtune_web::triangulation::{Evidence, triangulate};
         let claims: Vec<String> = match (faithfulness.filter(|f| !f.statements.is_empty()), answer) {
             (Some(f), _) => f.statements.iter().map(|s| s.text.clone()).collect(),
             (None, Some(a)) => ragtune_evaluators::text::sentences(a).into_iter().map(str::to_owned).collect(),
@@ -1033,7 +1028,7 @@ impl Env<'_> {
             let source = e.source();
             match (by_llm.get(source.as_str()), claim_index.get(claim)) {
                 (Some(row), Some(&i)) => row.get(i).copied().unwrap_or(false),
-                _ => lexically_supports(claim, &e.text),
+                _ => ragtune_core::text::supports(claim, &e.text),
             }
         });
         let report = report
