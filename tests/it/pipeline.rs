@@ -1018,3 +1018,16 @@ async fn a_stream_that_breaks_is_replaced_by_the_extractive_answer_and_without_a
     let r = ragtune::commands::ask(&engine, "What causes scurvy?", &options, false).await.unwrap();
     assert!(r.answer.is_none() && seen.lock().unwrap().is_empty());
 }
+
+#[test]
+fn the_fast_answers_file_is_the_sentences_experiment() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs/fast-answers.toml");
+    let file = Config::load(Some(&path)).unwrap();
+    file.validate().unwrap();
+    let mut measured = Config::default();
+    ragtune_eval::qa::apply_experiment("sentences", &mut measured).unwrap();
+    let (f, m) = (&file.pipeline, &measured.pipeline);
+    assert_eq!((f.top_k, f.context, f.sentence_context_tokens), (m.top_k, m.context, m.sentence_context_tokens));
+    assert_eq!((f.judge, f.retry, f.retrieve, file.crag.enabled), (m.judge, m.retry, m.retrieve, measured.crag.enabled));
+    assert_eq!(file.transform.kind, measured.transform.kind);
+}
