@@ -1028,6 +1028,9 @@ fn the_fast_answers_file_is_the_sentences_experiment() {
     ragtune_eval::qa::apply_experiment("sentences", &mut measured).unwrap();
     let (f, m) = (&file.pipeline, &measured.pipeline);
     assert_eq!((f.top_k, f.context, f.sentence_context_tokens), (m.top_k, m.context, m.sentence_context_tokens));
-    assert_eq!((f.judge, f.retry, f.retrieve, file.crag.enabled), (m.judge, m.retry, m.retrieve, measured.crag.enabled));
+    assert_eq!(
+        (f.judge, f.retry, f.retrieve, file.crag.enabled),
+        (m.judge, m.retry, m.retrieve, measured.crag.enabled)
+    );
     assert_eq!(file.transform.kind, measured.transform.kind);
 }
