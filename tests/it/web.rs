@@ -121,6 +121,53 @@ async fn with_the_web_down_the_answer_still_comes_back_and_says_why() {
     assert!(r.answer.is_some());
 }
 
+/// The `web_route` trace event's route and result count.
+fn web_route(r: &ragtune::AskResponse) -> (String, u64) {
+    let e = r.trace.iter().find(|e| e.action == "web_route").expect("a web_route event");
+    (e.detail["route"].as_str().unwrap().to_owned(), e.detail["max_results"].as_u64().unwrap())
+}
+
+#[tokio::test]
+async fn the_web_route_follows_the_questions_complexity() {
+    let dir = tempfile::tempdir().unwrap();
+    let searx = searx_server();
+    // The protocol's table: simple questions search no provider; complex ones ask for 10 results.
+    let toml = format!(
+        "{}[web.routing.simple]\nproviders = []\nmax_results = 0\n[web.routing.complex]\nproviders = [\"searxng\"]\nmax_results = 10\n",
+        web_toml(&searx.url, true)
+    );
+    let mut cfg = Config::from_toml(&toml).unwrap();
+    cfg.store.path = dir.path().join("store");
+    cfg.embedding.mode = ragtune::EmbeddingMode::Off;
+    let mut engine = Engine::open(cfg).await.unwrap();
+    let docs: Vec<Document> = DOCS.iter().map(|(id, text)| Document::new(*id, *text)).collect();
+    engine.index_documents(&docs, Chunking::WholeDocuments, &mut |_, _| {}).await.unwrap();
+
+    let r = engine.ask(OFF_TOPIC).await.unwrap();
+    assert_eq!(r.crag.decision, Some(Verdict::Incorrect), "{:?}", r.crag);
+    assert_eq!(web_route(&r), ("simple".to_owned(), 0));
+    assert!(!r.crag.web_search_used && r.crag.web_skipped.is_empty(), "{:?}", r.crag);
+    assert_eq!(searx.requests(), 0, "the simple route asked nobody");
+
+    let complex = "Compare how many goals the football team scored against the ships of the Harbour Club and \
+                   the Dockers United, and explain why the numbers differ?";
+    let r = engine.ask(complex).await.unwrap();
+    assert_eq!(r.crag.decision, Some(Verdict::Incorrect), "{:?}", r.crag);
+    assert_eq!(web_route(&r), ("complex".to_owned(), 10));
+    assert!(r.crag.web_search_used, "{:?}", r.crag);
+    assert_eq!(searx.requests(), 1);
+}
+
+#[tokio::test]
+async fn by_default_a_simple_question_asks_one_provider_for_three_results() {
+    let dir = tempfile::tempdir().unwrap();
+    let searx = searx_server();
+    let engine = engine(dir.path(), &searx.url).await;
+    let r = engine.ask(OFF_TOPIC).await.unwrap();
+    assert_eq!(web_route(&r), ("simple".to_owned(), 3));
+    assert!(r.crag.web_search_used, "{:?}", r.crag);
+}
+
 #[tokio::test]
 async fn an_invalid_web_section_is_a_config_error_naming_it_and_a_disabled_one_is_ignored() {
     let dir = tempfile::tempdir().unwrap();

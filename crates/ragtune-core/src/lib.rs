@@ -36,12 +36,12 @@ pub use filter::Filter;
 pub use prompt::Prompt;
 pub use seams::{
     Embedder, Llm, LlmRequest, LlmResponse, Message, RelevanceEvaluator, RelevanceJudgement, Reranker, Retriever, Role,
-    SearchRequest, SpanEmbeddings, SparseEncoder, StoreStats, VectorQuery, VectorStore, Verdict, WebQuery, WebResult,
-    WebSearch, WriteBatch, WriteReport,
+    SearchRequest, Skipped, SpanEmbeddings, SparseEncoder, StoreStats, VectorQuery, VectorStore, Verdict, WebOutcome,
+    WebQuery, WebResult, WebSearch, WriteBatch, WriteReport,
 };
 pub use tokens::TokenCounter;
 pub use trace::TraceEvent;
 pub use types::{
-    Candidate, Chunk, ChunkKind, Distance, Document, EmbeddingSpec, Metadata, Query, Record, ScoredHit, Secret,
-    SourceScore, SpanVector, SparseSpec, SparseVector, TextRole, sort_ranked,
+    Candidate, Chunk, ChunkKind, Complexity, Distance, Document, EmbeddingSpec, Metadata, Query, Record, ScoredHit,
+    Secret, SourceScore, SpanVector, SparseSpec, SparseVector, TextRole, sort_ranked,
 };

@@ -11,8 +11,8 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    Candidate, Chunk, Cost, CostModel, Ctx, EmbeddingSpec, Filter, Query, Record, Result, ScoredHit, SpanVector,
-    SparseSpec, SparseVector, TextRole,
+    Candidate, Chunk, Complexity, Cost, CostModel, Ctx, EmbeddingSpec, Filter, Query, Record, Result, ScoredHit,
+    SpanVector, SparseSpec, SparseVector, TextRole,
 };
 
 /// Turns texts into dense vectors of one [`EmbeddingSpec`].
@@ -523,6 +523,70 @@ pub trait WebSearch: Send + Sync + Debug {
     /// # Errors
     /// Provider failures, rate limits ([`Transient`](crate::ErrorKind::Transient)).
     async fn search(&self, ctx: &Ctx, queries: &[WebQuery]) -> Result<Vec<Vec<WebResult>>>;
+
+    /// Searches for one question on the route of its complexity and reports who answered and who was skipped.
+    ///
+    /// A provider's failure is reported in [`WebOutcome::skipped`], not returned: the outcome then has no results.
+    /// The default is for a single provider, which has one route: it answers every complexity with
+    /// [`search`](Self::search) and reports itself as answered or skipped; a multi-provider search
+    /// (`ragtune_web::MultiSearch`) asks the providers of the route and asks none on a route without any.
+    ///
+    /// # Errors
+    /// Only when the search cannot run at all: [`Cancelled`](crate::ErrorKind::Cancelled) or
+    /// [`DeadlineExceeded`](crate::ErrorKind::DeadlineExceeded) from the context.
+    async fn search_routed(&self, ctx: &Ctx, query: &WebQuery, route: Complexity) -> Result<WebOutcome> {
+        let _ = route;
+        ctx.check()?;
+        Ok(match self.search(ctx, std::slice::from_ref(query)).await {
+            Ok(mut lists) => {
+                let mut results = lists.pop().unwrap_or_default();
+                results.truncate(query.max_results);
+                WebOutcome { results, answered: vec![self.name().to_owned()], skipped: Vec::new() }
+            }
+            Err(e) => {
+                ctx.check()?;
+                WebOutcome {
+                    results: Vec::new(),
+                    answered: Vec::new(),
+                    skipped: vec![Skipped::from_error(self.name(), &e)],
+                }
+            }
+        })
+    }
+}
+
+/// A web search provider that was asked and did not answer, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Skipped {
+    /// The provider's name.
+    pub provider: String,
+    /// The error kind (`unavailable` for an open circuit, `transient`, `malformed_output`, ...).
+    pub kind: String,
+    /// The error message.
+    pub reason: String,
+}
+
+impl Skipped {
+    /// The provider `provider` skipped for `error`.
+    #[must_use]
+    pub fn from_error(provider: &str, error: &crate::Error) -> Self {
+        Self {
+            provider: provider.to_owned(),
+            kind: error.kind().as_str().to_owned(),
+            reason: error.message().to_owned(),
+        }
+    }
+}
+
+/// What a routed web search ([`WebSearch::search_routed`]) found, and who answered.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct WebOutcome {
+    /// The results, best first.
+    pub results: Vec<WebResult>,
+    /// The providers that answered, in route order.
+    pub answered: Vec<String>,
+    /// The providers that failed or were refused (an open circuit breaker), in route order.
+    pub skipped: Vec<Skipped>,
 }
 
 // Blanket implementations so that `Arc<dyn Seam>`, `Box<dyn Seam>` and `Arc<Concrete>` can be passed wherever
@@ -631,6 +695,9 @@ macro_rules! forward_pointer {
             fn cost_model(&self) -> CostModel { (**self).cost_model() }
             async fn search(&self, ctx: &Ctx, queries: &[WebQuery]) -> Result<Vec<Vec<WebResult>>> {
                 (**self).search(ctx, queries).await
+            }
+            async fn search_routed(&self, ctx: &Ctx, query: &WebQuery, route: Complexity) -> Result<WebOutcome> {
+                (**self).search_routed(ctx, query, route).await
             }
         }
     )*};

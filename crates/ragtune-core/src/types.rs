@@ -468,3 +468,48 @@ impl From<&str> for Secret {
         Self(value.to_owned())
     }
 }
+
+/// How much work a question needs, as the complexity router judges it. It chooses the retrieval plan
+/// (`ragtune_retrieve::RoutedRetriever`) and the web search route (`ragtune_web::MultiSearch`): one scale for both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Complexity {
+    /// One fact from one passage (the protocol: no web search).
+    Simple,
+    /// A few passages or some explanation.
+    Moderate,
+    /// Comparisons, several parts, or facts that lead to other facts.
+    Complex,
+}
+
+impl Complexity {
+    /// Every complexity, simplest first.
+    pub const ALL: [Self; 3] = [Self::Simple, Self::Moderate, Self::Complex];
+
+    /// The lower-case name.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Simple => "simple",
+            Self::Moderate => "moderate",
+            Self::Complex => "complex",
+        }
+    }
+}
+
+impl std::fmt::Display for Complexity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Complexity {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        let wanted = s.trim().to_ascii_lowercase();
+        Self::ALL.into_iter().find(|c| c.as_str() == wanted).ok_or_else(|| {
+            Error::invalid_input(format!("unknown complexity `{}` (simple, moderate, complex)", s.trim()))
+        })
+    }
+}

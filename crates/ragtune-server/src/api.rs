@@ -491,6 +491,11 @@ async fn readyz(State(state): State<AppState>) -> Response {
 }
 
 async fn metrics(State(state): State<AppState>) -> Response {
+    let mut engines = Vec::new();
+    for c in std::iter::once(&state.inner.default).chain(state.inner.collections.values()) {
+        engines.push(c.engine.read().await.web_stats().clone());
+    }
+    state.inner.metrics.observe_web(&engines.iter().collect::<Vec<_>>());
     let text = state.inner.metrics.render();
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response()
 }

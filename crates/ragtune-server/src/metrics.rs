@@ -21,6 +21,7 @@ pub struct Metrics {
     llm_tokens: IntCounter,
     web_calls: IntCounterVec,
     web_skipped: IntCounterVec,
+    web_resilience: IntCounterVec,
     answers: IntCounterVec,
     index_chunks: IntGauge,
     index_documents: IntGauge,
@@ -58,6 +59,12 @@ impl Metrics {
         let web_calls = counter("web_provider_calls_total", "Web providers that answered a search", &["provider"])?;
         let web_skipped =
             counter("web_provider_skipped_total", "Web providers asked that did not answer", &["provider"])?;
+        let web_resilience = counter(
+            "web_provider_resilience_total",
+            "Each web provider's resilience counters (calls, failures, retries, rate_limited, breaker_opened, \
+             breaker_half_opened, breaker_closed, rejected, deadline_refusals)",
+            &["provider", "event"],
+        )?;
         let answers = counter("ragtune_answers_total", "Answers by kind (llm, extractive, none)", &["kind"])?;
         let latency = |name: &str, help: &str, labels: &[&str]| {
             let buckets = vec![0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
@@ -99,6 +106,7 @@ impl Metrics {
             llm_tokens,
             web_calls,
             web_skipped,
+            web_resilience,
             answers,
             index_chunks,
             index_documents,
@@ -154,6 +162,41 @@ impl Metrics {
     pub fn set_index(&self, documents: u64, chunks: u64) {
         self.index_documents.set(i64::try_from(documents).unwrap_or(i64::MAX));
         self.index_chunks.set(i64::try_from(chunks).unwrap_or(i64::MAX));
+    }
+
+    /// Brings the web providers' resilience counters up to date from the engines' stacks (each stack counted once,
+    /// the same provider of several stacks summed).
+    pub fn observe_web(&self, stacks: &[&ragtune::WebStats]) {
+        let mut seen = Vec::new();
+        let mut totals: std::collections::BTreeMap<(String, &'static str), u64> = std::collections::BTreeMap::new();
+        for (name, stats) in stacks.iter().flat_map(|s| s.iter()) {
+            let ptr = std::sync::Arc::as_ptr(stats);
+            if seen.contains(&ptr) {
+                continue;
+            }
+            seen.push(ptr);
+            let s = stats.snapshot();
+            for (event, n) in [
+                ("calls", s.calls),
+                ("failures", s.failures),
+                ("retries", s.retries),
+                ("rate_limited", s.rate_limited),
+                ("breaker_opened", s.opened),
+                ("breaker_half_opened", s.half_opened),
+                ("breaker_closed", s.closed),
+                ("rejected", s.rejected),
+                ("deadline_refusals", s.deadline_refusals),
+            ] {
+                *totals.entry((name.clone(), event)).or_default() += n;
+            }
+        }
+        for ((provider, event), n) in totals {
+            let counter = self.web_resilience.with_label_values(&[provider.as_str(), event]);
+            let have = counter.get();
+            if n > have {
+                counter.inc_by(n - have);
+            }
+        }
     }
 
     /// The text exposition format.

@@ -334,3 +334,32 @@ async fn a_deadline_hit_mid_pipeline_still_answers_and_says_what_was_skipped() {
     let stages: Vec<&str> = v["trace"].as_array().unwrap().iter().filter_map(|e| e["stage"].as_str()).collect();
     assert!(stages.contains(&"retrieve") && stages.contains(&"generate"), "{stages:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_web_providers_resilience_counters_reach_metrics() {
+    let searx = ragtune_testkit::fixtures::SearxServer::start(json!({
+        "url": "https://example.org/harbour-cup",
+        "title": "Harbour cup",
+        "content": "The football team scored four goals against the ships of the harbour club on Saturday.",
+        "engine": "test",
+        "score": 1.0
+    }));
+    let web = format!("[web]\nenabled = true\n[web.providers.searxng]\nbase_url = \"{}\"\n", searx.url);
+    let s = start_with(loopback(), |cfg| cfg.web = ragtune::Config::from_toml(&web).unwrap().web).await;
+    let u = s.url.as_str();
+    call(u, "PUT", "/v1/documents", &[], Some(documents())).await;
+    let before = call(u, "GET", "/metrics", &[], None).await;
+    assert!(
+        before.body.contains("web_provider_resilience_total{event=\"calls\",provider=\"searxng\"} 0"),
+        "{}",
+        before.body
+    );
+    let question = json!({"question": "How many goals did the football team score against the harbour club?"});
+    let answer = call(u, "POST", "/v1/ask", &[], Some(question)).await.json();
+    assert_eq!(answer["crag"]["web_providers"], json!(["searxng"]), "{answer}");
+    let m = call(u, "GET", "/metrics", &[], None).await;
+    // Every search that reached the provider is counted (the retry loop may search again on a later attempt).
+    let calls = format!("web_provider_resilience_total{{event=\"calls\",provider=\"searxng\"}} {}", searx.requests());
+    assert!(searx.requests() >= 1 && m.body.contains(&calls), "{calls}: {}", m.body);
+    assert!(m.body.contains("web_provider_resilience_total{event=\"retries\",provider=\"searxng\"} 0"), "{}", m.body);
+}

@@ -23,7 +23,7 @@
 //! ```no_run
 //! use std::sync::Arc;
 //!
-//! use ragtune_core::{Ctx, WebSearch};
+//! use ragtune_core::{Ctx, WebQuery, WebSearch};
 //! use ragtune_web::{Complexity, Endpoint, MultiSearch, Resilience, SearxNg, SemanticScholar, semantic_scholar};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
@@ -33,7 +33,8 @@
 //! let (searx, _) = Resilience::for_provider(searx.name()).wrap(searx)?;
 //! let (s2, s2_stats) = Resilience::for_provider(s2.name()).wrap(s2)?; // 1 request per second
 //! let web = MultiSearch::new(vec![Arc::new(searx), Arc::new(s2)]);
-//! let outcome = web.search_route(&Ctx::new(), Complexity::Moderate, "corrective retrieval augmented generation").await?;
+//! let query = WebQuery { text: "corrective retrieval augmented generation".into(), max_results: 5 };
+//! let outcome = web.search_routed(&Ctx::new(), &query, Complexity::Moderate).await?;
 //! for r in &outcome.results {
 //!     println!("{:.2} tier {} {} — {}", r.score.unwrap_or(0.0), r.tier.unwrap_or(3), r.url, r.title);
 //! }
@@ -56,13 +57,14 @@ pub use canon::{canonical_url, domain_of, registered_domain};
 pub use credibility::Credibility;
 pub use fetch::{FetchPolicy, Page, PageFetcher};
 pub use http::Endpoint;
-pub use multi::{Complexity, MultiSearch, RoutePlan, Routing, Skipped, WebOutcome, merge};
+pub use multi::{MultiSearch, RoutePlan, Routing, merge};
 pub use providers::arxiv::{self, Arxiv};
 pub use providers::exa::{self, Exa};
 pub use providers::perplexity::{self, Perplexity};
 pub use providers::searxng::{self, SearxNg};
 pub use providers::semantic_scholar::{self, SemanticScholar};
 pub use providers::tavily::{self, Tavily};
+pub use ragtune_core::{Complexity, Skipped, WebOutcome};
 pub use resilience::{
     BreakerConfig, BreakerState, CircuitBreaker, RateLimit, RateLimited, Resilience, ResilienceStats, Resilient,
     Retrying, StatsSnapshot,

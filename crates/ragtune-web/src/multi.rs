@@ -9,7 +9,10 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 use futures_util::stream::{self, StreamExt};
-use ragtune_core::{Cost, CostModel, Ctx, Error, Result, TraceEvent, TraceSink, WebQuery, WebResult, WebSearch};
+use ragtune_core::{
+    Complexity, Cost, CostModel, Ctx, Error, Result, Skipped, TraceEvent, TraceSink, WebOutcome, WebQuery, WebResult,
+    WebSearch,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::canon::{canonical_url, domain_of};
@@ -20,30 +23,6 @@ type Answer = (String, Result<Vec<Vec<WebResult>>>, Option<TraceSink>);
 
 /// One provider's search.
 type Call<'a> = Pin<Box<dyn Future<Output = Answer> + Send + 'a>>;
-
-/// How hard a query is, as the router judged it; it decides how many providers are asked.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Complexity {
-    /// A direct factual question: no web search.
-    Simple,
-    /// One retrieval step.
-    Moderate,
-    /// Multi-step reasoning.
-    Complex,
-}
-
-impl Complexity {
-    /// The lower-case name.
-    #[must_use]
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Simple => "simple",
-            Self::Moderate => "moderate",
-            Self::Complex => "complex",
-        }
-    }
-}
 
 /// Which providers a route asks, and how many results it keeps.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -59,7 +38,7 @@ pub struct RoutePlan {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Routing {
-    /// Simple queries (the protocol: no provider).
+    /// Simple queries (one provider, 3 results: the protocol has none, see [`Routing::default`]).
     pub simple: RoutePlan,
     /// Moderate queries (the protocol: Tavily and Semantic Scholar, 5 results).
     pub moderate: RoutePlan,
@@ -74,7 +53,10 @@ impl Default for Routing {
             max_results,
         };
         Self {
-            simple: plan(&[], 0),
+            // The seed's simple route asks nobody, because Adaptive-RAG answers a simple question without
+            // retrieval; here the web is asked only after Corrective RAG judged the corpus's answer INCORRECT or
+            // AMBIGUOUS, so a simple question still gets one provider (the first configured), with few results.
+            simple: plan(&["searxng"], 3),
             moderate: plan(&["tavily", "semantic_scholar"], 5),
             complex: plan(&["tavily", "exa", "semantic_scholar", "arxiv"], 10),
         }
@@ -91,28 +73,6 @@ impl Routing {
             Complexity::Complex => &self.complex,
         }
     }
-}
-
-/// A provider that was asked and did not answer, and why.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Skipped {
-    /// The provider's name.
-    pub provider: String,
-    /// The error kind (`unavailable` for an open circuit, `transient`, `malformed_output`, ...).
-    pub kind: String,
-    /// The error message.
-    pub reason: String,
-}
-
-/// What a multi-provider search found and who answered.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-pub struct WebOutcome {
-    /// The merged results, best first; each has `domain` and `tier` set and its score weighted by credibility.
-    pub results: Vec<WebResult>,
-    /// The providers that answered, in route order.
-    pub answered: Vec<String>,
-    /// The providers that failed or were refused by their circuit breaker.
-    pub skipped: Vec<Skipped>,
 }
 
 /// Searches several providers for one query and merges what they find.
@@ -195,17 +155,24 @@ impl MultiSearch {
         chosen
     }
 
-    /// Searches the providers of `route` for `query`.
-    ///
-    /// # Errors
-    /// [`Unavailable`](ragtune_core::ErrorKind::Unavailable) when every provider asked failed; cancellation and the
-    /// deadline as usual.
-    pub async fn search_route(&self, ctx: &Ctx, route: Complexity, query: &str) -> Result<WebOutcome> {
+    /// The results a route keeps: its plan's `max_results`, at most `asked`.
+    #[must_use]
+    pub fn max_results(&self, route: Complexity, asked: usize) -> usize {
+        self.routing.plan(route).max_results.min(asked)
+    }
+
+    /// Searches the providers of `route` for `query`, keeping at most `max_results`; failures are in `skipped`.
+    async fn search_providers(
+        &self,
+        ctx: &Ctx,
+        route: Complexity,
+        query: &str,
+        max_results: usize,
+    ) -> Result<WebOutcome> {
         ctx.check()?;
         let start = Instant::now();
-        let plan = self.routing.plan(route);
         let chosen = self.providers_for(route);
-        if chosen.is_empty() || plan.max_results == 0 {
+        if chosen.is_empty() || max_results == 0 {
             ctx.trace(
                 TraceEvent::new("web", "skipped")
                     .detail("route", route.as_str())
@@ -213,7 +180,7 @@ impl MultiSearch {
             );
             return Ok(WebOutcome::default());
         }
-        let request = [WebQuery { text: query.to_owned(), max_results: plan.max_results }];
+        let request = [WebQuery { text: query.to_owned(), max_results }];
         // Each provider traces into its own sink, replayed below in route order, so that the trace does not
         // depend on which provider answered first. Boxed one by one so that the stream's item type names no
         // closure lifetime.
@@ -261,10 +228,9 @@ impl MultiSearch {
         }
         if outcome.answered.is_empty() {
             ctx.check()?;
-            let why: Vec<String> = outcome.skipped.iter().map(|s| format!("{}: {}", s.provider, s.reason)).collect();
-            return Err(Error::unavailable(format!("every web provider failed ({})", why.join("; "))));
+            return Ok(outcome);
         }
-        outcome.results = merge(lists, plan.max_results, &self.credibility);
+        outcome.results = merge(lists, max_results, &self.credibility);
         ctx.trace(
             TraceEvent::new("web", "merged")
                 .detail("route", route.as_str())
@@ -348,11 +314,22 @@ impl WebSearch for MultiSearch {
     async fn search(&self, ctx: &Ctx, queries: &[WebQuery]) -> Result<Vec<Vec<WebResult>>> {
         let mut out = Vec::with_capacity(queries.len());
         for q in queries {
-            let mut outcome = self.search_route(ctx, self.default_route, &q.text).await?;
-            outcome.results.truncate(q.max_results);
+            let max_results = self.max_results(self.default_route, q.max_results);
+            let outcome = self.search_providers(ctx, self.default_route, &q.text, max_results).await?;
+            if outcome.answered.is_empty() && !outcome.skipped.is_empty() {
+                let why: Vec<String> =
+                    outcome.skipped.iter().map(|s| format!("{}: {}", s.provider, s.reason)).collect();
+                return Err(Error::unavailable(format!("every web provider failed ({})", why.join("; "))));
+            }
             out.push(outcome.results);
         }
         Ok(out)
+    }
+
+    /// The providers of the route, asked at once (at most `concurrency`), merged and cut to the route's
+    /// `max_results` (at most the query's); a route without providers or results asks nobody.
+    async fn search_routed(&self, ctx: &Ctx, query: &WebQuery, route: Complexity) -> Result<WebOutcome> {
+        self.search_providers(ctx, route, &query.text, self.max_results(route, query.max_results)).await
     }
 }
 
@@ -416,7 +393,7 @@ mod tests {
     #[test]
     fn routes_follow_the_protocol_and_top_up_with_configured_providers() {
         let routing = Routing::default();
-        assert!(routing.simple.providers.is_empty());
+        assert_eq!((routing.simple.providers.len(), routing.simple.max_results), (1, 3));
         assert_eq!((routing.moderate.providers.len(), routing.moderate.max_results), (2, 5));
         assert_eq!((routing.complex.providers.len(), routing.complex.max_results), (4, 10));
         let parsed: Routing =

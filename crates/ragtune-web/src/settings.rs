@@ -12,7 +12,9 @@ use serde::{Deserialize, Serialize};
 use crate::credibility::Credibility;
 use crate::fetch::{FetchPolicy, PageFetcher};
 use crate::http::Endpoint;
-use crate::multi::{Complexity, MultiSearch, Routing};
+use ragtune_core::Complexity;
+
+use crate::multi::{MultiSearch, Routing};
 use crate::providers::{arxiv, exa, perplexity, searxng, semantic_scholar, tavily};
 use crate::resilience::{BreakerConfig, RateLimit, Resilience, ResilienceStats};
 

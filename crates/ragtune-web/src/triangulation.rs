@@ -116,6 +116,42 @@ pub fn triangulate(
     }
 }
 
+/// The distinct sources of `evidence`, sorted, each with its passages' texts: what an LLM judge is asked about,
+/// one call per source.
+#[must_use]
+pub fn texts_by_source(evidence: &[Evidence]) -> Vec<(String, Vec<String>)> {
+    let mut grouped: std::collections::BTreeMap<String, Vec<String>> = std::collections::BTreeMap::new();
+    for e in evidence {
+        grouped.entry(e.source()).or_default().push(e.text.clone());
+    }
+    grouped.into_iter().collect()
+}
+
+/// [`triangulate`] with an LLM judge's verdicts where it gave them and core's lexical
+/// [`supports`](ragtune_core::text::supports) for every other source: `verdicts[source][i]` says whether that
+/// source supports `claims[i]`. The table's `support_check` is `lexical` without verdicts, `llm` with a verdict for
+/// every source, and `llm (n of m sources; lexical for the rest)` in between.
+#[must_use]
+pub fn triangulate_with_verdicts(
+    claims: &[String],
+    evidence: &[Evidence],
+    verdicts: &std::collections::BTreeMap<String, Vec<bool>>,
+) -> Triangulation {
+    let sources: BTreeSet<String> = evidence.iter().map(Evidence::source).collect();
+    let judged = sources.iter().filter(|s| verdicts.contains_key(*s)).count();
+    let label = match judged {
+        0 => "lexical".to_owned(),
+        n if n == sources.len() => "llm".to_owned(),
+        n => format!("llm ({n} of {} sources; lexical for the rest)", sources.len()),
+    };
+    let index: std::collections::HashMap<&str, usize> =
+        claims.iter().enumerate().map(|(i, c)| (c.as_str(), i)).collect();
+    triangulate(claims, evidence, &label, |claim, e| match (verdicts.get(&e.source()), index.get(claim)) {
+        (Some(row), Some(&i)) => row.get(i).copied().unwrap_or(false),
+        _ => ragtune_core::text::supports(claim, &e.text),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use ragtune_core::text::supports;
@@ -164,6 +200,27 @@ mod tests {
         assert!((table.tier1_ratio - 0.5).abs() < 1e-9);
         assert_eq!(Consensus::from_sources(2), Consensus::Likely);
         assert_eq!(serde_json::to_string(&Consensus::Verified).unwrap(), "\"VERIFIED\"");
+    }
+
+    #[test]
+    fn verdicts_decide_for_their_sources_and_the_lexical_check_for_the_rest() {
+        let claims = vec!["Osteomalacia softens the bones of adults".to_owned(), "The moon is cheese".to_owned()];
+        let evidence = vec![
+            web("https://nature.com/a", "Osteomalacia softens the bones of adults.", 1),
+            web("https://nhs.uk/b", "Nothing about it here.", 3),
+            Evidence { url: None, text: "Osteomalacia softens the bones of adults.".into(), tier: 1 },
+        ];
+        let grouped = texts_by_source(&evidence);
+        let names: Vec<&str> = grouped.iter().map(|(s, _)| s.as_str()).collect();
+        assert_eq!(names, ["corpus", "nature.com", "nhs.uk"]);
+        let lexical = triangulate_with_verdicts(&claims, &evidence, &std::collections::BTreeMap::new());
+        assert_eq!((lexical.support_check.as_str(), lexical.rows[0].sources.len()), ("lexical", 2));
+        // The judge says nhs.uk supports the moon claim and nature.com nothing: its verdicts win for those two.
+        let verdicts = [("nhs.uk".to_owned(), vec![false, true]), ("nature.com".to_owned(), vec![false, false])];
+        let mixed = triangulate_with_verdicts(&claims, &evidence, &verdicts.into_iter().collect());
+        assert_eq!(mixed.support_check, "llm (2 of 3 sources; lexical for the rest)");
+        assert_eq!(mixed.rows[0].sources, ["corpus"]);
+        assert_eq!(mixed.rows[1].sources, ["nhs.uk"]);
     }
 
     #[test]

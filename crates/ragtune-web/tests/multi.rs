@@ -30,9 +30,10 @@ fn quick() -> Resilience {
     }
 }
 
+/// `providers` on the moderate and complex routes; the simple route asks nobody (the protocol's table).
 fn routing(providers: &[&str], max_results: usize) -> Routing {
     let plan = RoutePlan { providers: providers.iter().map(|p| (*p).to_owned()).collect(), max_results };
-    Routing { moderate: plan.clone(), complex: plan, ..Routing::default() }
+    Routing { simple: RoutePlan { providers: Vec::new(), max_results: 0 }, moderate: plan.clone(), complex: plan }
 }
 
 #[tokio::test]
@@ -61,7 +62,7 @@ async fn results_are_merged_deduplicated_and_tiered_and_a_failing_provider_is_sk
         .with_routing(routing(&["searxng", "semantic_scholar", "arxiv"], 10));
     let sink = TraceSink::new();
     let ctx = Ctx::new().with_trace(sink.clone());
-    let outcome = web.search_route(&ctx, Complexity::Moderate, "corrective rag").await.unwrap();
+    let outcome = web.search_routed(&ctx, &ask("corrective rag"), Complexity::Moderate).await.unwrap();
 
     let rendered: Vec<String> = outcome
         .results
@@ -83,8 +84,8 @@ async fn results_are_merged_deduplicated_and_tiered_and_a_failing_provider_is_sk
     assert!(events.iter().any(|e| e.action == "provider_skipped" && e.detail["provider"] == "arxiv"));
     assert!(events.iter().any(|e| e.action == "merged"));
 
-    // The simple route asks nobody.
-    let simple = web.search_route(&ctx, Complexity::Simple, "what year was python created").await.unwrap();
+    // A route without providers asks nobody.
+    let simple = web.search_routed(&ctx, &ask("what year was python created"), Complexity::Simple).await.unwrap();
     assert!(simple.results.is_empty() && simple.answered.is_empty());
     // As a plain `WebSearch`, the default route cut to the query's `max_results`.
     let lists = web.search(&ctx, &[WebQuery { text: "crag".into(), max_results: 1 }]).await.unwrap();
@@ -92,12 +93,17 @@ async fn results_are_merged_deduplicated_and_tiered_and_a_failing_provider_is_sk
 }
 
 #[tokio::test]
-async fn the_search_fails_only_when_every_provider_fails() {
+async fn the_search_fails_only_when_every_provider_fails_and_the_routed_search_reports_them() {
     let down = serve(|_, _| Reply::status(502)).await;
     let (a, _) = quick().wrap(SearxNg::new(Endpoint::new(&down.url)).unwrap()).unwrap();
     let (b, _) = quick().wrap(SemanticScholar::new(Endpoint::new(&down.url)).unwrap()).unwrap();
     let web = MultiSearch::new(vec![Arc::new(a), Arc::new(b)]);
-    let err = web.search_route(&Ctx::new(), Complexity::Moderate, "q").await.unwrap_err();
+    // The routed search reports every provider as skipped; the plain search fails.
+    let outcome = web.search_routed(&Ctx::new(), &ask("q"), Complexity::Moderate).await.unwrap();
+    assert!(outcome.results.is_empty() && outcome.answered.is_empty());
+    let skipped: Vec<&str> = outcome.skipped.iter().map(|s| s.provider.as_str()).collect();
+    assert_eq!(skipped, ["semantic_scholar", "searxng"], "in route order: the plan's provider, then the top-up");
+    let err = web.search(&Ctx::new(), &[ask("q")]).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Unavailable);
     assert!(err.message().contains("searxng") && err.message().contains("semantic_scholar"), "{err}");
 }
@@ -178,7 +184,7 @@ async fn an_outage_mid_run_trips_the_breaker_and_costs_no_query_its_answer() {
             outage.store(false, Ordering::SeqCst);
             tokio::time::sleep(Duration::from_millis(350)).await;
         }
-        let outcome = web.search_route(&ctx, Complexity::Moderate, &format!("q{i}")).await.unwrap();
+        let outcome = web.search_routed(&ctx, &ask(&format!("q{i}")), Complexity::Moderate).await.unwrap();
         if !outcome.results.is_empty() {
             answered += 1;
         }
@@ -211,11 +217,16 @@ async fn the_trace_follows_the_route_order_whoever_answers_first() {
         MultiSearch::new(vec![Arc::new(a), Arc::new(b)]).with_routing(routing(&["searxng", "semantic_scholar"], 5));
     let sink = TraceSink::new();
     let ctx = Ctx::new().with_trace(sink.clone());
-    web.search_route(&ctx, Complexity::Moderate, "q").await.unwrap();
+    web.search_routed(&ctx, &ask("q"), Complexity::Moderate).await.unwrap();
     let order: Vec<String> = sink
         .take()
         .iter()
         .map(|e| format!("{}:{}", e.action, e.detail.get("provider").and_then(|p| p.as_str()).unwrap_or("-")))
         .collect();
     assert_eq!(order, ["search:searxng", "search:semantic_scholar", "merged:-"]);
+}
+
+/// A query for at most 100 results (the route's plan cuts it).
+fn ask(text: &str) -> WebQuery {
+    WebQuery { text: text.to_owned(), max_results: 100 }
 }

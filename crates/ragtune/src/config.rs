@@ -523,8 +523,6 @@ pub struct CragSettings {
     /// INCORRECT / IRRELEVANT: rewrite the query with the LLM (synonym expansion without one) and retrieve again;
     /// web search too when a provider is configured.
     pub rewrite_on_incorrect: bool,
-    /// Results asked of the web provider on INCORRECT.
-    pub web_results: usize,
 }
 
 impl Default for CragSettings {
@@ -538,7 +536,6 @@ impl Default for CragSettings {
             learned: None,
             expand_on_ambiguous: true,
             rewrite_on_incorrect: true,
-            web_results: 5,
         }
     }
 }

@@ -97,9 +97,9 @@ pub struct Engine {
     notes: Vec<String>,
     /// The web search provider Corrective RAG falls back to on INCORRECT; none unless set.
     web: Option<Arc<dyn WebSearch>>,
-    /// The multi-provider search built from `[web]`, kept to read who answered and who was skipped; `None` when
-    /// `with_web` set another provider.
-    multi: Option<Arc<ragtune_web::MultiSearch>>,
+    /// The resilience counters of each provider of the `[web]` stack (calls, retries, breaker trips), by name,
+    /// for `/metrics`; empty when `with_web` set another provider.
+    web_stats: WebStats,
     /// The page fetcher of `[web.fetch]` (when `enabled`): reads the pages of web results whose snippets are too
     /// short to answer from, with its address guards.
     fetcher: Option<Fetcher>,
@@ -114,6 +114,12 @@ pub struct Engine {
 
 /// The page fetcher of `[web.fetch]`, shared by the engine's clones.
 type Fetcher = Arc<ragtune_web::PageFetcher>;
+
+/// Each web provider's resilience counters, by name, in registration order.
+pub type WebStats = Vec<(String, Arc<ragtune_web::resilience::ResilienceStats>)>;
+
+/// The one web stack of an engine: the search, its providers' counters and the page fetcher.
+type WebParts = (Option<Arc<dyn WebSearch>>, WebStats, Option<Fetcher>);
 
 /// A loaded cross-encoder, or why it is not (`the cross-encoder did not load: …`); the engine opens without it.
 type CrossEncoderSlot = std::result::Result<Arc<dyn Reranker>, String>;
@@ -200,12 +206,12 @@ fn cross_encoder_notes(config: &Config, slot: Option<&CrossEncoderSlot>) -> Vec<
     }
 }
 
-/// The one web stack of an engine, built from `[web]`: the multi-provider search and the page fetcher (when
-/// `[web.fetch] enabled`); neither when the section is off.
-fn web_stack(config: &Config) -> Result<(Option<Arc<ragtune_web::MultiSearch>>, Option<Fetcher>)> {
+/// The one web stack of an engine, built from `[web]`: the multi-provider search, its providers' counters and the
+/// page fetcher (when `[web.fetch] enabled`); none of them when the section is off.
+fn web_stack(config: &Config) -> Result<WebParts> {
     Ok(match config.web.build()? {
-        Some(stack) => (Some(stack.search), stack.fetcher.map(Arc::new)),
-        None => (None, None),
+        Some(stack) => (Some(stack.search as Arc<dyn WebSearch>), stack.stats, stack.fetcher.map(Arc::new)),
+        None => (None, Vec::new(), None),
     })
 }
 
@@ -261,7 +267,7 @@ impl Engine {
             )));
         }
         let caches = crate::pipeline::PipelineCaches::new(&config);
-        let (multi, fetcher) = web_stack(&config)?;
+        let (web, web_stats, fetcher) = web_stack(&config)?;
         let mut notes = Vec::new();
         if config.web.enabled && config.web.settings.providers.is_empty() {
             notes.push(
@@ -272,7 +278,6 @@ impl Engine {
         }
         let cross_encoder = load_cross_encoder(&config);
         notes.extend(cross_encoder_notes(&config, cross_encoder.as_ref()));
-        let web = multi.clone().map(|m| m as Arc<dyn WebSearch>);
         Ok(Self {
             config,
             store,
@@ -283,7 +288,7 @@ impl Engine {
             cross_encoder,
             notes,
             web,
-            multi,
+            web_stats,
             fetcher,
             caches,
             dense_seen: Arc::default(),
@@ -295,7 +300,7 @@ impl Engine {
     #[must_use]
     pub fn with_web(mut self, web: Option<Arc<dyn WebSearch>>) -> Self {
         self.web = web;
-        self.multi = None;
+        self.web_stats = Vec::new();
         self
     }
 
@@ -312,8 +317,7 @@ impl Engine {
         config.validate()?;
         self.caches = crate::pipeline::PipelineCaches::new(&config);
         if config.web != self.config.web {
-            (self.multi, self.fetcher) = web_stack(&config)?;
-            self.web = self.multi.clone().map(|m| m as Arc<dyn WebSearch>);
+            (self.web, self.web_stats, self.fetcher) = web_stack(&config)?;
         }
         let old = cross_encoder_notes(&self.config, self.cross_encoder.as_ref());
         self.notes.retain(|n| !old.contains(n));
@@ -339,7 +343,6 @@ impl Engine {
         config.validate()?;
         let mut engine = self.clone();
         if !config.web.enabled {
-            engine.multi = None;
             engine.web = None;
         }
         engine.config = config;
@@ -352,9 +355,10 @@ impl Engine {
         self.web.as_ref()
     }
 
-    /// The multi-provider search built from `[web]`, when that is the web provider.
-    pub(crate) fn web_multi(&self) -> Option<&Arc<ragtune_web::MultiSearch>> {
-        self.multi.as_ref()
+    /// The resilience counters of the `[web]` stack's providers (empty without one, or after `with_web`).
+    #[must_use]
+    pub fn web_stats(&self) -> &WebStats {
+        &self.web_stats
     }
 
     /// The page fetcher of `[web.fetch]`, when it is enabled.

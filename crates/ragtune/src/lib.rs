@@ -53,7 +53,7 @@ pub use config::{
     SearchSettings, SentenceScorer, ServerSettings, StoreBackend, StoreConfig, Strategy, Transform, TransformSettings,
     WebConfig, ragtune_home, valid_collection_name,
 };
-pub use engine::{Chunking, Engine, IndexReport, SearchResponse};
+pub use engine::{Chunking, Engine, IndexReport, SearchResponse, WebStats};
 pub use models::{
     QUANTIZED_MODEL_ID, QueryCache, RequestVectors, cross_encoder_fingerprint, load_cross_encoder, load_embedder,
     load_llm, load_token_counter, local_llm_url,

@@ -25,10 +25,9 @@ pub use expand::{SynonymExpansionRetriever, SynonymTable};
 pub use hyde::{HydeConfig, HydeRetriever};
 pub use multi_hop::{MultiHopConfig, MultiHopRetriever};
 pub use multi_query::{MultiQueryConfig, MultiQueryRetriever};
+pub use ragtune_core::Complexity;
 pub use rewrite::{RewriteConfig, RewriteRetriever};
-pub use router::{
-    Complexity, RouteBudget, RouteDecision, RoutePlan, RouteSignals, RoutedRetriever, classify_heuristic,
-};
+pub use router::{RouteBudget, RouteDecision, RoutePlan, RouteSignals, RoutedRetriever, classify_heuristic};
 
 /// A generated query is usable when it is non-blank and within the query size limit.
 pub(crate) fn usable_query(text: &str) -> Option<String> {

@@ -1,59 +1,22 @@
 //! The adaptive complexity router: simple, moderate or complex, and the plan each gets.
 
-use std::fmt;
 use std::sync::Arc;
 use std::time::Instant;
 
 use async_trait::async_trait;
 use ragtune_core::text::{self, is_question_word};
-use ragtune_core::{Candidate, Ctx, Error, Llm, Prompt, Query, Result, Retriever, TraceEvent};
+use ragtune_core::{Candidate, Complexity, Ctx, Llm, Prompt, Query, Result, Retriever, TraceEvent};
 use serde::Serialize;
 
 use super::llm_json;
 use crate::validate_all;
 
-/// How much work a question needs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Complexity {
-    /// One fact from one passage.
-    Simple,
-    /// A few passages or some explanation.
-    Moderate,
-    /// Comparisons, several parts, or facts that lead to other facts.
-    Complex,
-}
-
-impl Complexity {
-    fn index(self) -> usize {
-        match self {
-            Self::Simple => 0,
-            Self::Moderate => 1,
-            Self::Complex => 2,
-        }
-    }
-}
-
-impl fmt::Display for Complexity {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::Simple => "simple",
-            Self::Moderate => "moderate",
-            Self::Complex => "complex",
-        })
-    }
-}
-
-impl std::str::FromStr for Complexity {
-    type Err = Error;
-
-    fn from_str(s: &str) -> Result<Self> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "simple" => Ok(Self::Simple),
-            "moderate" => Ok(Self::Moderate),
-            "complex" => Ok(Self::Complex),
-            other => Err(Error::invalid_input(format!("unknown complexity `{other}` (simple, moderate, complex)"))),
-        }
+/// The index of a complexity in the route tables (simplest first).
+fn index(c: Complexity) -> usize {
+    match c {
+        Complexity::Simple => 0,
+        Complexity::Moderate => 1,
+        Complexity::Complex => 2,
     }
 }
 
@@ -215,7 +178,7 @@ impl RoutedRetriever {
             }
         }
         let complexity = llm_verdict.unwrap_or(heuristic);
-        let plan = &self.plans[complexity.index()];
+        let plan = &self.plans[index(complexity)];
         let decision = RouteDecision {
             complexity,
             heuristic,

@@ -382,7 +382,6 @@ impl Env<'_> {
         notes: &mut Vec<Note>,
         cost: &mut Cost,
     ) -> bool {
-        let n = self.engine.config().crag.web_results;
         let Some(web) = self.engine.web() else {
             self.ctx.trace(
                 ragtune_core::TraceEvent::new("correct", "web_search_skipped")
@@ -390,38 +389,40 @@ impl Env<'_> {
             );
             return false;
         };
+        // The question's complexity chooses the route (its providers and result count, `[web.routing]`); a simple
+        // question has no providers by default.
+        let (route, _) = ragtune_retrieve::transform::classify_heuristic(&self.question);
+        let n = self.engine.config().web.settings.routing.plan(route).max_results;
+        self.ctx.trace(
+            ragtune_core::TraceEvent::new("correct", "web_route")
+                .detail("route", route.as_str())
+                .detail("max_results", n),
+        );
+        if n == 0 {
+            self.ctx.trace(
+                ragtune_core::TraceEvent::new("correct", "web_search_skipped")
+                    .detail("route", route.as_str())
+                    .detail("reason", "the route of this question's complexity searches no provider"),
+            );
+            return false;
+        }
         let (query, spent) = self.web_query(notes).await;
         *cost += spent;
         if query != self.question {
             crag.web_query = Some(query.clone());
         }
-        let searched = match self.engine.web_multi() {
-            // The configured stack reports who answered and who was skipped; a plain provider does not.
-            Some(multi) => {
-                let route = self.engine.config().web.settings.default_route;
-                match multi.search_route(&self.ctx, route, &query).await {
-                    Ok(mut outcome) => {
-                        outcome.results.truncate(n.max(1));
-                        crag.web_skipped
-                            .extend(outcome.skipped.iter().map(|s| format!("{}: {}", s.provider, s.reason)));
-                        Ok(outcome.results)
-                    }
-                    Err(e) => {
-                        let reason = e.message().to_owned();
-                        crag.web_skipped
-                            .extend(multi.providers_for(route).iter().map(|p| format!("{}: {reason}", p.name())));
-                        Err(e)
-                    }
+        let q = WebQuery { text: query, max_results: n };
+        let searched = match web.search_routed(&self.ctx, &q, route).await {
+            Ok(outcome) => {
+                crag.web_skipped.extend(outcome.skipped.iter().map(|s| format!("{}: {}", s.provider, s.reason)));
+                if outcome.answered.is_empty() && !outcome.skipped.is_empty() {
+                    let why: Vec<&str> = outcome.skipped.iter().map(|s| s.reason.as_str()).collect();
+                    Err(Error::unavailable(format!("every provider failed ({})", why.join("; "))))
+                } else {
+                    Ok(outcome.results)
                 }
             }
-            None => {
-                let q = WebQuery { text: query.clone(), max_results: n.max(1) };
-                let searched = web.search(&self.ctx, std::slice::from_ref(&q)).await;
-                if let Err(e) = &searched {
-                    crag.web_skipped.push(format!("{}: {}", web.name(), e.message()));
-                }
-                searched.map(|mut lists| lists.pop().unwrap_or_default())
-            }
+            Err(e) => Err(e),
         };
         match searched {
             Ok(mut results) if !results.is_empty() => {
@@ -972,7 +973,7 @@ impl Env<'_> {
         answer: Option<&str>,
         faithfulness: Option<&Faithfulness>,
     ) -> (Option<ragtune_web::triangulation::Triangulation>, Report) {
-        use ragtune_web::triangulation::{Evidence, triangulate};
+        use ragtune_web::triangulation::{Evidence, texts_by_source, triangulate_with_verdicts};
         let claims: Vec<String> = match (faithfulness.filter(|f| !f.statements.is_empty()), answer) {
             (Some(f), _) => f.statements.iter().map(|s| s.text.clone()).collect(),
             (None, Some(a)) => ragtune_evaluators::text::sentences(a).into_iter().map(str::to_owned).collect(),
@@ -987,23 +988,18 @@ impl Env<'_> {
                 tier: p.tier.unwrap_or(1),
             })
             .collect();
-        let sources: Vec<String> =
-            evidence.iter().map(Evidence::source).collect::<std::collections::BTreeSet<_>>().into_iter().collect();
+        let groups = texts_by_source(&evidence);
         let (mut cost, mut notes) = (Cost::default(), Vec::new());
-        let mut by_llm: std::collections::BTreeMap<&str, Vec<bool>> = std::collections::BTreeMap::new();
+        let mut verdicts = std::collections::BTreeMap::new();
         let use_llm = self.engine.config().pipeline.judge_with_llm && self.engine.llm().is_some() && !claims.is_empty();
         if use_llm && self.ctx.check().is_ok() {
-            let groups: Vec<(String, Vec<String>)> = sources
-                .iter()
-                .map(|s| (s.clone(), evidence.iter().filter(|e| &e.source() == s).map(|e| e.text.clone()).collect()))
-                .collect();
             match self.engine.judge().support_by_source(&self.ctx, &claims, &groups).await {
                 Ok(Some(found)) => {
                     cost = found.cost;
                     notes.extend(found.notes.into_iter().map(|n| format!("triangulation: {n}")));
-                    for (source, row) in sources.iter().zip(found.supported) {
+                    for ((source, _), row) in groups.iter().zip(found.supported) {
                         if let Some(row) = row {
-                            by_llm.insert(source.as_str(), row);
+                            verdicts.insert(source.clone(), row);
                         }
                     }
                 }
@@ -1013,27 +1009,14 @@ impl Env<'_> {
                 }
             }
         }
-        let label = match (by_llm.len(), sources.len()) {
-            (0, _) => "lexical".to_owned(),
-            (n, total) if n == total => "llm".to_owned(),
-            (n, total) => format!("llm ({n} of {total} sources; lexical for the rest)"),
-        };
-        let mut report = Report::new(if by_llm.is_empty() { "lexical" } else { "llm" }).cost(cost);
+        let mut report = Report::new(if verdicts.is_empty() { "lexical" } else { "llm" }).cost(cost);
         for note in notes {
             report = report.note(NoteKind::Triangulation, note);
         }
-        let claim_index: std::collections::HashMap<&str, usize> =
-            claims.iter().enumerate().map(|(i, c)| (c.as_str(), i)).collect();
-        let table = triangulate(&claims, &evidence, &label, |claim, e| {
-            let source = e.source();
-            match (by_llm.get(source.as_str()), claim_index.get(claim)) {
-                (Some(row), Some(&i)) => row.get(i).copied().unwrap_or(false),
-                _ => ragtune_core::text::supports(claim, &e.text),
-            }
-        });
+        let table = triangulate_with_verdicts(&claims, &evidence, &verdicts);
         let report = report
             .detail("claims", table.rows.len())
-            .detail("sources", sources.len())
+            .detail("sources", groups.len())
             .detail("coverage_pct", table.coverage_pct);
         (Some(table), report)
     }
