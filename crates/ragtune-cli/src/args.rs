@@ -131,10 +131,10 @@ pub struct Overrides {
     pub no_llm: bool,
     /// Whether the local LLM server stands in for a URL set nowhere.
     pub local_llm: LocalLlm,
-    /// `pipeline.top_k`: the answer pipeline's first retrieval depth.
-    pub pipeline_top_k: Option<usize>,
     /// `web.enabled` (`--web` / `--no-web`).
     pub web: Option<bool>,
+    /// `server.bind` (`serve --bind`).
+    pub server_bind: Option<String>,
 }
 
 impl Overrides {
@@ -197,11 +197,11 @@ pub fn apply_overrides(cfg: &mut Config, o: Overrides) {
     if let Some(model) = o.llm_model {
         cfg.llm.model = model;
     }
-    if let Some(k) = o.pipeline_top_k {
-        cfg.pipeline.top_k = k;
-    }
     if let Some(on) = o.web {
         cfg.web.enabled = on;
+    }
+    if let Some(bind) = o.server_bind {
+        cfg.server.bind = bind;
     }
 }
 
@@ -215,10 +215,12 @@ pub fn usage_error(subcommand: &str, message: &str) -> ! {
     command.error(clap::error::ErrorKind::ArgumentConflict, message).exit()
 }
 
-/// The configuration file (`--config`, else $RAGTUNE_CONFIG, else defaults) with the overrides applied.
+/// The configuration file (`--config`, else $RAGTUNE_CONFIG, else defaults) with the overrides applied, checked
+/// again as a whole (a flag is held to the bounds of the setting it overrides).
 pub fn load_config(file: Option<&Path>, overrides: Overrides) -> anyhow::Result<Config> {
     let mut cfg = Config::load(file)?;
     apply_overrides(&mut cfg, overrides);
+    cfg.validate().map_err(|e| e.context("the command-line flags"))?;
     Ok(cfg)
 }
 

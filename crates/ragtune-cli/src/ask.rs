@@ -59,8 +59,7 @@ pub async fn run(config: Option<&Path>, args: AskArgs, generate: bool) -> anyhow
         llm_url,
         no_llm,
         local_llm: LocalLlm::WithNoLlmHint,
-        pipeline_top_k: top_k,
-        web: (web || no_web).then_some(web),
+        web: web.then_some(true),
         ..Overrides::default()
     };
     let cfg = load_config(config, overrides)?;
@@ -71,11 +70,13 @@ pub async fn run(config: Option<&Path>, args: AskArgs, generate: bool) -> anyhow
         usage_error(if generate { "ask" } else { "query" }, NO_WEB_PROVIDER);
     }
     let engine = Engine::open(cfg).await?;
-    // The options the HTTP API takes per request; here the flags above set them in the configuration instead.
+    // The options the HTTP API takes per request, from the flags, checked by the same code (`--web` is the one
+    // flag that sets the configuration: the user at the command line is its operator).
     // With an LLM the answer is printed as it is generated (the pipeline's token sink writes to stdout).
     let stream = generate && !json && !no_stream && engine.llm().is_some();
     let tokens = stream.then(|| ragtune::pipeline::TokenSink::new(print_event));
-    let options = ragtune::commands::AskOptions { trace, tokens, ..Default::default() };
+    let use_web = no_web.then_some(false);
+    let options = ragtune::commands::AskOptions { top_k, use_web, trace, tokens, ..Default::default() };
     let r = ragtune::commands::ask(&engine, &question, &options, generate).await?;
     if json {
         println!("{}", serde_json::to_string_pretty(&r)?);

@@ -1,7 +1,4 @@
 //! `ragtune eval retrieval | qa | crag | rerank`: the evaluations of `ragtune-eval`, one subcommand each.
-//!
-//! The flag forms of earlier releases (`ragtune eval --dataset DIR [--crag | --rerank llm | --experiment LIST]`)
-//! still work for one release: they run the subcommand they stand for after one deprecation line on stderr.
 
 use std::path::{Path, PathBuf};
 
@@ -14,16 +11,10 @@ use crate::args::{LlmArgs, OutArgs, Overrides, QdrantArgs, RetrievalTuning, load
 
 /// Evaluate retrieval, answers, Corrective-RAG decisions or budgeted reranking on a dataset.
 #[derive(Debug, clap::Args)]
-#[command(
-    args_conflicts_with_subcommands = true,
-    subcommand_negates_reqs = true,
-    override_usage = "ragtune eval <retrieval|qa|crag|rerank|build-cmu-set|join-sets> --dataset <DIR> [OPTIONS]"
-)]
+#[command(override_usage = "ragtune eval <retrieval|qa|crag|rerank|build-cmu-set|join-sets> --dataset <DIR> [OPTIONS]")]
 pub struct EvalArgs {
     #[command(subcommand)]
-    kind: Option<EvalKind>,
-    #[command(flatten, next_help_heading = "Deprecated flag form (use a subcommand instead)")]
-    legacy: LegacyArgs,
+    kind: EvalKind,
 }
 
 impl EvalArgs {
@@ -32,7 +23,7 @@ impl EvalArgs {
     /// # Errors
     /// The message of the usage error.
     pub fn validate(&self) -> Result<(), String> {
-        if let Some(EvalKind::JoinSets(JoinSetsArgs { dataset, name, .. })) = &self.kind
+        if let EvalKind::JoinSets(JoinSetsArgs { dataset, name, .. }) = &self.kind
             && !name.is_empty()
             && name.len() != dataset.len()
         {
@@ -301,91 +292,8 @@ struct QaArgs {
     out: OutArgs,
 }
 
-/// The flags of `ragtune eval` before the subcommands: the BEIR flags plus the switches that chose the evaluation.
-#[derive(Debug, clap::Args)]
-struct LegacyArgs {
-    /// Deprecated: `ragtune eval retrieval --dataset DIR` (or `qa`, `crag`, `rerank`).
-    // Optional for clap's sake: it is required without a subcommand, and absent beside one.
-    #[arg(long, value_name = "DIR", required = true)]
-    dataset: Option<PathBuf>,
-    #[command(flatten)]
-    flags: BeirFlags,
-    /// Deprecated: `ragtune eval rerank --reranker NAME`.
-    #[arg(long, value_name = "RERANKER")]
-    rerank: Option<RerankerKind>,
-    #[command(flatten)]
-    budget: RerankBudgetArgs,
-    /// Deprecated: `ragtune eval qa --experiment LIST`.
-    #[arg(long, value_name = "LIST", value_delimiter = ',')]
-    experiment: Vec<String>,
-    /// Deprecated: `ragtune eval qa --refinement`.
-    #[arg(long)]
-    refinement: bool,
-    /// Deprecated: `ragtune eval crag`.
-    #[arg(long)]
-    crag: bool,
-    /// Deprecated: `ragtune eval crag --k K`.
-    #[arg(long, value_name = "K", default_value_t = 10)]
-    crag_k: usize,
-}
-
-impl LegacyArgs {
-    /// The subcommand the flags stand for (as `ragtune eval` chose before), and the form to use instead.
-    fn into_kind(self) -> anyhow::Result<(EvalKind, &'static str)> {
-        let Self { dataset, flags, rerank, budget, experiment, refinement, crag, crag_k } = self;
-        let dataset = dataset.ok_or_else(|| anyhow::anyhow!("`ragtune eval` needs a subcommand or --dataset DIR"))?;
-        Ok(if ragtune_eval::is_qa_dataset(&dataset) || !experiment.is_empty() {
-            let BeirFlags { limit, cache_dir, reindex, llm, out, .. } = flags;
-            let qa = QaArgs {
-                dataset,
-                experiment,
-                refinement,
-                limit,
-                skip: 0,
-                cache_dir,
-                reindex,
-                local_semester: None,
-                llm,
-                out,
-            };
-            (EvalKind::Qa(qa), "ragtune eval qa --dataset DIR [--experiment LIST] [--refinement]")
-        } else if crag {
-            let beir = RetrievalArgs { dataset, flags };
-            let model = RerankModelArgs { rerank_model: None };
-            (
-                EvalKind::Crag(CragArgs { beir, k: crag_k, scorer: None, model }),
-                "ragtune eval crag --dataset DIR [--k K]",
-            )
-        } else if let Some(reranker) = rerank {
-            let beir = RetrievalArgs { dataset, flags };
-            let args = RerankArgs { beir, reranker, model: RerankModelArgs { rerank_model: None }, budget };
-            (EvalKind::Rerank(args), "ragtune eval rerank --dataset DIR --reranker NAME")
-        } else {
-            let args = RetrievalRerankArgs {
-                beir: RetrievalArgs { dataset, flags },
-                rerank: None,
-                model: RerankModelArgs { rerank_model: None },
-                rerank_depth: None,
-                rerank_retrieval_weight: 0.0,
-            };
-            (EvalKind::Retrieval(args), "ragtune eval retrieval --dataset DIR")
-        })
-    }
-}
-
 pub async fn run(config: Option<&Path>, args: EvalArgs) -> anyhow::Result<()> {
-    let kind = match args.kind {
-        Some(kind) => kind,
-        None => {
-            let (kind, instead) = args.legacy.into_kind()?;
-            eprintln!(
-                "warning: `ragtune eval` without a subcommand is deprecated and goes away in the next release; \
-                 use `{instead}` (the other flags are the same)"
-            );
-            kind
-        }
-    };
-    match kind {
+    match args.kind {
         EvalKind::Retrieval(RetrievalRerankArgs { beir, rerank, model, rerank_depth, rerank_retrieval_weight }) => {
             let reranking = rerank.map(|kind| Reranking::Full {
                 kind,

@@ -22,10 +22,7 @@ pub struct ServeArgs {
 
 pub async fn run(config: Option<&Path>, args: ServeArgs) -> anyhow::Result<()> {
     let ServeArgs { bind, store, qdrant } = args;
-    let mut cfg = load_config(config, Overrides { store, qdrant, ..Overrides::default() })?;
-    if let Some(bind) = bind {
-        cfg.server.bind = bind;
-    }
+    let cfg = load_config(config, Overrides { store, qdrant, server_bind: bind, ..Overrides::default() })?;
     ragtune_server::check_bind(&cfg.server)?;
     let engine = Engine::open(cfg.clone()).await?;
     for note in engine.notes() {

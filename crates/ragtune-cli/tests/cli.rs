@@ -113,10 +113,6 @@ fn runtime_errors_exit_with_1_and_say_what_and_where() {
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stderr).contains("bytes long"), "{}", text(&out.stderr));
 
-    let out = ragtune(&["eval", "--dataset", "nowhere"], dir.path());
-    assert_eq!(out.status.code(), Some(1));
-    assert!(text(&out.stderr).contains("nowhere"), "{}", text(&out.stderr));
-
     let out = ragtune(&["calibrate", "--dataset", "nowhere", "--evaluator", "oracle"], dir.path());
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stderr).contains("unknown evaluator `oracle`"), "{}", text(&out.stderr));
@@ -154,6 +150,18 @@ fn runtime_errors_exit_with_1_and_say_what_and_where() {
     assert_eq!(out.status.code(), Some(1));
     let err = text(&out.stderr);
     assert!(err.contains("weights.toml") && err.contains("[hybrid]: dense_weight must be"), "{err}");
+
+    // A flag is held to the bounds of what it sets, as an HTTP request is.
+    let out = ragtune(&["ask", "what causes scurvy?", "--store", "s", "--no-llm", "-k", "5000"], dir.path());
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("top_k must be 1 to 1000, got 5000"), "{}", text(&out.stderr));
+    let out = ragtune(&["eval", "retrieval", "--dataset", "nowhere", "--dense-weight=-1"], dir.path());
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("dense_weight must be"), "{}", text(&out.stderr));
+    std::fs::write(dir.path().join("topk.toml"), "[pipeline]\ntop_k = 100000\n").unwrap();
+    let out = ragtune(&["--config", "topk.toml", "search", "x"], dir.path());
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("[pipeline] top_k must be 1 to 1000"), "{}", text(&out.stderr));
 
     std::fs::write(dir.path().join("bad.toml"), "[bm25]\nk1 = \"high\"\n").unwrap();
     let out = ragtune(&["--config", "bad.toml", "search", "x"], dir.path());
@@ -237,13 +245,8 @@ fn report(dir: &Path, name: &str) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(dir.join(name)).unwrap()).unwrap()
 }
 
-/// The lines of stderr that announce a deprecation.
-fn deprecations(out: &Output) -> Vec<String> {
-    text(&out.stderr).lines().filter(|l| l.contains("deprecated")).map(str::to_owned).collect()
-}
-
 #[test]
-fn eval_subcommands_report_like_the_flag_form_they_replace() {
+fn eval_subcommands_report_and_the_flag_form_of_earlier_releases_is_gone() {
     let dir = tempfile::tempdir().unwrap();
     tiny_beir(&dir.path().join("tiny"));
     let beir = ["--dataset", "tiny", "--top-k", "10", "--cache-dir", "cache"];
@@ -252,52 +255,22 @@ fn eval_subcommands_report_like_the_flag_form_they_replace() {
         assert_eq!(out.status.code(), Some(0), "{args:?}: {}", text(&out.stderr));
         out
     };
+    let retrieval = run(&[&["eval", "retrieval"][..], &beir, &["--out", "r.json"]].concat());
+    assert!(text(&retrieval.stdout).contains("ndcg@10        1.0000"), "{}", text(&retrieval.stdout));
+    assert_eq!(report(dir.path(), "r.json")["metrics"]["ndcg@10"], 1.0);
+    let crag = run(&[&["eval", "crag"][..], &beir, &["--k", "1", "--out", "crag.json"]].concat());
+    assert!(text(&crag.stdout).contains("model:retrieval"), "{}", text(&crag.stdout));
 
-    let new = run(&[&["eval", "retrieval"][..], &beir, &["--out", "new.json"]].concat());
-    assert!(text(&new.stdout).contains("ndcg@10        1.0000"), "{}", text(&new.stdout));
-    assert!(deprecations(&new).is_empty(), "{}", text(&new.stderr));
-    let old = run(&[&["eval"][..], &beir, &["--out", "old.json"]].concat());
-    assert_eq!(
-        deprecations(&old),
-        ["warning: `ragtune eval` without a subcommand is deprecated and goes away in the next release; use \
-          `ragtune eval retrieval --dataset DIR` (the other flags are the same)"]
-    );
-    let (new, old) = (report(dir.path(), "new.json"), report(dir.path(), "old.json"));
-    assert_eq!(new["metrics"], old["metrics"]);
-    assert_eq!(new["config"], old["config"]);
-    assert_eq!(new["metrics"]["ndcg@10"], 1.0);
-
-    let new = run(&[&["eval", "crag"][..], &beir, &["--k", "1", "--out", "crag-new.json"]].concat());
-    assert!(text(&new.stdout).contains("model:retrieval"), "{}", text(&new.stdout));
-    assert!(deprecations(&new).is_empty(), "{}", text(&new.stderr));
-    let old = run(&[&["eval"][..], &beir, &["--crag", "--crag-k", "1", "--out", "crag-old.json"]].concat());
-    let said = deprecations(&old);
-    assert!(said.len() == 1 && said[0].contains("use `ragtune eval crag --dataset DIR [--k K]`"), "{said:?}");
-    assert_eq!(report(dir.path(), "crag-new.json"), report(dir.path(), "crag-old.json"));
-}
-
-#[test]
-fn the_flag_form_names_the_subcommand_it_stands_for_even_when_it_fails() {
-    let dir = tempfile::tempdir().unwrap();
-    tiny_beir(&dir.path().join("tiny"));
-    for (args, form, error) in [
-        (
-            &["--rerank", "llm", "--policy", "dynamic"][..],
-            "ragtune eval rerank --dataset DIR --reranker NAME",
-            "need an LLM",
-        ),
-        (&["--experiment", "none", "--refinement"][..], "ragtune eval qa --dataset DIR", "no semester directories"),
-    ] {
-        let out = ragtune(&[&["eval", "--dataset", "tiny"][..], args].concat(), dir.path());
-        assert_eq!(out.status.code(), Some(1), "{args:?}");
-        let said = deprecations(&out);
-        assert!(said.len() == 1 && said[0].contains(&format!("use `{form}")), "{args:?}: {said:?}");
-        assert!(text(&out.stderr).contains(error), "{args:?}: {}", text(&out.stderr));
+    // `ragtune eval --dataset DIR` without a subcommand (deprecated for one release) is now a usage error.
+    for args in [&["eval", "--dataset", "tiny"][..], &["eval", "--dataset", "tiny", "--crag"][..]] {
+        let out = ragtune(args, dir.path());
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", text(&out.stderr));
+        assert!(text(&out.stderr).contains("ragtune eval <retrieval|qa|crag|rerank"), "{}", text(&out.stderr));
     }
-    // The subcommands fail the same way, without the deprecation.
+    // The subcommands fail with the error that names the problem.
     let out = ragtune(&["eval", "rerank", "--dataset", "tiny", "--policy", "dynamic"], dir.path());
     assert_eq!(out.status.code(), Some(1));
-    assert!(text(&out.stderr).contains("need an LLM") && deprecations(&out).is_empty(), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("need an LLM"), "{}", text(&out.stderr));
     let out = ragtune(&["eval", "qa", "--dataset", "tiny", "--experiment", "baseline"], dir.path());
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stderr).contains("no semester directories"), "{}", text(&out.stderr));

@@ -9,7 +9,7 @@ use axum::extract::{DefaultBodyLimit, MatchedPath, Path, Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{Html, IntoResponse, Response};
-use axum::routing::{delete, get, post, put};
+use axum::routing::{MethodFilter, MethodRouter, on};
 use axum::{Json, Router};
 use ragtune::commands::{self, AskOptions, SearchOptions};
 use ragtune::core::{Document, Error, ErrorKind};
@@ -27,35 +27,58 @@ use crate::{AppState, Collection};
 /// The page at `/`: one self-contained file, no build step, no CDN.
 const PAGE: &str = include_str!("page.html");
 
-/// The router over `state`.
+/// The handler of a route of [`ROUTES`](crate::openapi::ROUTES), with the route's method; `None` for a route
+/// without one (a test checks there is none).
+fn endpoint(route: &crate::openapi::Route) -> Option<MethodRouter<AppState>> {
+    let filter = match route.method {
+        "get" => MethodFilter::GET,
+        "post" => MethodFilter::POST,
+        "put" => MethodFilter::PUT,
+        "delete" => MethodFilter::DELETE,
+        _ => return None,
+    };
+    Some(match route.path {
+        "/v1/ask" => on(filter, ask),
+        "/v1/query" => on(filter, query),
+        "/v1/search" => on(filter, search),
+        "/v1/documents" => on(filter, put_documents),
+        "/v1/documents/{id}" => on(filter, delete_document),
+        "/v1/stats" => on(filter, stats),
+        "/v1/collections/{name}/ask" => on(filter, collection_ask),
+        "/v1/collections/{name}/query" => on(filter, collection_query),
+        "/v1/collections/{name}/search" => on(filter, collection_search),
+        "/v1/collections/{name}/documents" => on(filter, collection_put_documents),
+        "/v1/collections/{name}/documents/{id}" => on(filter, collection_delete_document),
+        "/v1/collections/{name}/stats" => on(filter, collection_stats),
+        "/v1/chat/completions" => on(filter, crate::openai::chat_completions),
+        "/v1/models" => on(filter, crate::openai::models),
+        "/metrics" => on(filter, metrics),
+        "/openapi.json" => on(filter, openapi),
+        "/searxng/search" => on(filter, searxng),
+        "/healthz" => on(filter, healthz),
+        "/readyz" => on(filter, readyz),
+        "/" => on(filter, page),
+        _ => return None,
+    })
+}
+
+/// The router over `state`: the routes of [`ROUTES`](crate::openapi::ROUTES), the table the OpenAPI document is
+/// made from; those of [`OPEN_ROUTES`](crate::openapi::OPEN_ROUTES) without the API key, every other one behind it.
 pub fn router(state: AppState) -> Router {
     let limit = state.inner.settings.max_body_bytes;
-    let guarded = Router::new()
-        .route("/v1/ask", post(ask))
-        .route("/v1/query", post(query))
-        .route("/v1/search", post(search))
-        .route("/v1/documents", put(put_documents))
-        .route("/v1/documents/{id}", delete(delete_document))
-        .route("/v1/stats", get(stats))
-        .route("/v1/collections/{name}/ask", post(collection_ask))
-        .route("/v1/collections/{name}/query", post(collection_query))
-        .route("/v1/collections/{name}/search", post(collection_search))
-        .route("/v1/collections/{name}/documents", put(collection_put_documents))
-        .route("/v1/collections/{name}/documents/{id}", delete(collection_delete_document))
-        .route("/v1/collections/{name}/stats", get(collection_stats))
-        .route("/v1/chat/completions", post(crate::openai::chat_completions))
-        .route("/v1/models", get(crate::openai::models))
-        .route("/metrics", get(metrics))
-        .route("/openapi.json", get(openapi))
-        .route("/searxng/search", get(searxng))
-        .route_layer(middleware::from_fn_with_state(state.clone(), authorize));
-    // The open routes are exactly `OPEN_ROUTES` (a test checks every other route of `ROUTES` refuses without the
-    // key).
+    let (mut guarded, mut open) = (Router::new(), Router::new());
+    for route in &crate::openapi::ROUTES {
+        let Some(handler) = endpoint(route) else { continue };
+        if crate::openapi::OPEN_ROUTES.contains(&route.path) {
+            open = open.route(route.path, handler);
+        } else {
+            guarded = guarded.route(route.path, handler);
+        }
+    }
+    let guarded = guarded.route_layer(middleware::from_fn_with_state(state.clone(), authorize));
     Router::new()
         .merge(guarded)
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .route("/", get(page))
+        .merge(open)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         // Layers run outside in, from the last added: the Host/Origin check, then the body is read whole (with
@@ -734,6 +757,15 @@ mod tests {
         assert!(!constant_time_eq(b"secreT", b"secret"));
         assert!(!constant_time_eq(b"secret-and-more", b"secret"));
         assert!(!constant_time_eq(b"", b"secret"));
+    }
+
+    #[test]
+    fn every_route_of_the_table_has_its_handler() {
+        for r in &crate::openapi::ROUTES {
+            assert!(endpoint(r).is_some(), "{} {} has no handler", r.method, r.path);
+        }
+        let unknown = crate::openapi::Route { path: "/v1/nothing", ..crate::openapi::ROUTES[0] };
+        assert!(endpoint(&unknown).is_none());
     }
 
     #[test]

@@ -17,8 +17,8 @@ use crate::config::Strategy;
 use crate::engine::{Engine, IndexReport, SearchResponse};
 use crate::pipeline::{AskResponse, TokenSink};
 
-/// The most candidates one request may ask for.
-pub const MAX_TOP_K: usize = 1000;
+pub use crate::config::MAX_TOP_K;
+use crate::config::check_top_k;
 
 /// Per-request options of `ask` and `query`; unset fields keep the configuration's values.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -58,9 +58,7 @@ impl AskOptions {
     pub fn apply(&self, engine: &Engine) -> Result<Engine> {
         let mut cfg = engine.config().clone();
         if let Some(k) = self.top_k {
-            if k == 0 || k > MAX_TOP_K {
-                return Err(Error::invalid_input(format!("top_k must be 1 to {MAX_TOP_K}, got {k}")));
-            }
+            check_top_k("top_k", k)?;
             cfg.pipeline.top_k = k;
         }
         if let Some(crag) = self.use_crag {
@@ -141,9 +139,7 @@ pub async fn search(engine: &Engine, query: &str, options: &SearchOptions) -> Re
     }
     let mut q = Query::new(query);
     if let Some(k) = options.top_k {
-        if k == 0 || k > MAX_TOP_K {
-            return Err(Error::invalid_input(format!("top_k must be 1 to {MAX_TOP_K}, got {k}")));
-        }
+        check_top_k("top_k", k)?;
         q = q.with_top_k(k);
     }
     let mut response = match options.strategy {

@@ -198,6 +198,21 @@ pub struct ServerSettings {
     pub shutdown_grace_secs: u64,
 }
 
+/// The most candidates a question or a search may ask for (`top_k`), wherever it is set: the configuration file,
+/// a command-line flag or an HTTP request.
+pub const MAX_TOP_K: usize = 1000;
+
+/// Checks a requested `top_k` (`name` says where it came from): 1 to [`MAX_TOP_K`].
+///
+/// # Errors
+/// [`InvalidInput`](ragtune_core::ErrorKind::InvalidInput) naming it and the range.
+pub fn check_top_k(name: &str, k: usize) -> Result<()> {
+    if k == 0 || k > MAX_TOP_K {
+        return Err(Error::invalid_input(format!("{name} must be 1 to {MAX_TOP_K}, got {k}")));
+    }
+    Ok(())
+}
+
 /// The shortest API key `ragtune serve` accepts: a key a person can guess or brute-force over HTTP is no key.
 pub const MIN_API_KEY_CHARS: usize = 16;
 
@@ -1235,6 +1250,13 @@ impl Config {
             return Err(Error::invalid_input(format!("[search] header_boost must be between 0 and 1, got {boost}")));
         }
         let p = &self.pipeline;
+        if p.top_k != 0 {
+            check_top_k("[pipeline] top_k", p.top_k)?;
+        }
+        check_top_k("[search] top_k", self.search.top_k)?;
+        for &k in &self.retry.k_schedule {
+            check_top_k("[retry] k_schedule", k)?;
+        }
         if p.reserve_tokens >= p.max_context_tokens {
             return Err(Error::invalid_input(format!(
                 "[pipeline] reserve_tokens ({}) must be less than max_context_tokens ({})",

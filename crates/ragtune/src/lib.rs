@@ -48,10 +48,10 @@ pub mod stores;
 
 pub use config::{
     Bm25Settings, CacheSettings, ChunkingSettings, CollectionConfig, Config, ContextMode, CragSettings, EmbeddingMode,
-    EmbeddingSettings, EvaluatorKind, FusionMethod, HybridSettings, LlmEndpoint, LlmSettings, MIN_API_KEY_CHARS,
-    PipelineSettings, QdrantSettings, RerankSettings, RerankerKind, RouteSetting, RouteSettings, ScorerKind,
-    SearchSettings, SentenceScorer, ServerSettings, StoreBackend, StoreConfig, Strategy, Transform, TransformSettings,
-    WebConfig, ragtune_home, valid_collection_name,
+    EmbeddingSettings, EvaluatorKind, FusionMethod, HybridSettings, LlmEndpoint, LlmSettings, MAX_TOP_K,
+    MIN_API_KEY_CHARS, PipelineSettings, QdrantSettings, RerankSettings, RerankerKind, RouteSetting, RouteSettings,
+    ScorerKind, SearchSettings, SentenceScorer, ServerSettings, StoreBackend, StoreConfig, Strategy, Transform,
+    TransformSettings, WebConfig, check_top_k, ragtune_home, valid_collection_name,
 };
 pub use engine::{Chunking, Engine, IndexReport, SearchResponse, WebStats};
 pub use models::{
