@@ -91,6 +91,29 @@ async fn the_cross_encoder_reranks_inside_the_pipeline_within_its_budget_and_wit
 }
 
 #[tokio::test]
+async fn with_the_complexity_router_the_route_caps_the_pairs_reranked() {
+    if !crate::onnx_runtime_provisioned() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path(), &tiny_cross_encoder(), 5);
+    cfg.transform.kind = ragtune::Transform::Routed;
+    // No LLM: every route retrieves without a transformation; the simple route may rerank one pair.
+    for route in
+        [&mut cfg.transform.routes.simple, &mut cfg.transform.routes.moderate, &mut cfg.transform.routes.complex]
+    {
+        route.transform = ragtune::Transform::None;
+    }
+    cfg.transform.routes.simple.rerank_docs = 1;
+    let engine = indexed(cfg).await;
+    let r = engine.ask("What causes scurvy?").await.unwrap();
+    let budget =
+        r.trace.iter().find(|e| e.stage == "rerank" && e.action == "route_budget").expect("the route's budget");
+    assert_eq!((budget.detail["route"].as_str(), budget.detail["rerank_docs"].as_u64()), (Some("simple"), Some(1)));
+    assert_eq!(r.cost.stages["rerank"].docs, 1, "the simple route's cap, under [rerank] max_docs = 5");
+}
+
+#[tokio::test]
 async fn a_cross_encoder_that_does_not_load_is_an_engine_note_and_questions_still_answer() {
     // Needs nothing provisioned: without ONNX Runtime the model fails to load too, for that reason.
     let dir = tempfile::tempdir().unwrap();

@@ -83,10 +83,7 @@ async fn qdrant_parity_migrate_round_trips_and_ask_answers_the_same() {
     let (before, asked_before) = {
         let mut engine = Engine::open(original.clone()).await.expect("open the embedded store");
         let docs: Vec<Document> = DOCS.iter().map(|(id, text)| Document::new(*id, *text)).collect();
-        engine
-            .index_documents(&docs, Chunking::Auto(original.chunking.chunker()), &mut |_, _| {})
-            .await
-            .expect("index");
+        engine.index_documents(&docs, Chunking::Auto(original.chunking), &mut |_, _| {}).await.expect("index");
         (rankings(&engine, strategies).await, answers(&engine).await)
     };
 

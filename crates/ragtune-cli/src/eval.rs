@@ -408,7 +408,7 @@ fn beir_options(
     if let Some(n) = beir.chunk_overlap {
         opts.chunker.chunk_overlap = n;
     }
-    opts.chunker.chunker().validate().map_err(|e| e.context("--chunk-size/--chunk-overlap ([chunking])"))?;
+    opts.chunker.validate().map_err(|e| e.context("--chunk-size/--chunk-overlap ([chunking])"))?;
     opts.doc_score = beir.doc_score;
     match rerank {
         Some(Reranking::Full { kind, model, depth, retrieval_weight }) => {

@@ -568,7 +568,7 @@ async fn prepare(opts: &QaEvalOptions, log: &mut dyn FnMut(&str)) -> Result<Prep
     for d in &data.articles {
         corpus_hash ^= xxhash_rust::xxh3::xxh3_64(format!("{}\u{0}{}", d.id, d.text).as_bytes());
     }
-    let chunker = opts.config.chunking.chunker();
+    let chunker = opts.config.chunking;
     let key = format!(
         "{corpus_hash:016x}-{dense_key}-{}-{}-{}-k1={}-b={}",
         chunker.chunk_size, chunker.chunk_overlap, chunker.max_section_size, opts.config.bm25.k1, opts.config.bm25.b

@@ -192,7 +192,7 @@ impl EvalOptions {
     pub fn index_chunking(&self) -> Chunking {
         match self.chunking {
             EvalChunking::Whole => Chunking::WholeDocuments,
-            EvalChunking::Passages => Chunking::Auto(self.chunker.chunker()),
+            EvalChunking::Passages => Chunking::Auto(self.chunker),
         }
     }
 

@@ -17,7 +17,10 @@ use crate::pdf::PAGE_BREAK;
 /// Words are a proxy for tokens that needs no tokenizer and gives the same cut on every machine; English prose
 /// runs at about 1.3 tokens per word for BERT-style vocabularies, so the default passage of 200 words is about
 /// 260 tokens, inside the 512-token window of common embedding and reranking models.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+///
+/// It is also the `[chunking]` section of the configuration file, as is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct ChunkerConfig {
     /// The most words in one passage.
     pub chunk_size: usize,

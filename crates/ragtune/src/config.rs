@@ -718,36 +718,8 @@ impl Default for Bm25Settings {
     }
 }
 
-/// Chunking settings, in whitespace-separated words.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct ChunkingSettings {
-    /// Words per child chunk.
-    pub chunk_size: usize,
-    /// Words shared by consecutive child chunks.
-    pub chunk_overlap: usize,
-    /// Words per parent section before it is split.
-    pub max_section_size: usize,
-}
-
-impl Default for ChunkingSettings {
-    fn default() -> Self {
-        let d = ragtune_ingest::ChunkerConfig::default();
-        Self { chunk_size: d.chunk_size, chunk_overlap: d.chunk_overlap, max_section_size: d.max_section_size }
-    }
-}
-
-impl ChunkingSettings {
-    /// The ingest-layer chunker configuration.
-    #[must_use]
-    pub fn chunker(&self) -> ragtune_ingest::ChunkerConfig {
-        ragtune_ingest::ChunkerConfig {
-            chunk_size: self.chunk_size,
-            chunk_overlap: self.chunk_overlap,
-            max_section_size: self.max_section_size,
-        }
-    }
-}
+/// Chunking settings, in whitespace-separated words: the ingest layer's configuration as is.
+pub use ragtune_ingest::ChunkerConfig as ChunkingSettings;
 
 /// Which retrieval strategy answers queries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
@@ -1133,6 +1105,18 @@ pub struct RouteSettings {
     pub complex: RouteSetting,
 }
 
+impl RouteSettings {
+    /// The setting of a complexity's route.
+    #[must_use]
+    pub fn plan(&self, complexity: ragtune_core::Complexity) -> &RouteSetting {
+        match complexity {
+            ragtune_core::Complexity::Simple => &self.simple,
+            ragtune_core::Complexity::Moderate => &self.moderate,
+            ragtune_core::Complexity::Complex => &self.complex,
+        }
+    }
+}
+
 impl Default for RouteSettings {
     fn default() -> Self {
         Self {
@@ -1161,7 +1145,8 @@ pub struct RouteSetting {
     pub transform: Transform,
     /// Retrieval steps allowed (hops for multi-hop).
     pub retrieval_steps: u32,
-    /// Candidates the reranker may score.
+    /// Candidates the reranker may score: caps `[rerank] max_docs` for the questions of this route (the
+    /// router's heuristic decides the route at the rerank stage).
     pub rerank_docs: u32,
     /// Results at most.
     pub max_results: usize,

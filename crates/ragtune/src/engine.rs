@@ -549,7 +549,7 @@ impl Engine {
     ) -> Result<IndexReport> {
         let started = Instant::now();
         let loaded = Self::load(path, exclude)?;
-        let chunking = Chunking::Window(self.config.chunking.chunker());
+        let chunking = Chunking::Window(self.config.chunking);
         let mut report = self.index_documents(&loaded.items, chunking, progress).await?;
         report.issues = loaded.issues.iter().map(LoadIssue::to_string).chain(report.issues).collect();
         report.seconds = started.elapsed().as_secs_f64();
@@ -690,7 +690,7 @@ impl Engine {
         if docs.is_empty() {
             return Err(Error::invalid_input("there are no documents to index"));
         }
-        let chunking = Chunking::Auto(self.config.chunking.chunker());
+        let chunking = Chunking::Auto(self.config.chunking);
         docs.iter()
             .map(|doc| {
                 chunk(doc, chunking, None)

@@ -194,8 +194,21 @@ impl Engine {
                 ..Default::default()
             },
         );
+        // With the complexity router, the question's route caps the pairs scored (`transform.routes.*.rerank_docs`).
+        let mut max_docs = cfg.max_docs;
+        let t = &self.config().transform;
+        if t.kind == Transform::Routed {
+            let (route, _) = ragtune_retrieve::transform::classify_heuristic(question);
+            let cap = u64::from(t.routes.plan(route).rerank_docs);
+            ctx.trace(
+                ragtune_core::TraceEvent::new("rerank", "route_budget")
+                    .detail("route", route.as_str())
+                    .detail("rerank_docs", cap),
+            );
+            max_docs = max_docs.min(cap);
+        }
         let mut rctx = ctx.clone();
-        rctx.budget = Budget::new(Cost::new(u64::MAX, cfg.max_docs, u64::MAX));
+        rctx.budget = Budget::new(Cost::new(u64::MAX, max_docs, u64::MAX));
         // The controller traces every batch and why it stopped; the reranker traces every call it makes.
         let outcome = controller.run(&rctx, question, candidates).await?;
         Ok((outcome.candidates(), outcome.report.spent, name))
