@@ -722,7 +722,7 @@ impl Default for Bm25Settings {
 pub use ragtune_ingest::ChunkerConfig as ChunkingSettings;
 
 /// Which retrieval strategy answers queries.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Strategy {
     /// Hybrid when the store has dense vectors and the embedder is available, else BM25.
@@ -1016,7 +1016,7 @@ impl Default for LlmSettings {
 pub use ragtune_llm::Endpoint as LlmEndpoint;
 
 /// A query transformation around the retrieval strategy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Transform {
     /// The question as asked.

@@ -110,6 +110,40 @@ pub struct Engine {
     /// document). Dense vectors, once there, are not expected to vanish; if every one is deleted, dense retrieval
     /// returns no hits instead of the explanation.
     dense_seen: Arc<AtomicBool>,
+    /// The parts built once per configuration and reused by every question (retrievers, the CRAG evaluator, the
+    /// faithfulness judge); a new configuration, LLM or BM25 encoder starts an empty set.
+    built: Arc<Built>,
+}
+
+/// The parts an engine builds on first use and keeps: no question builds its retriever, evaluator or judge again
+/// (nor reads the synonym file again).
+#[derive(Default)]
+pub(crate) struct Built {
+    /// By resolved strategy and transformation: the retriever with its transformation and header boost around it.
+    retrievers: std::sync::Mutex<std::collections::HashMap<(Strategy, Transform), Arc<dyn Retriever>>>,
+    /// The Corrective-RAG evaluator (a failure to build is not kept: the next question tries again).
+    pub(crate) evaluator: std::sync::OnceLock<Arc<dyn ragtune_core::RelevanceEvaluator>>,
+    /// The faithfulness judge.
+    pub(crate) judge: std::sync::OnceLock<Arc<ragtune_evaluators::faithfulness::FaithfulnessJudge>>,
+}
+
+impl std::fmt::Debug for Built {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let retrievers = self.retrievers.lock().map(|m| m.len()).unwrap_or(0);
+        f.debug_struct("Built").field("retrievers", &retrievers).finish_non_exhaustive()
+    }
+}
+
+/// The settings the built parts depend on: two configurations with the same key share them (a request that only
+/// changes `top_k`, the deadline or whether CRAG or the web runs builds nothing).
+fn built_key(config: &Config) -> String {
+    let c = &config.crag;
+    serde_json::json!({
+        "search": config.search, "hybrid": config.hybrid, "transform": config.transform,
+        "crag": [&c.evaluator, &c.heuristic, &c.model, &c.scorer, &c.learned],
+        "judge": config.judge, "judge_with_llm": config.pipeline.judge_with_llm, "rerank": config.rerank,
+    })
+    .to_string()
 }
 
 /// The page fetcher of `[web.fetch]`, shared by the engine's clones.
@@ -292,6 +326,7 @@ impl Engine {
             fetcher,
             caches,
             dense_seen: Arc::default(),
+            built: Arc::default(),
         })
     }
 
@@ -325,6 +360,7 @@ impl Engine {
             self.cross_encoder = load_cross_encoder(&config);
         }
         self.notes.extend(cross_encoder_notes(&config, self.cross_encoder.as_ref()));
+        self.built = Arc::default();
         self.config = config;
         Ok(self)
     }
@@ -344,6 +380,9 @@ impl Engine {
         let mut engine = self.clone();
         if !config.web.enabled {
             engine.web = None;
+        }
+        if built_key(&config) != built_key(&self.config) {
+            engine.built = Arc::default();
         }
         engine.config = config;
         Ok(engine)
@@ -375,7 +414,13 @@ impl Engine {
     #[must_use]
     pub fn with_llm(mut self, llm: Option<Arc<dyn Llm>>) -> Self {
         self.llm = llm;
+        self.built = Arc::default();
         self
+    }
+
+    /// The parts built once for this configuration.
+    pub(crate) fn built(&self) -> &Built {
+        &self.built
     }
 
     /// Uses `tokens` (or none) as the embedding model's tokenizer that [`Chunking::Window`] counts with, instead of
@@ -820,6 +865,7 @@ impl Engine {
         let encoder = Arc::new(Bm25Encoder::new(cfg)?);
         self.store.store.ensure_spaces(&Ctx::new(), None, Some(encoder.spec())).await?;
         self.encoder = Some(encoder.clone());
+        self.built = Arc::default();
         Ok(encoder)
     }
 
@@ -895,11 +941,19 @@ impl Engine {
     /// ([`Unavailable`](ragtune_core::ErrorKind::Unavailable)); a synonym table that cannot be read; `routed` as a
     /// route's own transformation.
     pub async fn transformed_retriever(&self, requested: Strategy, transform: Transform) -> Result<Arc<dyn Retriever>> {
-        let retriever = self.transformed(requested, transform, self.config.transform.max_hops).await?;
+        let (strategy, _) = self.resolve(requested).await?;
+        let key = (strategy, transform);
+        if let Some(r) = self.built.retrievers.lock().ok().and_then(|m| m.get(&key).cloned()) {
+            return Ok(r);
+        }
+        let mut retriever = self.transformed(strategy, transform, self.config.transform.max_hops).await?;
         // The header boost comes after fusion and transformation, on the list the caller receives.
         let boost = self.config.search.header_boost;
         if boost > 0.0 {
-            return Ok(Arc::new(ragtune_retrieve::HeaderBoostRetriever::new(retriever, boost)?));
+            retriever = Arc::new(ragtune_retrieve::HeaderBoostRetriever::new(retriever, boost)?);
+        }
+        if let Ok(mut m) = self.built.retrievers.lock() {
+            m.insert(key, retriever.clone());
         }
         Ok(retriever)
     }

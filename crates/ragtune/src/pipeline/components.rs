@@ -42,7 +42,11 @@ impl Engine {
     }
 
     /// The faithfulness judge: with the embedder when one is loaded, with the LLM when configured to use it.
-    pub(super) fn judge(&self) -> FaithfulnessJudge {
+    pub(super) fn judge(&self) -> Arc<FaithfulnessJudge> {
+        self.built().judge.get_or_init(|| Arc::new(self.build_judge())).clone()
+    }
+
+    fn build_judge(&self) -> FaithfulnessJudge {
         let cfg = self.config();
         // The configuration was validated when it was loaded; an invalid one here falls back to the defaults.
         let mut judge = FaithfulnessJudge::new(cfg.judge.clone())
@@ -94,8 +98,16 @@ impl Engine {
         Ok(Retrieved { candidates, source: retriever.name().to_owned(), cache_hit: false })
     }
 
-    /// The configured Corrective-RAG evaluator.
+    /// The configured Corrective-RAG evaluator, built on the first question.
     fn evaluator(&self) -> Result<Arc<dyn RelevanceEvaluator>> {
+        if let Some(e) = self.built().evaluator.get() {
+            return Ok(e.clone());
+        }
+        let built = self.build_evaluator()?;
+        Ok(self.built().evaluator.get_or_init(|| built).clone())
+    }
+
+    fn build_evaluator(&self) -> Result<Arc<dyn RelevanceEvaluator>> {
         let cfg = &self.config().crag;
         Ok(match cfg.evaluator {
             EvaluatorKind::Heuristic => Arc::new(HeuristicEvaluator::new(cfg.heuristic.clone())?),

@@ -735,7 +735,7 @@ impl Env<'_> {
         let passages: Vec<String> = context.iter().map(|p| p.text.clone()).collect();
         let judge = match &self.vectors {
             // The statements of an extractive answer are refinement strips, whose vectors are known already.
-            Some(v) => self.engine.judge().with_embedder(v.clone()),
+            Some(v) => Arc::new(self.engine.judge().as_ref().clone().with_embedder(v.clone())),
             None => self.engine.judge(),
         };
         match judge.judge(&self.ctx, &self.question, answer, &passages).await {
