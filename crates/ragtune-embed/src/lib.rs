@@ -50,9 +50,11 @@
 //! ```
 
 mod bm25;
+mod cache;
 mod text;
 
 pub use bm25::{Bm25Config, Bm25Encoder};
+pub use cache::{QueryCache, RequestVectors};
 pub use text::{Analyzer, ENGLISH_STOP_WORDS};
 
 mod fast;

@@ -125,6 +125,8 @@ pub(crate) struct Built {
     pub(crate) evaluator: std::sync::OnceLock<Arc<dyn ragtune_core::RelevanceEvaluator>>,
     /// The faithfulness judge.
     pub(crate) judge: std::sync::OnceLock<Arc<ragtune_evaluators::faithfulness::FaithfulnessJudge>>,
+    /// The synonym table (`transform.synonyms`, else the built-in one), read once.
+    synonyms: std::sync::OnceLock<Arc<ragtune_retrieve::transform::SynonymTable>>,
 }
 
 impl std::fmt::Debug for Built {
@@ -958,6 +960,22 @@ impl Engine {
         Ok(retriever)
     }
 
+    /// The synonym table of `transform.synonyms` (the built-in one when unset), read on first use.
+    ///
+    /// # Errors
+    /// A table file that cannot be read or parsed (not kept: the next use reads it again).
+    pub(crate) fn synonym_table(&self) -> Result<Arc<ragtune_retrieve::transform::SynonymTable>> {
+        use ragtune_retrieve::transform::SynonymTable;
+        if let Some(t) = self.built.synonyms.get() {
+            return Ok(t.clone());
+        }
+        let table = match &self.config.transform.synonyms {
+            Some(path) => SynonymTable::from_file(path)?,
+            None => SynonymTable::builtin(),
+        };
+        Ok(self.built.synonyms.get_or_init(|| Arc::new(table)).clone())
+    }
+
     fn llm_or_none(&self) -> Arc<dyn Llm> {
         self.llm.clone().unwrap_or_else(|| Arc::new(crate::models::NoLlm))
     }
@@ -972,7 +990,6 @@ impl Engine {
         use ragtune_retrieve::transform::{
             HydeConfig, HydeRetriever, MultiHopConfig, MultiHopRetriever, MultiQueryConfig, MultiQueryRetriever,
             RewriteConfig, RewriteRetriever, RouteBudget, RoutePlan, RoutedRetriever, SynonymExpansionRetriever,
-            SynonymTable,
         };
         let t = &self.config.transform;
         let llm = self.llm_or_none();
@@ -1017,11 +1034,8 @@ impl Engine {
                 Ok(Arc::new(RewriteRetriever::new("rewrite", llm, self.retriever(strategy).await?, config)))
             }
             Transform::Expand => {
-                let table = match &t.synonyms {
-                    Some(path) => SynonymTable::from_file(path)?,
-                    None => SynonymTable::builtin(),
-                };
-                Ok(Arc::new(SynonymExpansionRetriever::new("expand", self.retriever(strategy).await?, Arc::new(table))))
+                let table = self.synonym_table()?;
+                Ok(Arc::new(SynonymExpansionRetriever::new("expand", self.retriever(strategy).await?, table)))
             }
             Transform::MultiHop => {
                 let config = MultiHopConfig {

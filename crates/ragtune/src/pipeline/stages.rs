@@ -316,17 +316,23 @@ impl Env<'_> {
             }
             Verdict::Incorrect => {
                 if cfg.rewrite_on_incorrect {
-                    let (transform, name) = if self.engine.llm().is_some() {
-                        (Transform::Rewrite, "query_rewrite")
-                    } else {
+                    // The pipeline's one rewrite; the rewritten query's candidates are fused into the question's.
+                    let r = self.rewritten().await;
+                    cost += r.cost;
+                    let name = if r.how == "llm" { "query_rewrite" } else { "query_expansion" };
+                    if r.how == "synonyms" && r.problem.is_none() {
                         notes.push(Note::new(
                             NoteKind::CorrectionFallback,
                             "no LLM to rewrite the query: expanded it with synonyms instead",
                         ));
-                        (Transform::Expand, "query_expansion")
-                    };
-                    if self.re_retrieve(transform, name, k, candidates, &mut notes).await {
-                        strategies.push(name);
+                    }
+                    match &r.problem {
+                        Some(why) => notes.push(Note::new(NoteKind::CorrectionFailed, format!("{name} failed: {why}"))),
+                        None => {
+                            if self.re_retrieve_query(&r.query, name, k, candidates, &mut notes).await {
+                                strategies.push(name);
+                            }
+                        }
                     }
                 }
                 if self.web_search(k, candidates, crag, &mut notes, &mut cost).await {
@@ -348,6 +354,28 @@ impl Env<'_> {
             report = report.detail("web_query", q.as_str());
         }
         ((), report)
+    }
+
+    /// Retrieves `query` (plain, no transformation) and fuses the result into `candidates`; whether it did. A
+    /// failure is noted as "`what` failed".
+    async fn re_retrieve_query(
+        &self,
+        query: &str,
+        what: &str,
+        k: usize,
+        candidates: &mut Vec<Candidate>,
+        notes: &mut Vec<Note>,
+    ) -> bool {
+        match self.engine.retrieve_cached(&self.ctx, query, k, false, Transform::None).await {
+            Ok(r) => {
+                *candidates = fuse_lists(candidates, &r.candidates, k * 2);
+                true
+            }
+            Err(e) => {
+                notes.push(Note::new(NoteKind::CorrectionFailed, format!("{what} failed: {e}")));
+                false
+            }
+        }
     }
 
     /// Retrieves again with `transform` and fuses the result into `candidates`; whether it did. A failure is
@@ -761,33 +789,49 @@ impl Env<'_> {
         }
     }
 
-    /// The query of a rewrite retry: the LLM's rewrite, synonyms without an LLM, the question when both fail.
-    async fn rewrite(&self) -> (String, Report) {
+    /// The question rewritten for retrieval, the one rewrite of the pipeline (the retry's `rewrite_query` and the
+    /// correction of an INCORRECT retrieval): the LLM's rewrite (`rewrite@1`); without an LLM, the question expanded
+    /// with the synonym table (`transform.synonyms`, else the built-in one); the question itself when that fails.
+    async fn rewritten(&self) -> Rewritten {
         let question = self.question.clone();
         let Some(llm) = self.engine.llm() else {
-            let table = ragtune_retrieve::transform::SynonymTable::builtin();
-            let expanded = table.expand(&question).map_or(question, |(expanded, _)| expanded);
-            let report = Report::new("synonyms")
-                .note(NoteKind::RetryRewrite, "retry rewrite without an LLM: the query was expanded with synonyms");
-            return (expanded, report);
+            return match self.engine.synonym_table() {
+                Ok(table) => match table.expand(&question).filter(|(t, _)| t.len() <= ragtune_core::Query::MAX_BYTES) {
+                    Some((expanded, _)) => Rewritten::new(expanded, "synonyms"),
+                    None => {
+                        Rewritten::new(question, "synonyms").problem("no word of the question is in the synonym table")
+                    }
+                },
+                Err(e) => Rewritten::new(question, "failed").problem(format!("the synonym table cannot be read: {e}")),
+            };
         };
         let values = [("query", question.as_str()), ("context", "(none)")];
         match query_from_llm(llm.as_ref(), &self.ctx, &prompts::REWRITE, &values).await {
-            Ok((Some(text), cost)) => (text, Report::new("llm").cost(cost)),
+            Ok((Some(text), cost)) => Rewritten { cost, ..Rewritten::new(text, "llm") },
             Ok((None, cost)) => {
-                let report = Report::new("no_query")
-                    .cost(cost)
-                    .note(NoteKind::RetryRewrite, "retry rewrite returned no query; the question is searched again");
-                (question, report)
+                Rewritten { cost, ..Rewritten::new(question, "no_query").problem("it returned no query") }
             }
-            Err(e) => {
-                let report = Report::new("failed").detail("error", e.to_string()).note(
-                    NoteKind::RetryRewrite,
-                    format!("retry rewrite failed ({e}); the question is searched again"),
-                );
-                (question, report)
+            Err(e) => Rewritten::new(question, "failed").problem(format!("it failed ({e})")),
+        }
+    }
+
+    /// The query of a rewrite retry ([`rewritten`](Self::rewritten)) as a trace step.
+    async fn rewrite(&self) -> (String, Report) {
+        let r = self.rewritten().await;
+        let mut report = Report::new(r.how).cost(r.cost);
+        match (&r.problem, r.how) {
+            (None, "synonyms") => {
+                report = report
+                    .note(NoteKind::RetryRewrite, "retry rewrite without an LLM: the query was expanded with synonyms");
+            }
+            (None, _) => {}
+            (Some(why), _) => {
+                report = report
+                    .detail("error", why.as_str())
+                    .note(NoteKind::RetryRewrite, format!("retry rewrite: {why}; the question is searched again"));
             }
         }
+        (r.query, report)
     }
 
     /// The query sent to the web: the question rewritten for a web search engine when an LLM is configured
@@ -1072,5 +1116,25 @@ impl CragMetadata {
         self.score = j.score;
         self.criteria = j.criteria.clone();
         self.reasons = j.reasons.clone();
+    }
+}
+
+/// A rewritten query ([`Env::rewritten`]): the query, how it was made (`llm`, `synonyms`, `no_query`, `failed`),
+/// what it cost, and why the question is searched unchanged when it is.
+struct Rewritten {
+    query: String,
+    how: &'static str,
+    cost: Cost,
+    problem: Option<String>,
+}
+
+impl Rewritten {
+    fn new(query: String, how: &'static str) -> Self {
+        Self { query, how, cost: Cost::default(), problem: None }
+    }
+
+    fn problem(mut self, why: impl Into<String>) -> Self {
+        self.problem = Some(why.into());
+        self
     }
 }
