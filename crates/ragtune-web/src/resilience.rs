@@ -579,11 +579,7 @@ impl Resilience {
     /// pool), arXiv 3 per second, the others unlimited; everyone the default backoff and breaker.
     #[must_use]
     pub fn for_provider(name: &str) -> Self {
-        let rate_limit = match name {
-            crate::semantic_scholar::NAME => Some(RateLimit::per_second(1.0)),
-            crate::arxiv::NAME => Some(RateLimit::per_second(3.0)),
-            _ => None,
-        };
+        let rate_limit = crate::providers::provider(name).and_then(|p| p.per_second).map(RateLimit::per_second);
         Self { rate_limit, ..Self::default() }
     }
 

@@ -15,7 +15,7 @@ use crate::http::Endpoint;
 use ragtune_core::Complexity;
 
 use crate::multi::{MultiSearch, Routing};
-use crate::providers::{arxiv, exa, perplexity, searxng, semantic_scholar, tavily};
+use crate::providers::{PROVIDERS, Provider, provider};
 use crate::resilience::{BreakerConfig, RateLimit, Resilience, ResilienceStats};
 
 /// The settings of one provider; everything but SearXNG's `base_url` (and the paid providers' keys) has a default.
@@ -81,9 +81,6 @@ pub struct WebStack {
     pub fetcher: Option<PageFetcher>,
 }
 
-/// The registration order: the free and self-hosted first, then by the protocol's routes.
-const ORDER: &[&str] = &[searxng::NAME, tavily::NAME, exa::NAME, perplexity::NAME, semantic_scholar::NAME, arxiv::NAME];
-
 impl WebSettings {
     /// Builds every configured provider with its resilience stack, and the multi-provider search over them.
     ///
@@ -91,38 +88,24 @@ impl WebSettings {
     /// [`InvalidInput`](ragtune_core::ErrorKind::InvalidInput) for an unknown provider name, SearXNG without a base
     /// URL, a paid provider without a key, an invalid timeout or rate limit.
     pub fn build(&self) -> Result<WebStack> {
-        if let Some(unknown) = self.providers.keys().find(|k| !ORDER.contains(&k.as_str())) {
+        if let Some(unknown) = self.providers.keys().find(|k| provider(k).is_none()) {
+            let known: Vec<&str> = PROVIDERS.iter().map(|p| p.name).collect();
             return Err(Error::invalid_input(format!(
                 "unknown web provider `{unknown}` (known: {})",
-                ORDER.join(", ")
+                known.join(", ")
             )));
         }
         let mut providers: Vec<Arc<dyn WebSearch>> = Vec::new();
         let mut stats = Vec::new();
-        for name in ORDER {
-            let Some(p) = self.providers.get(*name) else { continue };
-            let endpoint = endpoint(name, p)?;
-            let mut resilience = Resilience::for_provider(name);
+        for entry in PROVIDERS {
+            let Some(p) = self.providers.get(entry.name) else { continue };
+            let mut resilience = Resilience::for_provider(entry.name);
             resilience.rate_limit = p.rate_limit.or(resilience.rate_limit);
             resilience.backoff = p.backoff.unwrap_or(resilience.backoff);
             resilience.breaker = p.breaker.unwrap_or(resilience.breaker);
-            let (provider, counters): (Arc<dyn WebSearch>, _) = match *name {
-                searxng::NAME => wrap(&resilience, crate::SearxNg::new(endpoint)?)?,
-                tavily::NAME => wrap(&resilience, crate::Tavily::new(endpoint)?)?,
-                exa::NAME => wrap(&resilience, crate::Exa::new(endpoint)?)?,
-                perplexity::NAME => {
-                    let sonar = crate::Perplexity::new(endpoint)?;
-                    let sonar = match &p.model {
-                        Some(m) => sonar.with_model(m),
-                        None => sonar,
-                    };
-                    wrap(&resilience, sonar)?
-                }
-                semantic_scholar::NAME => wrap(&resilience, crate::SemanticScholar::new(endpoint)?)?,
-                _ => wrap(&resilience, crate::Arxiv::new(endpoint)?)?,
-            };
-            providers.push(provider);
-            stats.push(((*name).to_owned(), counters));
+            let (provider, counters) = resilience.wrap((entry.make)(endpoint(entry, p)?, p)?)?;
+            providers.push(Arc::new(provider));
+            stats.push((entry.name.to_owned(), counters));
         }
         let search = MultiSearch::new(providers)
             .with_routing(self.routing.clone())
@@ -134,27 +117,12 @@ impl WebSettings {
     }
 }
 
-fn wrap<P: WebSearch + 'static>(
-    resilience: &Resilience,
-    provider: P,
-) -> Result<(Arc<dyn WebSearch>, Arc<ResilienceStats>)> {
-    let (wrapped, stats) = resilience.wrap(provider)?;
-    Ok((Arc::new(wrapped), stats))
-}
-
-fn endpoint(name: &str, p: &ProviderSettings) -> Result<Endpoint> {
-    let default_url = match name {
-        tavily::NAME => Some(tavily::DEFAULT_URL),
-        exa::NAME => Some(exa::DEFAULT_URL),
-        perplexity::NAME => Some(perplexity::DEFAULT_URL),
-        semantic_scholar::NAME => Some(semantic_scholar::DEFAULT_URL),
-        arxiv::NAME => Some(arxiv::DEFAULT_URL),
-        _ => None,
-    };
+fn endpoint(entry: &Provider, p: &ProviderSettings) -> Result<Endpoint> {
+    let name = entry.name;
     let base_url = p
         .base_url
         .clone()
-        .or_else(|| default_url.map(str::to_owned))
+        .or_else(|| entry.default_url.map(str::to_owned))
         .ok_or_else(|| Error::invalid_input(format!("the {name} web provider needs a base_url")))?;
     let mut endpoint = Endpoint::new(base_url);
     endpoint.api_key = p.api_key.clone();

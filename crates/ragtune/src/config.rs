@@ -300,14 +300,6 @@ impl<'de> Deserialize<'de> for WebConfig {
     }
 }
 
-/// The environment variable each paid provider's key is read from when the section sets none.
-const WEB_KEY_VARS: &[(&str, &str)] = &[
-    ("tavily", "TAVILY_API_KEY"),
-    ("exa", "EXA_API_KEY"),
-    ("perplexity", "PERPLEXITY_API_KEY"),
-    ("semantic_scholar", "SEMANTIC_SCHOLAR_API_KEY"),
-];
-
 impl WebConfig {
     /// Whether the section asks for web search: `enabled` with at least one provider.
     #[must_use]
@@ -320,8 +312,8 @@ impl WebConfig {
     #[must_use]
     pub fn resolved(&self) -> ragtune_web::WebSettings {
         let mut settings = self.settings.clone();
-        for (name, var) in WEB_KEY_VARS {
-            if let Some(p) = settings.providers.get_mut(*name)
+        for (name, var) in ragtune_web::providers::PROVIDERS.iter().filter_map(|p| Some((p.name, p.key_env?))) {
+            if let Some(p) = settings.providers.get_mut(name)
                 && p.api_key.is_none()
                 && let Ok(key) = std::env::var(var)
                 && !key.is_empty()

@@ -39,6 +39,103 @@ pub mod searxng;
 pub mod semantic_scholar;
 pub mod tavily;
 
+use std::sync::Arc;
+
+use ragtune_core::WebSearch;
+
+use crate::http::Endpoint;
+use crate::settings::ProviderSettings;
+
+/// Everything ragtune knows of a provider outside its own module: the one table a new provider is added to.
+#[derive(Debug, Clone, Copy)]
+pub struct Provider {
+    /// The name in `[web.providers.NAME]`, in routes and in traces.
+    pub name: &'static str,
+    /// The public API, when there is one (SearXNG is self-hosted and needs a `base_url`).
+    pub default_url: Option<&'static str>,
+    /// The environment variable the facade reads the API key from when the settings have none.
+    pub key_env: Option<&'static str>,
+    /// The protocol's rate limit, in requests per second (none: the provider's own limits apply).
+    pub per_second: Option<f64>,
+    /// Makes the provider from its endpoint and settings.
+    pub make: fn(Endpoint, &ProviderSettings) -> Result<Arc<dyn WebSearch>>,
+}
+
+/// The providers in registration order (the free and self-hosted first, then by the protocol's routes), which
+/// decides how a route is topped up.
+pub const PROVIDERS: &[Provider] = &[
+    Provider { name: searxng::NAME, default_url: None, key_env: None, per_second: None, make: make_searxng },
+    Provider {
+        name: tavily::NAME,
+        default_url: Some(tavily::DEFAULT_URL),
+        key_env: Some("TAVILY_API_KEY"),
+        per_second: None,
+        make: make_tavily,
+    },
+    Provider {
+        name: exa::NAME,
+        default_url: Some(exa::DEFAULT_URL),
+        key_env: Some("EXA_API_KEY"),
+        per_second: None,
+        make: make_exa,
+    },
+    Provider {
+        name: perplexity::NAME,
+        default_url: Some(perplexity::DEFAULT_URL),
+        key_env: Some("PERPLEXITY_API_KEY"),
+        per_second: None,
+        make: make_perplexity,
+    },
+    Provider {
+        name: semantic_scholar::NAME,
+        default_url: Some(semantic_scholar::DEFAULT_URL),
+        key_env: Some("SEMANTIC_SCHOLAR_API_KEY"),
+        per_second: Some(1.0),
+        make: make_semantic_scholar,
+    },
+    Provider {
+        name: arxiv::NAME,
+        default_url: Some(arxiv::DEFAULT_URL),
+        key_env: None,
+        per_second: Some(3.0),
+        make: make_arxiv,
+    },
+];
+
+/// The provider called `name`.
+#[must_use]
+pub fn provider(name: &str) -> Option<&'static Provider> {
+    PROVIDERS.iter().find(|p| p.name == name)
+}
+
+fn make_searxng(endpoint: Endpoint, _: &ProviderSettings) -> Result<Arc<dyn WebSearch>> {
+    Ok(Arc::new(searxng::SearxNg::new(endpoint)?))
+}
+
+fn make_tavily(endpoint: Endpoint, _: &ProviderSettings) -> Result<Arc<dyn WebSearch>> {
+    Ok(Arc::new(tavily::Tavily::new(endpoint)?))
+}
+
+fn make_exa(endpoint: Endpoint, _: &ProviderSettings) -> Result<Arc<dyn WebSearch>> {
+    Ok(Arc::new(exa::Exa::new(endpoint)?))
+}
+
+fn make_perplexity(endpoint: Endpoint, settings: &ProviderSettings) -> Result<Arc<dyn WebSearch>> {
+    let sonar = perplexity::Perplexity::new(endpoint)?;
+    Ok(Arc::new(match &settings.model {
+        Some(m) => sonar.with_model(m),
+        None => sonar,
+    }))
+}
+
+fn make_semantic_scholar(endpoint: Endpoint, _: &ProviderSettings) -> Result<Arc<dyn WebSearch>> {
+    Ok(Arc::new(semantic_scholar::SemanticScholar::new(endpoint)?))
+}
+
+fn make_arxiv(endpoint: Endpoint, _: &ProviderSettings) -> Result<Arc<dyn WebSearch>> {
+    Ok(Arc::new(arxiv::Arxiv::new(endpoint)?))
+}
+
 use std::future::Future;
 use std::time::Instant;
 
@@ -140,4 +237,26 @@ where
         out.push(one(q).await?);
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_provider_is_registered_once_and_makes_itself_under_its_name() {
+        for (i, p) in PROVIDERS.iter().enumerate() {
+            assert!(PROVIDERS[..i].iter().all(|q| q.name != p.name), "{} twice", p.name);
+            assert_eq!(provider(p.name).map(|q| q.name), Some(p.name));
+            let url = p.default_url.unwrap_or("http://127.0.0.1:8888");
+            let mut endpoint = Endpoint::new(url);
+            endpoint.api_key = Some("a-key-for-the-test".into());
+            let made = (p.make)(endpoint, &ProviderSettings::default()).unwrap();
+            assert_eq!(made.name(), p.name);
+        }
+        assert!(provider("bing").is_none());
+        // The protocol's rate limits come from the table.
+        assert!(crate::Resilience::for_provider("semantic_scholar").rate_limit.is_some());
+        assert!(crate::Resilience::for_provider("searxng").rate_limit.is_none());
+    }
 }
