@@ -224,6 +224,18 @@ pub trait VectorStore: Send + Sync + Debug {
         Ok(vec![Vec::new(); ids.len()])
     }
 
+    /// One page of at most `limit` records (chunks with their vectors and spans), in the store's order, and the
+    /// cursor of the next page (`None` after the last): pass `None` first, then each returned cursor. What a
+    /// migration, a backup or a re-index reads. The default is for a store that cannot list its records.
+    ///
+    /// # Errors
+    /// [`Unavailable`](crate::ErrorKind::Unavailable) for a store without listing (the default); IO failures.
+    async fn scan(&self, ctx: &Ctx, cursor: Option<String>, limit: usize) -> Result<(Vec<Record>, Option<String>)> {
+        let _ = (cursor, limit);
+        ctx.check()?;
+        Err(crate::Error::unavailable("this store cannot list its records"))
+    }
+
     /// Inserts or replaces records by chunk id.
     ///
     /// # Errors
@@ -636,6 +648,9 @@ macro_rules! forward_pointer {
             }
             async fn span_vectors(&self, ctx: &Ctx, ids: &[String]) -> Result<Vec<Vec<SpanVector>>> {
                 (**self).span_vectors(ctx, ids).await
+            }
+            async fn scan(&self, ctx: &Ctx, cursor: Option<String>, limit: usize) -> Result<(Vec<Record>, Option<String>)> {
+                (**self).scan(ctx, cursor, limit).await
             }
             async fn search_without_text(&self, ctx: &Ctx, requests: &[SearchRequest]) -> Result<Vec<Vec<ScoredHit>>> {
                 (**self).search_without_text(ctx, requests).await

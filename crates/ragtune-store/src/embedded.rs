@@ -981,6 +981,14 @@ const INLINE_SPARSE_SLOTS: u64 = 1 << 16;
 
 #[async_trait]
 impl VectorStore for EmbeddedStore {
+    /// [`EmbeddedStore::scan`] in chunk id order; the cursor is the last id of the page.
+    async fn scan(&self, ctx: &Ctx, cursor: Option<String>, limit: usize) -> Result<(Vec<Record>, Option<String>)> {
+        ctx.check()?;
+        let page = EmbeddedStore::scan(self, cursor, limit.max(1)).await?;
+        let next = (page.len() >= limit.max(1)).then(|| page.last().map(|r| r.chunk.id.clone())).flatten();
+        Ok((page, next))
+    }
+
     async fn ensure_spaces(
         &self,
         _ctx: &Ctx,

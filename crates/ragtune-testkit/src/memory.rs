@@ -148,6 +148,17 @@ impl State {
 
 #[async_trait]
 impl VectorStore for MemoryStore {
+    async fn scan(&self, ctx: &Ctx, cursor: Option<String>, limit: usize) -> Result<(Vec<Record>, Option<String>)> {
+        ctx.check()?;
+        let st = self.read();
+        let limit = limit.max(1);
+        let after = |id: &String| cursor.as_ref().is_none_or(|c| id > c);
+        let page: Vec<Record> =
+            st.records.iter().filter(|(id, _)| after(id)).take(limit).map(|(_, r)| r.clone()).collect();
+        let next = (page.len() == limit).then(|| page.last().map(|r| r.chunk.id.clone())).flatten();
+        Ok((page, next))
+    }
+
     async fn ensure_spaces(&self, ctx: &Ctx, dense: Option<&EmbeddingSpec>, sparse: Option<&SparseSpec>) -> Result<()> {
         ctx.check()?;
         let mut st = self.write_lock();

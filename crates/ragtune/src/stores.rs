@@ -85,6 +85,9 @@ impl VectorStore for Generational {
     async fn span_vectors(&self, ctx: &Ctx, ids: &[String]) -> Result<Vec<Vec<SpanVector>>> {
         self.inner.span_vectors(ctx, ids).await
     }
+    async fn scan(&self, ctx: &Ctx, cursor: Option<String>, limit: usize) -> Result<(Vec<Record>, Option<String>)> {
+        self.inner.scan(ctx, cursor, limit).await
+    }
     async fn upsert(&self, ctx: &Ctx, records: Vec<Record>) -> Result<WriteReport> {
         self.counted(self.inner.upsert(ctx, records)).await
     }
@@ -166,55 +169,6 @@ pub struct MigrateReport {
     pub seconds: f64,
 }
 
-/// A store records are read from, page by page, for [`migrate`].
-enum Source {
-    Embedded(EmbeddedStore),
-    #[cfg(feature = "qdrant")]
-    Qdrant(ragtune_store::QdrantStore),
-}
-
-impl Source {
-    async fn open(config: &StoreConfig) -> Result<Self> {
-        match config.backend {
-            StoreBackend::Embedded => {
-                if !config.path.join("ragtune.redb").is_file() {
-                    return Err(Error::not_found(format!(
-                        "there is no embedded store at {} to migrate",
-                        config.path.display()
-                    )));
-                }
-                Ok(Self::Embedded(EmbeddedStore::open(&config.path)?))
-            }
-            #[cfg(feature = "qdrant")]
-            StoreBackend::Qdrant => Ok(Self::Qdrant(ragtune_store::QdrantStore::connect(config.qdrant.clone()).await?)),
-            #[cfg(not(feature = "qdrant"))]
-            StoreBackend::Qdrant => Err(no_qdrant(config)),
-        }
-    }
-
-    fn store(&self) -> &dyn VectorStore {
-        match self {
-            Self::Embedded(s) => s,
-            #[cfg(feature = "qdrant")]
-            Self::Qdrant(s) => s,
-        }
-    }
-
-    /// One page and the cursor of the next (`None` after the last page).
-    async fn page(&self, ctx: &Ctx, cursor: Option<String>, limit: usize) -> Result<(Vec<Record>, Option<String>)> {
-        match self {
-            Self::Embedded(s) => {
-                let _ = ctx;
-                let page = s.scan(cursor, limit).await?;
-                let next = page.last().map(|r| r.chunk.id.clone());
-                Ok((page, next))
-            }
-            #[cfg(feature = "qdrant")]
-            Self::Qdrant(s) => s.scan(ctx, cursor, limit).await,
-        }
-    }
-}
-
 /// Copies every record of the store `source` names (an embedded store, or a Qdrant collection) into `target` in
 /// batches of `batch` records, fixing the target's spaces to the source's first (a target of other spaces is a
 /// `Mismatch` error before anything is written). Writing is idempotent (upserts by chunk id), so an interrupted
@@ -232,13 +186,16 @@ pub async fn migrate(
     use ragtune_core::{Ctx, WriteBatch};
     let started = std::time::Instant::now();
     let ctx = Ctx::new();
-    let source = Source::open(source).await?;
-    let stats = source.store().stats(&ctx).await?;
+    if source.backend == StoreBackend::Embedded && !source.path.join("ragtune.redb").is_file() {
+        return Err(Error::not_found(format!("there is no embedded store at {} to migrate", source.path.display())));
+    }
+    let source = open_store(source).await?.store;
+    let stats = source.stats(&ctx).await?;
     target.ensure_spaces(&ctx, stats.dense_spec.as_ref(), stats.sparse_spec.as_ref()).await?;
     let mut cursor: Option<String> = None;
     let mut copied = 0_u64;
     loop {
-        let (page, next) = source.page(&ctx, cursor.take(), batch.max(1)).await?;
+        let (page, next) = source.scan(&ctx, cursor.take(), batch.max(1)).await?;
         if page.is_empty() {
             break;
         }

@@ -1699,6 +1699,11 @@ impl Plan {
 
 #[async_trait]
 impl VectorStore for QdrantStore {
+    /// [`QdrantStore::scan`]: the server's point order, its scroll offset as the cursor.
+    async fn scan(&self, ctx: &Ctx, cursor: Option<String>, limit: usize) -> Result<(Vec<Record>, Option<String>)> {
+        QdrantStore::scan(self, ctx, cursor, limit).await
+    }
+
     async fn ensure_spaces(&self, ctx: &Ctx, dense: Option<&EmbeddingSpec>, sparse: Option<&SparseSpec>) -> Result<()> {
         self.inner.ensure_spaces(ctx, dense, sparse).await
     }

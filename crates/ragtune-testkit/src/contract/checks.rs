@@ -100,6 +100,56 @@ pub async fn round_trip<S: VectorStore + ?Sized>(store: &S) {
     expect_search(&c, store, &model, &sparse_req(&[(1, 1.0), (2, 1.0), (3, 1.0)], 10, None), "sparse search").await;
 }
 
+/// `scan` pages through every record once, whatever the page size: the chunks as written, the dense vectors
+/// (within tolerance) and the sparse terms; the last page's cursor is `None`.
+pub async fn scan_pages<S: VectorStore + ?Sized>(store: &S) {
+    let c = Checker::new("scan_pages");
+    setup(&c, store).await;
+    let mut model = Model::default();
+    let records: Vec<Record> = (0..7)
+        .map(|i| {
+            let dense = (i % 3 != 2).then(|| unit([1.0, i as f32, 0.5, 0.0]));
+            let terms = (i % 2 == 0).then(|| sparse(&[(1, 1.0), (u32::try_from(i).unwrap_or(0) + 2, 0.5)]));
+            record(passage(&format!("doc-{}#{i}", i % 3), &format!("doc-{}", i % 3)), dense, terms)
+        })
+        .collect();
+    write(&c, store, &mut model, upserts(records.clone()), "writing 7 records").await;
+    let mut seen: BTreeMap<String, Record> = BTreeMap::new();
+    let mut cursor = None;
+    for page_no in 0..20 {
+        let (page, next) = c.ok("scan", store.scan(&Ctx::new(), cursor.take(), 3).await);
+        c.that(page.len() <= 3, format_args!("page {page_no} has {} records, more than the limit 3", page.len()));
+        for r in page {
+            let id = r.chunk.id.clone();
+            c.that(seen.insert(id.clone(), r).is_none(), format_args!("scan returned `{id}` twice"));
+        }
+        match next {
+            Some(n) => cursor = Some(n),
+            None => break,
+        }
+    }
+    let want: BTreeSet<String> = records.iter().map(|r| r.chunk.id.clone()).collect();
+    c.eq("the ids scan returned", seen.keys().cloned().collect::<BTreeSet<_>>(), want);
+    for r in &records {
+        let Some(got) = seen.get(&r.chunk.id) else { continue };
+        c.eq(&format!("the chunk of `{}`", r.chunk.id), Some(got.chunk.clone()), model.chunk(&r.chunk.id));
+        match (&r.dense, &got.dense) {
+            (None, None) => {}
+            (Some(a), Some(b)) => c.that(
+                a.len() == b.len() && a.iter().zip(b).all(|(x, y)| f64::from((x - y).abs()) <= DENSE_TOL),
+                format_args!("the dense vector of `{}`: wrote {a:?}, scanned {b:?}", r.chunk.id),
+            ),
+            (a, b) => c.fail(format_args!("the dense vector of `{}`: wrote {a:?}, scanned {b:?}", r.chunk.id)),
+        }
+        let terms = |v: &Option<ragtune_core::SparseVector>| {
+            let mut t: Vec<u32> = v.as_ref().map(|v| v.indices.clone()).unwrap_or_default();
+            t.sort_unstable();
+            t
+        };
+        c.eq(&format!("the sparse terms of `{}`", r.chunk.id), terms(&got.sparse), terms(&r.sparse));
+    }
+}
+
 /// Upsert replaces by chunk id: the new text and vectors win, counts do not grow, old sparse terms and the old
 /// dense vector no longer match, a replacement without vectors leaves both indexes, and a chunk moved to another
 /// document belongs only to the new one.

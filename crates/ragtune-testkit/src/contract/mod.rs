@@ -42,7 +42,7 @@ use ragtune_core::VectorStore;
 
 pub use checks::{
     concurrent_readers_with_writer, delete_by_document, dense_scoring, empty_store, filters, large_batch,
-    request_order, round_trip, space_mismatch, sparse_scoring, top_k_and_ties, upsert_replaces,
+    request_order, round_trip, scan_pages, space_mismatch, sparse_scoring, top_k_and_ties, upsert_replaces,
 };
 pub use support::{dense_spec, sparse_spec};
 
@@ -77,6 +77,7 @@ pub fn checks<S: VectorStore + ?Sized + 'static>() -> Vec<Check<S>> {
     let mut all = by_ref![
         empty_store,
         round_trip,
+        scan_pages,
         upsert_replaces,
         delete_by_document,
         filters,
