@@ -15,7 +15,7 @@
 //! healthy p99 under attack is above twice the unloaded p99 or a healthy request got anything but 200.
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use ragtune_testkit::http::request;
 
+use crate::process::{Guard, Spawned};
 use crate::shell::{self, Shell};
 
 pub fn run(args: &[String]) -> Result<()> {
@@ -73,17 +74,21 @@ pub fn run(args: &[String]) -> Result<()> {
         shell::run(&mut index)?;
         println!("bench server: indexed SciFact in {:.1} s", started.elapsed().as_secs_f64());
     }
-    let (mut child, url) = serve(&binary, &store, &work, hostile)?;
-    let outcome = if hostile { under_attack(&url, seconds) } else { measure(&url, child.id(), seconds, soak) };
-    let _ = child.kill();
-    let _ = child.wait();
+    let (server, url) = serve(&binary, &store, &work, hostile)?;
+    let pid = server.get().map_or(0, |server| server.child.id());
+    let outcome = if hostile { under_attack(&url, seconds) } else { measure(&url, pid, seconds, soak) };
+    // Stopping it is the guard's (a failure is a warning: the outcome is what this command reports).
+    drop(server);
     outcome
 }
 
-fn serve(binary: &Path, store: &Path, work: &Path, lexical: bool) -> Result<(Child, String)> {
+/// `ragtune serve` of `store` on a free loopback port, stopped when the guard drops, and its URL (from the line it
+/// prints first).
+fn serve(binary: &Path, store: &Path, work: &Path, lexical: bool) -> Result<(Guard<Spawned>, String)> {
     use std::io::BufRead;
     let config = work.join("server.toml");
-    std::fs::write(&config, "[server]\nmax_concurrency = 16\n[llm]\nurl = \"\"\n")?;
+    std::fs::write(&config, "[server]\nmax_concurrency = 16\n[llm]\nurl = \"\"\n")
+        .with_context(|| format!("cannot write {}", config.display()))?;
     let mut child = Command::new(binary)
         .args(["serve", "--bind", "127.0.0.1:0", "--config"])
         .arg(&config)
@@ -95,14 +100,17 @@ fn serve(binary: &Path, store: &Path, work: &Path, lexical: bool) -> Result<(Chi
         .stderr(Stdio::null())
         .spawn()
         .context("cannot start ragtune serve")?;
+    let stdout = child.stdout.take();
+    let server = Guard::new(Spawned { who: "bench server", child }, "ragtune serve");
     let mut line = String::new();
-    std::io::BufReader::new(child.stdout.take().context("no stdout")?).read_line(&mut line)?;
+    std::io::BufReader::new(stdout.context("no stdout")?)
+        .read_line(&mut line)
+        .context("cannot read the first line of ragtune serve")?;
     let url = line.trim().rsplit(' ').next().unwrap_or_default().to_owned();
     if !url.starts_with("http://") {
-        let _ = child.kill();
         bail!("ragtune serve did not say where it listens: {line:?}");
     }
-    Ok((child, url))
+    Ok((server, url))
 }
 
 /// Resident memory of `pid` in MiB (`VmRSS`).

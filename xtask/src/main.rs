@@ -24,6 +24,7 @@ mod layers;
 mod llm;
 mod matrix;
 mod models;
+mod process;
 mod provision;
 mod python;
 mod qdrant;

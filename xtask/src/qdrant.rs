@@ -18,14 +18,14 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use serde_json::json;
 
 use ragtune_testkit::qdrant::{self as tq, NodePorts, NodeSpec, http_get};
 
-use crate::llm::{is_alive, tail, terminate, write_atomic};
+use crate::process::{self, Guard, Identity, RecordFile, Stop};
 use crate::shell::Shell;
 
 /// The server version the adapter is tested against (qdrant-client 1.20 accepts servers 1.19–1.21).
@@ -38,9 +38,6 @@ pub const DOCKER: &str = "docker run -p 6333:6333 -p 6334:6334 qdrant/qdrant:v1.
 /// Besides the store's server tests, the integration tests named `qdrant_*` (faults on clusters the tests start
 /// themselves, parity with the embedded store).
 pub const TESTS: &str = "binary_id(ragtune-store::qdrant) | (binary_id(tests::it) & test(/^qdrant_/))";
-
-/// How long `stop` waits after SIGTERM before it sends SIGKILL.
-const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The most nodes `--nodes` accepts: each is a full server, and the machine is small.
 const MAX_NODES: usize = 5;
@@ -133,8 +130,8 @@ impl Layout {
         Self { dir: ragtune_provision::ragtune_home().join(name) }
     }
 
-    fn server_json(&self) -> PathBuf {
-        self.dir.join("server.json")
+    fn record(&self) -> RecordFile<Record> {
+        RecordFile::new(self.dir.join("server.json"))
     }
 
     fn node_dir(&self, node: usize) -> PathBuf {
@@ -187,8 +184,8 @@ pub struct Record {
     pub nodes: Vec<Node>,
 }
 
-impl Record {
-    fn to_json(&self) -> String {
+impl process::Record for Record {
+    fn to_json(&self) -> serde_json::Value {
         let nodes: Vec<serde_json::Value> = self
             .nodes
             .iter()
@@ -196,38 +193,33 @@ impl Record {
                 json!({"http": n.http, "grpc": n.grpc, "p2p": n.p2p, "pid": n.pid, "dir": n.dir.display().to_string()})
             })
             .collect();
-        let value = json!({
+        json!({
             "url": self.url,
             "api_key": self.api_key,
             "bin": self.bin.display().to_string(),
             "started_at": self.started_at,
             "nodes": nodes,
-        });
-        format!("{value:#}\n")
+        })
     }
 
-    fn parse(text: &str) -> Result<Self> {
-        let value: serde_json::Value = serde_json::from_str(text).context("not JSON")?;
-        let string = |v: &serde_json::Value, key: &str| {
-            v.get(key).and_then(|v| v.as_str()).map(str::to_owned).with_context(|| format!("no string `{key}`"))
-        };
+    fn from_json(value: &serde_json::Value) -> Result<Self> {
         let nodes = value
             .get("nodes")
             .and_then(|n| n.as_array())
             .context("no array `nodes`")?
             .iter()
             .map(|n| {
-                let pid = n.get("pid").and_then(serde_json::Value::as_u64).context("no number `pid`")?;
+                let pid = process::pid_field(n)?;
                 let p2p = match n.get("p2p") {
                     None | Some(serde_json::Value::Null) => None,
                     Some(p) => Some(p.as_u64().and_then(|p| u16::try_from(p).ok()).context("`p2p` is not a port")?),
                 };
                 Ok(Node {
-                    http: string(n, "http")?,
-                    grpc: string(n, "grpc")?,
+                    http: process::string_field(n, "http")?,
+                    grpc: process::string_field(n, "grpc")?,
                     p2p,
-                    pid: u32::try_from(pid).context("`pid` is out of range")?,
-                    dir: PathBuf::from(string(n, "dir")?),
+                    pid,
+                    dir: PathBuf::from(process::string_field(n, "dir")?),
                 })
             })
             .collect::<Result<Vec<_>>>()?;
@@ -235,10 +227,10 @@ impl Record {
             bail!("`nodes` is empty");
         }
         Ok(Self {
-            url: string(&value, "url")?,
-            api_key: string(&value, "api_key")?,
-            bin: PathBuf::from(string(&value, "bin")?),
-            started_at: value.get("started_at").and_then(serde_json::Value::as_u64).context("no `started_at`")?,
+            url: process::string_field(value, "url")?,
+            api_key: process::string_field(value, "api_key")?,
+            bin: PathBuf::from(process::string_field(value, "bin")?),
+            started_at: process::number_field(value, "started_at")?,
             nodes,
         })
     }
@@ -249,49 +241,34 @@ impl Record {
 pub struct Running {
     pub record: Record,
     children: Vec<Child>,
+    file: RecordFile<Record>,
 }
 
-/// Keeps the server of `cargo xtask ci` running while the tests run and stops it when dropped, so that a failing
-/// step does not leave it behind.
-#[derive(Debug)]
-pub struct ServerGuard {
-    running: Option<Running>,
-    layout: Layout,
-}
-
-impl ServerGuard {
-    /// The gRPC URL of node 0, for `QDRANT_URL`.
-    pub fn url(&self) -> &str {
-        self.running.as_ref().map_or("", |r| r.record.url.as_str())
-    }
-
-    /// The server's API key, for `QDRANT_API_KEY`.
-    pub fn api_key(&self) -> &str {
-        self.running.as_ref().map_or("", |r| r.record.api_key.as_str())
-    }
-
+impl Stop for Running {
     /// Stops every node and removes the record.
-    pub fn stop(mut self) -> Result<()> {
-        self.stop_inner()
-    }
-
-    fn stop_inner(&mut self) -> Result<()> {
-        let Some(mut running) = self.running.take() else { return Ok(()) };
-        for child in running.children.iter_mut().rev() {
-            let pid = child.id();
-            terminate("qdrant", pid, STOP_TIMEOUT, &mut || child.try_wait().is_ok_and(|status| status.is_some()))?;
+    fn stop(mut self) -> Result<()> {
+        for child in self.children.iter_mut().rev() {
+            process::terminate_child("qdrant", child)?;
         }
-        remove_record_of(&self.layout, &running.record);
-        println!("qdrant: stopped {} node(s) at {}", running.record.nodes.len(), running.record.url);
+        self.file.remove_if(|recorded| same_server(recorded, &self.record));
+        println!("qdrant: stopped {} node(s) at {}", self.record.nodes.len(), self.record.url);
         Ok(())
     }
 }
 
-impl Drop for ServerGuard {
-    fn drop(&mut self) {
-        if let Err(error) = self.stop_inner() {
-            eprintln!("warning: cannot stop the Qdrant server: {error:#}");
-        }
+/// Keeps the server of `cargo xtask ci` running while the tests run and stops it when dropped, so that a failing
+/// step does not leave it behind.
+pub type ServerGuard = Guard<Running>;
+
+impl ServerGuard {
+    /// The gRPC URL of node 0, for `QDRANT_URL`.
+    pub fn url(&self) -> &str {
+        self.get().map_or("", |r| r.record.url.as_str())
+    }
+
+    /// The server's API key, for `QDRANT_API_KEY`.
+    pub fn api_key(&self) -> &str {
+        self.get().map_or("", |r| r.record.api_key.as_str())
     }
 }
 
@@ -313,12 +290,13 @@ pub fn start_guarded_at(shell: &Shell, layout: Layout, nodes: usize) -> Result<O
         }
     };
     let running = start(&layout, &bin, nodes, tq::free_base_port(nodes)?)?;
-    Ok(Some(ServerGuard { running: Some(running), layout }))
+    Ok(Some(Guard::new(running, "the Qdrant server")))
 }
 
 /// Starts `nodes` nodes from empty storage and waits until each answers `/readyz`, replacing a recorded server.
 pub fn start(layout: &Layout, bin: &Path, nodes: usize, base: u16) -> Result<Running> {
-    if read_record(layout)?.is_some() {
+    let file = layout.record();
+    if file.read()?.is_some() {
         println!("qdrant: replacing the recorded server");
         stop(layout)?;
     }
@@ -333,10 +311,11 @@ pub fn start(layout: &Layout, bin: &Path, nodes: usize, base: u16) -> Result<Run
             url: String::new(),
             api_key,
             bin: bin.to_owned(),
-            started_at: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()),
+            started_at: process::unix_now(),
             nodes: Vec::new(),
         },
         children: Vec::new(),
+        file,
     };
     for (i, node_ports) in ports.iter().enumerate() {
         let dir = layout.node_dir(i);
@@ -346,7 +325,7 @@ pub fn start(layout: &Layout, bin: &Path, nodes: usize, base: u16) -> Result<Run
         let bootstrap = (cluster && i > 0).then(|| format!("http://127.0.0.1:{}", base + 2));
         let spec =
             NodeSpec { ports: *node_ports, dir: dir.clone(), api_key: running.record.api_key.clone(), bootstrap };
-        let child = tq::spawn_node(bin, &spec)?;
+        let mut child = tq::spawn_node(bin, &spec)?;
         let node = Node {
             http: node_ports.http_url(),
             grpc: node_ports.grpc_url(),
@@ -362,23 +341,19 @@ pub fn start(layout: &Layout, bin: &Path, nodes: usize, base: u16) -> Result<Run
             node.pid,
             log_path.display()
         );
-        running.children.push(child);
-        running.record.nodes.push(node);
         // A peer joins through node 0, which must be up first; the others start one after another for the same
         // reason (each registers with the consensus before the next).
-        let child = running.children.last_mut().expect("invariant: just pushed");
-        if let Err(error) = tq::wait_ready(child, &ports[i], tq::READY_TIMEOUT) {
-            let log_text = std::fs::read_to_string(&log_path).unwrap_or_default();
+        let ready = tq::wait_ready(&mut child, &ports[i], tq::READY_TIMEOUT);
+        running.children.push(child);
+        running.record.nodes.push(node);
+        if let Err(error) = ready {
+            let log_tail = process::log_tail(&log_path, 20);
             for child in &mut running.children {
-                let pid = child.id();
-                let _ = terminate("qdrant", pid, STOP_TIMEOUT, &mut || {
-                    child.try_wait().is_ok_and(|status| status.is_some())
-                });
+                let _ = process::terminate_child("qdrant", child);
             }
             return Err(anyhow::Error::from(error).context(format!(
-                "Qdrant node {i} did not become ready; the last lines of {}:\n{}",
+                "Qdrant node {i} did not become ready; the last lines of {}:\n{log_tail}",
                 log_path.display(),
-                tail(&log_text, 20)
             )));
         }
     }
@@ -386,37 +361,38 @@ pub fn start(layout: &Layout, bin: &Path, nodes: usize, base: u16) -> Result<Run
         tq::wait_peers(&running.record.nodes[0].http, &running.record.api_key, nodes, tq::READY_TIMEOUT)?;
     }
     running.record.url = running.record.nodes[0].grpc.clone();
-    write_atomic(&layout.server_json(), running.record.to_json().as_bytes())?;
+    running.file.write(&running.record)?;
     println!(
         "qdrant: {} node(s) ready at {} after {:.1}s (record: {})",
         nodes,
         running.record.url,
         started.elapsed().as_secs_f64(),
-        layout.server_json().display()
+        running.file.path().display()
     );
     Ok(running)
 }
 
 /// Stops every recorded node, if any, and removes `server.json`. Storage stays until the next `start`.
 pub fn stop(layout: &Layout) -> Result<()> {
-    let Some(record) = read_record(layout)? else {
-        println!("qdrant: no server is recorded in {}; nothing to stop", layout.server_json().display());
+    let file = layout.record();
+    let Some(record) = file.read()? else {
+        println!("qdrant: no server is recorded in {}; nothing to stop", file.path().display());
         return Ok(());
     };
+    let program = program_name(&record.bin);
     for (i, node) in record.nodes.iter().enumerate().rev() {
-        if is_qdrant(node.pid, &record.bin) {
-            terminate("qdrant", node.pid, STOP_TIMEOUT, &mut || !is_alive(node.pid))?;
+        if process::stop_recorded("qdrant", node.pid, Identity::Program(&program))? {
             println!("qdrant: stopped node {i} at {} (pid {})", node.grpc, node.pid);
         } else {
             println!("qdrant: node {i} (pid {}) was no longer running", node.pid);
         }
     }
-    remove_record_of(layout, &record);
+    file.remove_if(|recorded| same_server(recorded, &record));
     Ok(())
 }
 
 fn status(layout: &Layout) {
-    let record = match read_record(layout) {
+    let record = match layout.record().read() {
         Ok(Some(record)) => record,
         Ok(None) => {
             println!("qdrant: not running");
@@ -427,14 +403,14 @@ fn status(layout: &Layout) {
             return;
         }
     };
-    let uptime =
-        SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |now| now.as_secs().saturating_sub(record.started_at));
+    let uptime = process::unix_now().saturating_sub(record.started_at);
     println!("qdrant: url      {} (QDRANT_URL)", record.url);
     println!("qdrant: api key  {} (QDRANT_API_KEY)", record.api_key);
     println!("qdrant: binary   {}", record.bin.display());
     println!("qdrant: up       {uptime}s");
+    let program = program_name(&record.bin);
     for (i, node) in record.nodes.iter().enumerate() {
-        let state = if !is_qdrant(node.pid, &record.bin) {
+        let state = if !process::is_running_as(node.pid, Identity::Program(&program)) {
             "exited".to_owned()
         } else {
             match http_get(&node.http, "/readyz", None) {
@@ -461,45 +437,20 @@ pub fn export_recorded(cmd: &mut Command) {
     if set("RAGTUNE_QDRANT_URL") || set("QDRANT_API_KEY") {
         return;
     }
-    if let Ok(Some(record)) = read_record(&Layout::from_env()) {
+    if let Ok(Some(record)) = Layout::from_env().record().read() {
         cmd.env("RAGTUNE_QDRANT_URL", &record.url).env("QDRANT_API_KEY", &record.api_key);
     }
 }
 
-/// The recorded server, or `None` when there is no record. An unreadable record is an error naming the file.
-pub fn read_record(layout: &Layout) -> Result<Option<Record>> {
-    let path = layout.server_json();
-    match std::fs::read_to_string(&path) {
-        Ok(text) => Record::parse(&text)
-            .map(Some)
-            .with_context(|| format!("{} is not a server record: delete it", path.display())),
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(error) => Err(error).with_context(|| format!("cannot read {}", path.display())),
-    }
+/// Whether two records are of the same server (the same pid for node 0).
+fn same_server(a: &Record, b: &Record) -> bool {
+    a.nodes.first().map(|n| n.pid) == b.nodes.first().map(|n| n.pid)
 }
 
-/// Removes `server.json` if it still records this server (another `start` may have replaced it meanwhile).
-fn remove_record_of(layout: &Layout, record: &Record) {
-    let same = |r: &Record| r.nodes.first().map(|n| n.pid) == record.nodes.first().map(|n| n.pid);
-    if read_record(layout).ok().flatten().is_some_and(|r| same(&r)) {
-        let _ = std::fs::remove_file(layout.server_json());
-    }
-}
-
-/// Whether `pid` is running and is the recorded binary, so a recycled pid is never signalled.
-fn is_qdrant(pid: u32, bin: &Path) -> bool {
-    if !is_alive(pid) {
-        return false;
-    }
-    match std::fs::read(format!("/proc/{pid}/cmdline")) {
-        Ok(cmdline) => {
-            let program = cmdline.split(|&b| b == 0).next().unwrap_or_default();
-            let name = bin.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-            String::from_utf8_lossy(program).ends_with(&name)
-        }
-        // Without /proc there is no telling; trust the record.
-        Err(_) => !Path::new("/proc/self").exists(),
-    }
+/// The file name of the recorded binary, which the program of each of its nodes ends with: a recorded pid that runs
+/// anything else is not signalled (see [`process::is_running_as`]).
+fn program_name(bin: &Path) -> String {
+    bin.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -559,11 +510,12 @@ mod tests {
                 },
             ],
         };
-        assert_eq!(Record::parse(&record.to_json()).unwrap(), record);
-        let error = Record::parse(r#"{"url": "u", "api_key": "k", "bin": "b", "started_at": 1, "nodes": []}"#)
-            .expect_err("no nodes");
+        let parse = process::parse_record::<Record>;
+        assert_eq!(parse(&process::render_record(&record)).unwrap(), record);
+        let error =
+            parse(r#"{"url": "u", "api_key": "k", "bin": "b", "started_at": 1, "nodes": []}"#).expect_err("no nodes");
         assert_eq!(format!("{error:#}"), "`nodes` is empty");
-        let error = Record::parse(r#"{"nodes": [{"http": "h"}]}"#).expect_err("a node without a pid");
+        let error = parse(r#"{"nodes": [{"http": "h"}]}"#).expect_err("a node without a pid");
         assert_eq!(format!("{error:#}"), "no number `pid`");
     }
 

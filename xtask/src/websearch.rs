@@ -12,14 +12,14 @@
 //! `start` prints the `[web]` section that points ragtune at it; `cargo xtask eval qa --web-split` uses it.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::process::Command;
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use ragtune_testkit::qdrant::{free_port, http_get};
 use serde_json::json;
 
-use crate::llm::{is_alive, tail, terminate, write_atomic};
+use crate::process::{self, Identity, RecordFile, Waited};
 use crate::shell::{self, Shell};
 
 const USAGE: &str = "\
@@ -30,9 +30,17 @@ usage: cargo xtask websearch start --corpus DIR [--port N]   (index DIR once, se
 /// How long `start` waits for the server to answer `/healthz`.
 const READY_TIMEOUT: Duration = Duration::from_secs(120);
 
+/// How the server's process is recognised by its command line, so that a recycled pid is never signalled.
+const SERVER: Identity<'static> = Identity::Program("ragtune");
+
 /// The files under `$RAGTUNE_HOME/websearch`.
 fn home() -> PathBuf {
     ragtune_provision::ragtune_home().join("websearch")
+}
+
+/// `server.json`: the recorded server.
+fn record_file() -> RecordFile<Recorded> {
+    RecordFile::new(home().join("server.json"))
 }
 
 pub fn run(args: &[String]) -> Result<()> {
@@ -56,17 +64,13 @@ pub fn run(args: &[String]) -> Result<()> {
         }
         "stop" if flags.is_empty() => stop(),
         "status" if flags.is_empty() => {
-            match read_record()? {
+            match record_file().read()? {
                 Some(r) => println!(
                     "websearch: {} (pid {}, {}), corpus {}",
-                    r["searxng_url"].as_str().unwrap_or_default(),
-                    r["pid"],
-                    if r["pid"].as_u64().is_some_and(|p| is_alive(u32::try_from(p).unwrap_or(0))) {
-                        "running"
-                    } else {
-                        "exited"
-                    },
-                    r["corpus"].as_str().unwrap_or_default()
+                    r.server.searxng_url,
+                    r.server.pid,
+                    if process::is_running_as(r.server.pid, SERVER) { "running" } else { "exited" },
+                    r.corpus.display()
                 ),
                 None => println!("websearch: not running"),
             }
@@ -81,13 +85,51 @@ pub fn run(args: &[String]) -> Result<()> {
 }
 
 /// A running search endpoint.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Server {
     /// `http://127.0.0.1:PORT`.
     pub url: String,
     /// The SearXNG base URL: `{url}/searxng`.
     pub searxng_url: String,
     pub pid: u32,
+}
+
+/// What `server.json` records.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Recorded {
+    server: Server,
+    /// The indexed directory.
+    corpus: PathBuf,
+    /// Its index.
+    store: PathBuf,
+    /// Unix seconds.
+    started_at: u64,
+}
+
+impl process::Record for Recorded {
+    fn to_json(&self) -> serde_json::Value {
+        json!({
+            "url": self.server.url,
+            "searxng_url": self.server.searxng_url,
+            "pid": self.server.pid,
+            "corpus": self.corpus.display().to_string(),
+            "store": self.store.display().to_string(),
+            "started_at": self.started_at,
+        })
+    }
+
+    fn from_json(value: &serde_json::Value) -> Result<Self> {
+        Ok(Self {
+            server: Server {
+                url: process::string_field(value, "url")?,
+                searxng_url: process::string_field(value, "searxng_url")?,
+                pid: process::pid_field(value)?,
+            },
+            corpus: PathBuf::from(process::string_field(value, "corpus")?),
+            store: PathBuf::from(process::string_field(value, "store")?),
+            started_at: process::number_field(value, "started_at")?,
+        })
+    }
 }
 
 /// The `[web]` section of a ragtune configuration that searches `server` with the SearXNG provider.
@@ -103,7 +145,7 @@ pub fn web_toml(server: &Server) -> String {
 /// replacing a recorded server. Waits until `/healthz` answers.
 pub fn start(sh: &Shell, corpus: &Path, port: Option<u16>) -> Result<Server> {
     let corpus = corpus.canonicalize().with_context(|| format!("no corpus at {}", corpus.display()))?;
-    if read_record()?.is_some() {
+    if record_file().read()?.is_some() {
         println!("websearch: replacing the recorded server");
         stop()?;
     }
@@ -119,10 +161,11 @@ pub fn start(sh: &Shell, corpus: &Path, port: Option<u16>) -> Result<Server> {
         if dir.exists() {
             std::fs::remove_dir_all(&dir).with_context(|| format!("cannot clear {}", dir.display()))?;
         }
-        std::fs::create_dir_all(&dir)?;
+        std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
         println!("websearch: indexing {} into {}", corpus.display(), store.display());
         shell::run(sh.cmd(&binary).arg("index").arg(&corpus).arg("--store").arg(&store))?;
-        std::fs::write(&marker, corpus.display().to_string())?;
+        std::fs::write(&marker, corpus.display().to_string())
+            .with_context(|| format!("cannot write {}", marker.display()))?;
     }
     let port = match port {
         Some(p) => p,
@@ -130,43 +173,27 @@ pub fn start(sh: &Shell, corpus: &Path, port: Option<u16>) -> Result<Server> {
     };
     let url = format!("http://127.0.0.1:{port}");
     let log_path = home().join("serve.log");
-    let log = std::fs::File::create(&log_path).with_context(|| format!("cannot create {}", log_path.display()))?;
-    let mut child = Command::new(&binary)
-        .arg("serve")
-        .arg("--store")
-        .arg(&store)
-        .arg("--bind")
-        .arg(format!("127.0.0.1:{port}"))
-        .stdin(Stdio::null())
-        .stdout(log.try_clone()?)
-        .stderr(log)
-        .spawn()
-        .with_context(|| format!("cannot start {} serve", binary.display()))?;
-    let started = Instant::now();
-    loop {
-        if let Some(status) = child.try_wait()? {
-            let text = std::fs::read_to_string(&log_path).unwrap_or_default();
-            bail!("`ragtune serve` exited during start-up ({status}):\n{}", tail(&text, 20));
+    let mut cmd = Command::new(&binary);
+    cmd.arg("serve").arg("--store").arg(&store).arg("--bind").arg(format!("127.0.0.1:{port}"));
+    let mut child = process::spawn_logged(&mut cmd, &log_path)?;
+    let ready = || if matches!(http_get(&url, "/healthz", None), Ok((200, _))) { Ok(()) } else { Err(()) };
+    match process::wait_ready(&mut child, READY_TIMEOUT, Duration::from_millis(200), ready, |_, ()| {})? {
+        Waited::Ready => {}
+        Waited::Exited(status) => {
+            bail!("`ragtune serve` exited during start-up ({status}):\n{}", process::log_tail(&log_path, 20))
         }
-        if matches!(http_get(&url, "/healthz", None), Ok((200, _))) {
-            break;
-        }
-        if started.elapsed() > READY_TIMEOUT {
-            let _ = child.kill();
+        Waited::TimedOut(()) => {
+            let _ = process::terminate_child("websearch", &mut child);
             bail!("`ragtune serve` did not answer {url}/healthz within {}s", READY_TIMEOUT.as_secs());
         }
-        std::thread::sleep(Duration::from_millis(200));
     }
     let server = Server { searxng_url: format!("{url}/searxng"), url, pid: child.id() };
-    let record = json!({
-        "url": server.url,
-        "searxng_url": server.searxng_url,
-        "pid": server.pid,
-        "corpus": corpus.display().to_string(),
-        "store": store.display().to_string(),
-        "started_at": SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()),
-    });
-    write_atomic(&home().join("server.json"), format!("{record:#}\n").as_bytes())?;
+    record_file().write(&Recorded {
+        server: server.clone(),
+        corpus: corpus.clone(),
+        store,
+        started_at: process::unix_now(),
+    })?;
     println!(
         "websearch: {} serves {} (pid {}, log {})",
         server.searxng_url,
@@ -179,28 +206,19 @@ pub fn start(sh: &Shell, corpus: &Path, port: Option<u16>) -> Result<Server> {
     Ok(server)
 }
 
-/// Stops the recorded server, if any.
+/// Stops the recorded server, if any, and removes its record.
 pub fn stop() -> Result<()> {
-    let Some(record) = read_record()? else {
+    let file = record_file();
+    let Some(recorded) = file.read()? else {
         println!("websearch: nothing to stop");
         return Ok(());
     };
-    let pid = record["pid"].as_u64().and_then(|p| u32::try_from(p).ok()).context("the record has no pid")?;
-    if is_alive(pid) {
-        terminate("websearch", pid, Duration::from_secs(10), &mut || !is_alive(pid))?;
+    let pid = recorded.server.pid;
+    if process::stop_recorded("websearch", pid, SERVER)? {
         println!("websearch: stopped pid {pid}");
     }
-    let _ = std::fs::remove_file(home().join("server.json"));
+    file.remove_if(|r| r.server.pid == pid);
     Ok(())
-}
-
-fn read_record() -> Result<Option<serde_json::Value>> {
-    let path = home().join("server.json");
-    match std::fs::read_to_string(&path) {
-        Ok(text) => Ok(Some(serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))?)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display())),
-    }
 }
 
 /// A stable 64-bit FNV-1a hash (the index directory's name).
@@ -222,6 +240,26 @@ mod tests {
         assert_eq!(value["web"]["providers"]["searxng"]["base_url"].as_str(), Some("http://127.0.0.1:9/searxng"));
         assert_ne!(fingerprint("/a"), fingerprint("/b"));
         assert_eq!(fingerprint("/a"), fingerprint("/a"));
+    }
+
+    #[test]
+    fn the_record_round_trips() {
+        let recorded = Recorded {
+            server: Server {
+                url: "http://127.0.0.1:9".into(),
+                searxng_url: "http://127.0.0.1:9/searxng".into(),
+                pid: 4242,
+            },
+            corpus: "/data/corpus".into(),
+            store: "/home/u/.cache/ragtune/websearch/0123456789abcdef/store".into(),
+            started_at: 1_700_000_000,
+        };
+        let text = process::render_record(&recorded);
+        assert_eq!(process::parse_record::<Recorded>(&text).unwrap(), recorded);
+        let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let mut keys: Vec<&str> = value.as_object().unwrap().keys().map(String::as_str).collect();
+        keys.sort_unstable();
+        assert_eq!(keys, ["corpus", "pid", "searxng_url", "started_at", "store", "url"]);
     }
 
     #[test]
