@@ -5,11 +5,11 @@
 //! and [`AskResponse::notes`] plus the trace say what was skipped and why. Only an invalid question is an error.
 
 mod answer;
-mod components;
 mod note;
 mod run;
 mod stages;
 mod stream;
+mod web;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -354,9 +354,9 @@ impl AttemptResult {
 /// computed before a write (a deleted or replaced document) is served after it.
 #[derive(Debug, Clone)]
 pub(crate) struct PipelineCaches {
-    retrieval: moka::sync::Cache<String, Arc<Vec<Candidate>>>,
-    evaluation: moka::sync::Cache<String, Arc<RelevanceJudgement>>,
-    fingerprint: u64,
+    pub(crate) retrieval: moka::sync::Cache<String, Arc<Vec<Candidate>>>,
+    pub(crate) evaluation: moka::sync::Cache<String, Arc<RelevanceJudgement>>,
+    pub(crate) fingerprint: u64,
 }
 
 impl PipelineCaches {
@@ -376,45 +376,21 @@ impl PipelineCaches {
 }
 
 /// Lowercased, whitespace-collapsed: the cache key's view of a query.
-fn normalize_query(q: &str) -> String {
+pub(crate) fn normalize_query(q: &str) -> String {
     q.split_whitespace().map(str::to_lowercase).collect::<Vec<_>>().join(" ")
 }
 
-impl Engine {
-    /// Answers a question with the whole pipeline (see the module docs). Without an LLM the answer is
-    /// extractive; every degradation is listed in [`AskResponse::notes`].
-    ///
-    /// # Errors
-    /// Only an invalid question (empty, too long); everything else degrades.
-    pub async fn ask(&self, question: &str) -> Result<AskResponse> {
-        self.run_pipeline(question, self.config().pipeline.generate, None).await
-    }
-
-    /// [`ask`](Self::ask), sending the answer to `sink` as it is generated: the LLM's answer piece by piece, with a
-    /// restart whenever what was sent is not the answer (the contract is [`TokenSink`]'s); an extractive
-    /// answer whole at the end. The response is the one `ask` returns, with the time to first token.
-    ///
-    /// # Errors
-    /// As [`ask`](Self::ask).
-    pub async fn ask_streaming(&self, question: &str, sink: TokenSink) -> Result<AskResponse> {
-        self.run_pipeline(question, self.config().pipeline.generate, Some(sink)).await
-    }
-
-    /// The context the pipeline would answer from (retrieval, correction, reranking, refinement or extraction,
-    /// assembly), without generating or judging an answer.
-    ///
-    /// # Errors
-    /// As [`ask`](Self::ask).
-    pub async fn query(&self, question: &str) -> Result<AskResponse> {
-        self.run_pipeline(question, false, None).await
-    }
-
-    async fn run_pipeline(&self, question: &str, generate: bool, sink: Option<TokenSink>) -> Result<AskResponse> {
-        let query = Query::new(question.trim());
-        query.validate()?;
-        let run = Run::new(self, query.text, sink);
-        Ok(if self.config().pipeline.retrieve { run.answer(generate).await } else { run.closed_book(generate).await })
-    }
+/// Runs the pipeline for `question` (`Engine::ask`, `ask_streaming` and `query`): the answer when `generate`.
+pub(crate) async fn run_pipeline(
+    engine: &Engine,
+    question: &str,
+    generate: bool,
+    sink: Option<TokenSink>,
+) -> Result<AskResponse> {
+    let query = Query::new(question.trim());
+    query.validate()?;
+    let run = Run::new(engine, query.text, sink);
+    Ok(if engine.config().pipeline.retrieve { run.answer(generate).await } else { run.closed_book(generate).await })
 }
 
 /// What the extractive answer says when nothing was retrieved.

@@ -252,7 +252,7 @@ impl Run<'_> {
         let Self { env, mut ledger } = self;
         // The caller's stream ends on the answer, whatever was streamed before.
         env.stream.finish(result.answer.as_deref());
-        let triangulation = if super::stages::tier_web_passages(env.engine, &mut result.context) {
+        let triangulation = if super::web::tier_web_passages(env.engine, &mut result.context) {
             let body = env.triangulate_claims(&result.context, result.answer.as_deref(), result.faithfulness.as_ref());
             ledger.step(Stage::Triangulate, body).await
         } else {

@@ -12,21 +12,21 @@ use ragtune_evaluators::crag::{
 use ragtune_evaluators::faithfulness::FaithfulnessJudge;
 use ragtune_llm::prompts;
 
-use super::normalize_query;
 use crate::config::{EvaluatorKind, RerankerKind, ScorerKind, Transform};
 use crate::engine::Engine;
+use crate::pipeline::normalize_query;
 
 /// What a retrieval produced.
-pub(super) struct Retrieved {
-    pub(super) candidates: Vec<Candidate>,
+pub(crate) struct Retrieved {
+    pub(crate) candidates: Vec<Candidate>,
     /// The retriever that ran, or `cache_hit`.
-    pub(super) source: String,
-    pub(super) cache_hit: bool,
+    pub(crate) source: String,
+    pub(crate) cache_hit: bool,
 }
 
 impl Engine {
     /// The evaluator's name in the CRAG metadata: `heuristic`, `model:<scorer>` or `learned`.
-    pub(super) fn evaluator_name(&self) -> String {
+    pub(crate) fn evaluator_name(&self) -> String {
         match self.config().crag.evaluator {
             EvaluatorKind::Heuristic => "heuristic".into(),
             EvaluatorKind::Model => match self.config().crag.scorer {
@@ -42,7 +42,7 @@ impl Engine {
     }
 
     /// The faithfulness judge: with the embedder when one is loaded, with the LLM when configured to use it.
-    pub(super) fn judge(&self) -> Arc<FaithfulnessJudge> {
+    pub(crate) fn judge(&self) -> Arc<FaithfulnessJudge> {
         self.built().judge.get_or_init(|| Arc::new(self.build_judge())).clone()
     }
 
@@ -71,7 +71,7 @@ impl Engine {
 
     /// Retrieves `k` candidates for `text`; the first attempt reads the retrieval cache (`use_cache`), every
     /// retrieval fills it.
-    pub(super) async fn retrieve_cached(
+    pub(crate) async fn retrieve_cached(
         &self,
         ctx: &Ctx,
         text: &str,
@@ -152,7 +152,7 @@ impl Engine {
     }
 
     /// Judges `candidates` for `question`, through the evaluation cache.
-    pub(super) async fn evaluate_cached(
+    pub(crate) async fn evaluate_cached(
         &self,
         ctx: &Ctx,
         question: &str,
@@ -183,7 +183,7 @@ impl Engine {
 
     /// Reranks `candidates` with the budgeted controller and the configured reranker (the LLM relevance judge or
     /// the cross-encoder); returns them, what it spent and the reranker's name.
-    pub(super) async fn rerank(
+    pub(crate) async fn rerank(
         &self,
         ctx: &Ctx,
         question: &str,
@@ -228,7 +228,7 @@ impl Engine {
 }
 
 /// The LLM as a relevance scorer (0–10), with one repair round for malformed output.
-pub(super) fn llm_reranker(llm: Arc<dyn Llm>) -> Result<Arc<dyn ragtune_core::Reranker>> {
+pub(crate) fn llm_reranker(llm: Arc<dyn Llm>) -> Result<Arc<dyn ragtune_core::Reranker>> {
     let inner = ragtune_rerank::LlmReranker::new(
         llm,
         ragtune_rerank::LlmRerankerConfig {
