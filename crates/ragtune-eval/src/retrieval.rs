@@ -1,5 +1,7 @@
 //! The evaluation harness behind `ragtune eval retrieval` (and `rerank`) and `cargo xtask eval`: index a BEIR
 //! dataset (cached), run every query of a split, and report trec_eval metrics, latency and indexing time.
+//!
+//! Over 1,000 lines with its unit tests (about 140 lines of them): the code itself is under 900 lines.
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};

@@ -20,6 +20,8 @@
 //! assert!(is_no_info("The documents do not contain information about Python."));
 //! assert!(!is_no_info("Python does not contain a switch statement."));
 //! ```
+//!
+//! Over 1,000 lines with its unit tests (about 500 lines of them): the code itself is about 850 lines.
 
 use std::sync::{Arc, Mutex, PoisonError};
 

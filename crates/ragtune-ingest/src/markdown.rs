@@ -4,6 +4,8 @@
 //! half code, tables and paths, at about two tokens per word, so word-sized passages overflow the model and their
 //! dense vectors see only their beginning. [`chunk_markdown`] cuts at the document's own structure instead and
 //! measures every passage with a [`TokenCounter`].
+//!
+//! Over 1,000 lines with its unit tests (about 300 lines of them): the code itself is about 820 lines.
 
 use std::ops::Range;
 

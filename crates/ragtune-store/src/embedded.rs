@@ -1,4 +1,8 @@
 //! The embedded store: redb for durability, an in-memory index for search.
+//!
+//! Over 1,000 lines (no tests inside; they are in `tests/embedded.rs`): the store's one state machine, the redb
+//! transaction of a batch, its in-memory indexes and their recovery on open, kept together so that a write's
+//! durability and visibility rules read in one place.
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
