@@ -29,7 +29,12 @@ pub fn web_toml(url: &str, enabled: bool) -> String {
 }
 
 async fn engine(dir: &std::path::Path, url: &str) -> Engine {
-    let mut cfg = Config::from_toml(&web_toml(url, true)).unwrap();
+    engine_from(dir, &web_toml(url, true)).await
+}
+
+/// A BM25 engine over `DOCS` in `dir`, configured by `toml`.
+async fn engine_from(dir: &std::path::Path, toml: &str) -> Engine {
+    let mut cfg = Config::from_toml(toml).unwrap();
     cfg.store.path = dir.join("store");
     cfg.embedding.mode = ragtune::EmbeddingMode::Off;
     let mut engine = Engine::open(cfg).await.unwrap();
@@ -136,12 +141,7 @@ async fn the_web_route_follows_the_questions_complexity() {
         "{}[web.routing.simple]\nproviders = []\nmax_results = 0\n[web.routing.complex]\nproviders = [\"searxng\"]\nmax_results = 10\n",
         web_toml(&searx.url, true)
     );
-    let mut cfg = Config::from_toml(&toml).unwrap();
-    cfg.store.path = dir.path().join("store");
-    cfg.embedding.mode = ragtune::EmbeddingMode::Off;
-    let mut engine = Engine::open(cfg).await.unwrap();
-    let docs: Vec<Document> = DOCS.iter().map(|(id, text)| Document::new(*id, *text)).collect();
-    engine.index_documents(&docs, Chunking::WholeDocuments, &mut |_, _| {}).await.unwrap();
+    let engine = engine_from(dir.path(), &toml).await;
 
     let r = engine.ask(OFF_TOPIC).await.unwrap();
     assert_eq!(r.crag.decision, Some(Verdict::Incorrect), "{:?}", r.crag);
@@ -229,12 +229,7 @@ async fn web_fetch_reads_the_page_of_a_result_whose_snippet_is_too_short() {
         web_toml(&searx.url, true)
     );
     let dir = tempfile::tempdir().unwrap();
-    let mut cfg = Config::from_toml(&toml).unwrap();
-    cfg.store.path = dir.path().join("store");
-    cfg.embedding.mode = ragtune::EmbeddingMode::Off;
-    let mut engine = Engine::open(cfg).await.unwrap();
-    let docs: Vec<Document> = DOCS.iter().map(|(id, text)| Document::new(*id, *text)).collect();
-    engine.index_documents(&docs, Chunking::WholeDocuments, &mut |_, _| {}).await.unwrap();
+    let engine = engine_from(dir.path(), &toml).await;
     let r = engine.ask(OFF_TOPIC).await.unwrap();
     assert!(r.crag.web_search_used, "{:?}", r.crag);
     let web = r.context.iter().find(|p| p.chunk_id.starts_with("web:")).expect("a web passage");
