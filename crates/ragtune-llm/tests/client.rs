@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use ragtune_core::{Ctx, ErrorKind, Llm, LlmRequest, LlmResponse, TraceSink};
 use ragtune_llm::{CachedLlm, Endpoint, LlmConfig, OpenAiClient, generate_json, prompts, raw_output};
-use ragtune_testkit::http::{Gate, Reply, SSE_DONE, ScriptedServer, chat_chunk};
+use ragtune_testkit::http::{Gate, Reply, SSE_DONE, ScriptedServer, chat_chunk, closed_port};
 
 fn ok(content: &str, finish: &str) -> Reply {
     let body = serde_json::json!({
@@ -15,7 +15,7 @@ fn ok(content: &str, finish: &str) -> Reply {
         "choices": [{ "message": { "role": "assistant", "content": content }, "text": content, "finish_reason": finish }],
         "usage": { "prompt_tokens": 11, "completion_tokens": 5, "total_tokens": 16 }
     });
-    Reply::json(200, body)
+    Reply::json_value(200, &body)
 }
 
 fn status(code: u16, body: &str) -> Reply {
@@ -128,9 +128,7 @@ async fn a_slow_server_times_out_and_an_absent_one_is_unavailable() {
     let ctx = Ctx::new().with_timeout(Duration::from_millis(150));
     assert!(llm.generate(&ctx, &[simple()]).await.is_err());
 
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let dead = format!("http://{}", listener.local_addr().unwrap());
-    drop(listener);
+    let dead = closed_port();
     let err = client(&dead).generate(&Ctx::new(), &[simple()]).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Unavailable);
     assert!(err.to_string().contains(&dead), "the message names the URL: {err}");

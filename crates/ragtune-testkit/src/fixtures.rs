@@ -49,7 +49,7 @@ impl SearxServer {
     #[must_use]
     pub fn start(result: serde_json::Value) -> Self {
         let body = serde_json::json!({ "results": [result] });
-        let server = crate::http::serve(move |_, _| crate::http::Reply::json(200, &body));
+        let server = crate::http::serve(move |_, _| crate::http::Reply::json_value(200, &body));
         Self { url: server.url().to_owned(), server }
     }
 

@@ -352,7 +352,7 @@ mod tests {
     #[test]
     fn a_handler_sees_each_request_parsed_with_its_number() {
         let server = serve(|request, n| match (request.target.as_str(), n) {
-            ("/slow", _) => Reply::json(200, serde_json::json!({"n": n})).delayed(Duration::from_millis(50)),
+            ("/slow", _) => Reply::json_value(200, &serde_json::json!({"n": n})).delayed(Duration::from_millis(50)),
             ("/cut", _) => Reply::raw(200, "application/json", "{\"a\": ").truncated(10),
             ("/big", _) => Reply::new(200).send_repeated("ab", 3).hold(Duration::from_millis(10)),
             _ => Reply::status(418).with_status(503).header("retry-after", "1"),

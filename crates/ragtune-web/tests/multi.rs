@@ -17,7 +17,7 @@ use serde_json::json;
 
 fn searx_reply(urls: &[&str]) -> Reply {
     let results: Vec<_> = urls.iter().map(|u| json!({"url": u, "title": u, "content": format!("about {u}")})).collect();
-    Reply::json(200, json!({ "results": results }))
+    Reply::json_value(200, &json!({ "results": results }))
 }
 
 /// Fast retries so that tests do not wait the protocol's seconds.
@@ -44,9 +44,9 @@ async fn results_are_merged_deduplicated_and_tiered_and_a_failing_provider_is_sk
         ])
     });
     let s2 = serve(|_, _| {
-        Reply::json(
+        Reply::json_value(
             200,
-            json!({"data": [
+            &json!({"data": [
                 {"paperId": "p1", "title": "CRAG", "url": "https://arxiv.org/abs/2401.15884", "abstract": "Corrective RAG."},
                 {"paperId": "p2", "title": "Dup", "url": "https://DUP.example/a", "abstract": "dup"}
             ]}),
@@ -156,9 +156,9 @@ async fn an_outage_mid_run_trips_the_breaker_and_costs_no_query_its_answer() {
             },
         );
     let steady = serve(|_, _| {
-        Reply::json(
+        Reply::json_value(
             200,
-            json!({"data": [{"paperId": "p", "title": "Steady", "url": "https://steady.example/p", "abstract": "s"}]}),
+            &json!({"data": [{"paperId": "p", "title": "Steady", "url": "https://steady.example/p", "abstract": "s"}]}),
         )
     });
     let breaker =
@@ -206,7 +206,7 @@ async fn an_outage_mid_run_trips_the_breaker_and_costs_no_query_its_answer() {
 async fn the_trace_follows_the_route_order_whoever_answers_first() {
     let slow = serve(|_, _| searx_reply(&["https://slow.example/a"]).delayed(Duration::from_millis(300)));
     let fast = serve(|_, _| {
-        Reply::json(200, json!({"data": [{"paperId": "p", "title": "F", "url": "https://fast.example/p"}]}))
+        Reply::json_value(200, &json!({"data": [{"paperId": "p", "title": "F", "url": "https://fast.example/p"}]}))
     });
     let (a, _) = quick().wrap(SearxNg::new(Endpoint::new(slow.url())).unwrap()).unwrap();
     let (b, _) = quick().wrap(SemanticScholar::new(Endpoint::new(fast.url())).unwrap()).unwrap();

@@ -25,9 +25,9 @@ async fn one(provider: &dyn WebSearch, text: &str, max: usize) -> ragtune_core::
 #[tokio::test]
 async fn searxng_speaks_the_json_search_api() {
     let server = serve(|_, _| {
-        Reply::json(
+        Reply::json_value(
             200,
-            json!({
+            &json!({
                 "query": "osteomalacia",
                 "number_of_results": 0,
                 "results": [
@@ -57,9 +57,9 @@ async fn searxng_speaks_the_json_search_api() {
 #[tokio::test]
 async fn tavily_posts_the_query_with_a_bearer_key() {
     let server = serve(|_, _| {
-        Reply::json(
+        Reply::json_value(
             200,
-            json!({
+            &json!({
                 "query": "q", "answer": null, "images": [], "response_time": 0.8,
                 "results": [
                     {"title": "CRAG", "url": "https://arxiv.org/abs/2401.15884", "content": "Corrective RAG.", "score": 0.93, "raw_content": null},
@@ -89,9 +89,9 @@ async fn tavily_posts_the_query_with_a_bearer_key() {
 #[tokio::test]
 async fn exa_posts_num_results_with_an_api_key_header() {
     let server = serve(|_, _| {
-        Reply::json(
+        Reply::json_value(
             200,
-            json!({
+            &json!({
                 "requestId": "r", "resolvedSearchType": "neural",
                 "results": [
                     {"id": "https://a.example/1", "url": "https://a.example/1", "title": null, "publishedDate": "2024-02-03T00:00:00.000Z", "author": "A", "score": 0.71, "text": "Text of a."},
@@ -121,9 +121,9 @@ async fn exa_posts_num_results_with_an_api_key_header() {
 #[tokio::test]
 async fn perplexity_turns_citations_into_results() {
     let server = serve(|_, _| {
-        Reply::json(
+        Reply::json_value(
             200,
-            json!({
+            &json!({
                 "id": "x", "model": "sonar", "object": "chat.completion", "created": 1,
                 "usage": {"prompt_tokens": 10, "completion_tokens": 20, "total_tokens": 30},
                 "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "Pittsburgh has 446 bridges [1]. It is called the City of Bridges [2]."}}],
@@ -158,9 +158,9 @@ async fn perplexity_turns_citations_into_results() {
 #[tokio::test]
 async fn semantic_scholar_searches_papers_with_an_optional_key() {
     let server = serve(|_, _| {
-        Reply::json(
+        Reply::json_value(
             200,
-            json!({
+            &json!({
                 "total": 2, "offset": 0, "next": 2,
                 "data": [
                     {"paperId": "abc", "title": "Self-RAG", "url": "https://www.semanticscholar.org/paper/abc", "abstract": "Reflection tokens.", "year": 2023, "publicationDate": "2023-10-17", "venue": "ICLR"},
@@ -226,9 +226,9 @@ async fn arxiv_reads_the_atom_feed() {
 async fn rate_limited_answers_are_retried_after_the_wait_the_server_asks() {
     let server = serve(|_, n| {
         if n == 0 {
-            Reply::json(200, json!({"detail": "slow down"})).with_status(429).header("retry-after", "1")
+            Reply::json_value(200, &json!({"detail": "slow down"})).with_status(429).header("retry-after", "1")
         } else {
-            Reply::json(200, json!({"results": [{"url": "https://a.org", "title": "A", "content": "a"}]}))
+            Reply::json_value(200, &json!({"results": [{"url": "https://a.org", "title": "A", "content": "a"}]}))
         }
     });
     let backoff = RetryPolicy { base: Duration::from_millis(10), ..RetryPolicy::default() };
@@ -261,7 +261,7 @@ async fn a_burst_of_server_errors_is_retried_through() {
         if n < 3 {
             Reply::status(503)
         } else {
-            Reply::json(200, json!({"results": [{"url": "https://a.org", "title": "A", "content": "a"}]}))
+            Reply::json_value(200, &json!({"results": [{"url": "https://a.org", "title": "A", "content": "a"}]}))
         }
     });
     let backoff = RetryPolicy { base: Duration::from_millis(10), ..RetryPolicy::default() };
@@ -292,7 +292,7 @@ async fn failures_are_classified_errors() {
         (Reply::raw(200, "application/json", r#"{"results": "#).truncated(500), ErrorKind::Transient, "searxng"),
         (Reply::raw(200, "application/json", vec![b'x'; 70_000]), ErrorKind::Permanent, "larger than 65536 bytes"),
         (
-            Reply::json(200, json!({"results": []})).delayed(Duration::from_secs(3)),
+            Reply::json_value(200, &json!({"results": []})).delayed(Duration::from_secs(3)),
             ErrorKind::Transient,
             "did not answer within",
         ),
@@ -312,7 +312,7 @@ async fn failures_are_classified_errors() {
 
 #[tokio::test]
 async fn the_deadline_bounds_a_slow_provider() {
-    let server = serve(|_, _| Reply::json(200, json!({"results": []})).delayed(Duration::from_secs(5)));
+    let server = serve(|_, _| Reply::json_value(200, &json!({"results": []})).delayed(Duration::from_secs(5)));
     let tavily = Tavily::new(Endpoint::new(server.url()).with_key("k")).unwrap();
     let ctx = Ctx::new().with_timeout(Duration::from_millis(300));
     // The answer would arrive after 5 s: an error means the 300 ms deadline cut the call.
@@ -366,7 +366,7 @@ async fn arxiv_errors_and_garbage() {
 #[tokio::test]
 async fn a_redirect_to_another_origin_is_refused_and_no_key_crosses() {
     // B records what reaches it and would answer like a real API.
-    let b = serve(|_, _| Reply::json(200, json!({"results": [], "data": []})));
+    let b = serve(|_, _| Reply::json_value(200, &json!({"results": [], "data": []})));
     let target = format!("{}/elsewhere", b.url());
     for status in [301, 302, 303, 307, 308] {
         let to = target.clone();
@@ -405,7 +405,7 @@ async fn a_redirect_to_another_origin_is_refused_and_no_key_crosses() {
         if request.target.starts_with("/search") {
             Reply::raw(307, "text/plain", "moved").header("location", "/v2/search")
         } else {
-            Reply::json(200, json!({"results": []}))
+            Reply::json_value(200, &json!({"results": []}))
         }
     });
     let exa = Exa::new(Endpoint::new(same.url()).with_key("exa-secret")).unwrap();

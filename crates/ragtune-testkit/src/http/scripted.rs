@@ -61,7 +61,7 @@ enum Part {
 
 /// One scripted answer: a status, headers, and a body sent in parts as they come, after an optional delay.
 ///
-/// Headers are sent as given: the whole-body constructors ([`json`](Self::json), [`raw`](Self::raw),
+/// Headers are sent as given: the whole-body constructors ([`json`](Self::json), [`json_value`](Self::json_value), [`raw`](Self::raw),
 /// [`status`](Self::status)) announce their length; without a `content-length` header (see
 /// [`event_stream`](Self::event_stream)) the body ends when the server closes the connection, so a reply that stops
 /// early is a stream broken mid-way.
@@ -80,10 +80,16 @@ impl Reply {
         Self { status, headers: Vec::new(), parts: Vec::new(), delay: Duration::ZERO }
     }
 
-    /// A whole JSON body (text or a `serde_json::Value`) with its length.
+    /// A whole JSON body with its length.
     #[must_use]
-    pub fn json(status: u16, body: impl std::fmt::Display) -> Self {
-        Self::raw(status, "application/json", body.to_string())
+    pub fn json(status: u16, body: &str) -> Self {
+        Self::raw(status, "application/json", body)
+    }
+
+    /// A whole JSON body, serialised from `value`, with its length.
+    #[must_use]
+    pub fn json_value(status: u16, value: &serde_json::Value) -> Self {
+        Self::json(status, &value.to_string())
     }
 
     /// A whole body of any bytes (invalid UTF-8 included) with its content type and length.
