@@ -78,6 +78,8 @@ async fn embed_through(
     lookup: impl Fn(&str) -> Option<Arc<Vec<f32>>>,
     keep: impl Fn(&str, &Arc<Vec<f32>>),
 ) -> Result<Vec<Vec<f32>>> {
+    // A cancelled request gets no vector, not even a cached one (the `Embedder` contract).
+    ctx.check()?;
     let mut out: Vec<Option<Vec<f32>>> = texts.iter().map(|t| lookup(t).map(|v| v.as_ref().clone())).collect();
     let missing: Vec<usize> = (0..texts.len()).filter(|&i| out[i].is_none()).collect();
     let hits = texts.len() - missing.len();

@@ -1,24 +1,13 @@
-//! The client against real HTTP servers on 127.0.0.1: scripted ones for failures, retries and streams (the
-//! testkit's `ScriptedServer` for streams, whose replies pause on a gate), and the local LLM (`cargo xtask llm
-//! start`, `RAGTUNE_LLM_URL`) for real answers.
+//! The client against real HTTP servers on 127.0.0.1: the testkit's scripted server for failures, retries, size
+//! limits and streams (whose replies pause on a gate), and the local LLM (`cargo xtask llm start`,
+//! `RAGTUNE_LLM_URL`) for real answers.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use ragtune_core::{Ctx, ErrorKind, Llm, LlmRequest, LlmResponse, TraceSink};
 use ragtune_llm::{CachedLlm, Endpoint, LlmConfig, OpenAiClient, generate_json, prompts, raw_output};
-use ragtune_testkit::http::{Gate, Reply as TestReply, SSE_DONE, ScriptedServer, chat_chunk};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpListener;
-
-/// One scripted HTTP answer: status, extra headers, body, and a delay before answering.
-#[derive(Clone)]
-struct Reply {
-    status: u16,
-    headers: Vec<(&'static str, String)>,
-    body: String,
-    delay: Duration,
-}
+use ragtune_testkit::http::{Gate, Reply, SSE_DONE, ScriptedServer, chat_chunk, closed_port};
 
 fn ok(content: &str, finish: &str) -> Reply {
     let body = serde_json::json!({
@@ -26,75 +15,16 @@ fn ok(content: &str, finish: &str) -> Reply {
         "choices": [{ "message": { "role": "assistant", "content": content }, "text": content, "finish_reason": finish }],
         "usage": { "prompt_tokens": 11, "completion_tokens": 5, "total_tokens": 16 }
     });
-    Reply { status: 200, headers: Vec::new(), body: body.to_string(), delay: Duration::ZERO }
+    Reply::json_value(200, &body)
 }
 
 fn status(code: u16, body: &str) -> Reply {
-    Reply { status: code, headers: Vec::new(), body: body.to_owned(), delay: Duration::ZERO }
+    Reply::json(code, body)
 }
 
-/// A real HTTP/1.1 server on 127.0.0.1 answering each connection with the next scripted reply (the last one
-/// repeats) and recording every request (head and body).
-struct Scripted {
-    url: String,
-    requests: Arc<Mutex<Vec<String>>>,
-}
-
-async fn serve(script: Vec<Reply>) -> Scripted {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let requests = Arc::new(Mutex::new(Vec::new()));
-    let seen = Arc::clone(&requests);
-    tokio::spawn(async move {
-        let mut n = 0;
-        loop {
-            let Ok((mut sock, _)) = listener.accept().await else { return };
-            let reply = script[n.min(script.len() - 1)].clone();
-            n += 1;
-            let seen = Arc::clone(&seen);
-            tokio::spawn(async move {
-                let mut buf = Vec::new();
-                let mut chunk = [0_u8; 4096];
-                // Read the head, then as many body bytes as Content-Length says.
-                loop {
-                    let Ok(k) = sock.read(&mut chunk).await else { return };
-                    if k == 0 {
-                        return;
-                    }
-                    buf.extend_from_slice(&chunk[..k]);
-                    let text = String::from_utf8_lossy(&buf).to_string();
-                    if let Some(end) = text.find("\r\n\r\n") {
-                        let len = text
-                            .lines()
-                            .find_map(|l| {
-                                l.to_ascii_lowercase()
-                                    .strip_prefix("content-length:")
-                                    .map(|v| v.trim().parse::<usize>().unwrap_or(0))
-                            })
-                            .unwrap_or(0);
-                        if buf.len() >= end + 4 + len {
-                            break;
-                        }
-                    }
-                }
-                seen.lock().unwrap().push(String::from_utf8_lossy(&buf).to_string());
-                tokio::time::sleep(reply.delay).await;
-                let mut head = format!(
-                    "HTTP/1.1 {} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n",
-                    reply.status,
-                    reply.body.len()
-                );
-                for (k, v) in &reply.headers {
-                    head.push_str(&format!("{k}: {v}\r\n"));
-                }
-                head.push_str("\r\n");
-                let _ = sock.write_all(head.as_bytes()).await;
-                let _ = sock.write_all(reply.body.as_bytes()).await;
-                let _ = sock.shutdown().await;
-            });
-        }
-    });
-    Scripted { url, requests }
+/// The testkit's scripted server answering with `script`, in order (the last reply repeats).
+fn serve(script: Vec<Reply>) -> ScriptedServer {
+    ScriptedServer::start(script).unwrap()
 }
 
 fn client(url: &str) -> OpenAiClient {
@@ -115,14 +45,14 @@ fn simple() -> LlmRequest {
 
 #[tokio::test]
 async fn a_chat_answer_carries_text_tokens_and_model_and_the_request_is_openai_shaped() {
-    let server = serve(vec![ok("Scurvy is caused by a lack of vitamin C.", "stop")]).await;
-    let llm = client(&server.url);
+    let server = serve(vec![ok("Scurvy is caused by a lack of vitamin C.", "stop")]);
+    let llm = client(server.url());
     let sink = TraceSink::new();
     let out = llm.generate(&Ctx::new().with_trace(sink.clone()), &[simple()]).await.unwrap();
     assert_eq!(out[0].text, "Scurvy is caused by a lack of vitamin C.");
     assert_eq!((out[0].cost.tokens, out[0].cost.calls), (16, 1));
     assert_eq!((out[0].model.as_str(), out[0].finish_reason.as_str()), ("scripted", "stop"));
-    let req = server.requests.lock().unwrap()[0].clone();
+    let req = server.requests()[0].clone();
     assert!(req.starts_with("POST /v1/chat/completions"), "{req}");
     assert!(
         req.to_ascii_lowercase().contains("authorization: bearer sk-secret-key"),
@@ -139,16 +69,16 @@ async fn a_chat_answer_carries_text_tokens_and_model_and_the_request_is_openai_s
 
 #[tokio::test]
 async fn completions_mode_sends_one_prompt() {
-    let server = serve(vec![ok("a passage", "stop")]).await;
+    let server = serve(vec![ok("a passage", "stop")]);
     let llm = OpenAiClient::new(LlmConfig {
-        base_url: format!("{}/v1/", server.url),
+        base_url: format!("{}/v1/", server.url()),
         endpoint: Endpoint::Completions,
         ..LlmConfig::default()
     })
     .unwrap();
     let out = llm.generate(&Ctx::new(), &[simple()]).await.unwrap();
     assert_eq!(out[0].text, "a passage");
-    let req = server.requests.lock().unwrap()[0].clone();
+    let req = server.requests()[0].clone();
     assert!(req.starts_with("POST /v1/completions"), "{req}");
     assert!(req.contains("\"prompt\":") && req.contains("Assistant:"), "{req}");
 }
@@ -159,32 +89,30 @@ async fn transient_failures_are_retried_and_permanent_ones_are_not() {
         status(503, "{\"error\":{\"message\":\"loading model\"}}"),
         status(429, "slow down"),
         ok("fine", "stop"),
-    ])
-    .await;
-    let out = client(&server.url).generate(&Ctx::new(), &[simple()]).await.unwrap();
+    ]);
+    let out = client(server.url()).generate(&Ctx::new(), &[simple()]).await.unwrap();
     assert_eq!(out[0].text, "fine");
-    assert_eq!(server.requests.lock().unwrap().len(), 3, "two retries, then success");
+    assert_eq!(server.requests().len(), 3, "two retries, then success");
 
-    let server = serve(vec![status(401, "{\"error\":{\"message\":\"bad key\"}}"), ok("never", "stop")]).await;
-    let err = client(&server.url).generate(&Ctx::new(), &[simple()]).await.unwrap_err();
+    let server = serve(vec![status(401, "{\"error\":{\"message\":\"bad key\"}}"), ok("never", "stop")]);
+    let err = client(server.url()).generate(&Ctx::new(), &[simple()]).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Permanent);
     assert!(err.to_string().contains("HTTP 401: bad key") && err.to_string().contains("API key"), "{err}");
     assert!(!err.to_string().contains("sk-secret-key"), "the key never appears in errors: {err}");
-    assert_eq!(server.requests.lock().unwrap().len(), 1, "no retry of a permanent failure");
+    assert_eq!(server.requests().len(), 1, "no retry of a permanent failure");
 
-    let server = serve(vec![status(500, "boom")]).await;
-    let err = client(&server.url).generate(&Ctx::new(), &[simple()]).await.unwrap_err();
+    let server = serve(vec![status(500, "boom")]);
+    let err = client(server.url()).generate(&Ctx::new(), &[simple()]).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Transient, "exhausted retries stay transient");
-    assert_eq!(server.requests.lock().unwrap().len(), 3, "1 try + max_retries (2)");
+    assert_eq!(server.requests().len(), 3, "1 try + max_retries (2)");
 }
 
 #[tokio::test]
 async fn a_slow_server_times_out_and_an_absent_one_is_unavailable() {
-    let mut slow = ok("late", "stop");
-    slow.delay = Duration::from_secs(3);
-    let server = serve(vec![slow]).await;
+    let slow = ok("late", "stop").delayed(Duration::from_secs(3));
+    let server = serve(vec![slow]);
     let llm = OpenAiClient::new(LlmConfig {
-        base_url: server.url.clone(),
+        base_url: server.url().to_owned(),
         timeout: Duration::from_millis(200),
         max_retries: 1,
         initial_backoff: Duration::from_millis(10),
@@ -196,13 +124,11 @@ async fn a_slow_server_times_out_and_an_absent_one_is_unavailable() {
     assert!(err.to_string().contains("did not answer within 0.2 s"), "{err}");
 
     // A deadline in the context cuts the attempt shorter than the configured timeout.
-    let llm = client(&server.url);
+    let llm = client(server.url());
     let ctx = Ctx::new().with_timeout(Duration::from_millis(150));
     assert!(llm.generate(&ctx, &[simple()]).await.is_err());
 
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let dead = format!("http://{}", listener.local_addr().unwrap());
-    drop(listener);
+    let dead = closed_port();
     let err = client(&dead).generate(&Ctx::new(), &[simple()]).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Unavailable);
     assert!(err.to_string().contains(&dead), "the message names the URL: {err}");
@@ -212,113 +138,71 @@ async fn a_slow_server_times_out_and_an_absent_one_is_unavailable() {
 async fn malformed_structured_output_is_its_own_error_and_one_repair_fixes_it() {
     let request = prompts::REWRITE.render(&[("query", "who wrote it?"), ("context", "Dune")]).unwrap();
     // Invalid JSON, then (for the repair prompt) valid JSON.
-    let server = serve(vec![ok("{\"query\": \"Dune auth", "stop"), ok("{\"query\": \"Dune author\"}", "stop")]).await;
-    let llm = client(&server.url);
+    let server = serve(vec![ok("{\"query\": \"Dune auth", "stop"), ok("{\"query\": \"Dune author\"}", "stop")]);
+    let llm = client(server.url());
     let err = llm.generate(&Ctx::new(), std::slice::from_ref(&request)).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::MalformedOutput);
     assert_eq!(raw_output(&err).unwrap().text, "{\"query\": \"Dune auth");
 
-    let server = serve(vec![ok("{\"query\": \"Dune auth", "stop"), ok("{\"query\": \"Dune author\"}", "stop")]).await;
-    let answer = generate_json(&client(&server.url), &Ctx::new(), request.clone()).await.unwrap();
+    let server = serve(vec![ok("{\"query\": \"Dune auth", "stop"), ok("{\"query\": \"Dune author\"}", "stop")]);
+    let answer = generate_json(&client(server.url()), &Ctx::new(), request.clone()).await.unwrap();
     assert_eq!(answer.value["query"], "Dune author");
     assert!(answer.repaired);
     assert_eq!(answer.cost.calls, 2);
-    assert!(server.requests.lock().unwrap()[1].contains("not valid"), "the second call is the repair prompt");
+    assert!(server.requests()[1].contains("not valid"), "the second call is the repair prompt");
 
     // Truncated output (finish_reason length), twice: the caller gets MalformedOutput and can degrade.
-    let server = serve(vec![ok("{\"query\": \"Dune", "length")]).await;
-    let err = generate_json(&client(&server.url), &Ctx::new(), request).await.unwrap_err();
+    let server = serve(vec![ok("{\"query\": \"Dune", "length")]);
+    let err = generate_json(&client(server.url()), &Ctx::new(), request).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::MalformedOutput);
 }
 
 #[tokio::test]
 async fn the_disk_cache_answers_repeated_requests_without_calling() {
-    let server = serve(vec![ok("first", "stop"), ok("second", "stop")]).await;
+    let server = serve(vec![ok("first", "stop"), ok("second", "stop")]);
     let dir = tempfile::tempdir().unwrap();
-    let cached = CachedLlm::new(Arc::new(client(&server.url)), dir.path()).unwrap();
+    let cached = CachedLlm::new(Arc::new(client(server.url())), dir.path()).unwrap();
     let a = cached.generate(&Ctx::new(), &[simple()]).await.unwrap();
     let b = cached.generate(&Ctx::new(), &[simple()]).await.unwrap();
     assert_eq!(a, b, "the same answer, cost included");
-    assert_eq!(server.requests.lock().unwrap().len(), 1);
+    assert_eq!(server.requests().len(), 1);
     let other = prompts::HYDE.render(&[("query", "what causes rickets?")]).unwrap();
     assert_eq!(cached.generate(&Ctx::new(), &[other]).await.unwrap()[0].text, "second");
     // A fresh decorator on the same directory reads the same answers.
-    let again = CachedLlm::new(Arc::new(client(&server.url)), dir.path()).unwrap();
+    let again = CachedLlm::new(Arc::new(client(server.url())), dir.path()).unwrap();
     assert_eq!(again.generate(&Ctx::new(), &[simple()]).await.unwrap(), a);
-    assert_eq!(server.requests.lock().unwrap().len(), 2);
+    assert_eq!(server.requests().len(), 2);
 }
 
 /// An LLM server redirecting to another origin (here another port) never gets the key, nor the prompt, sent there:
 /// the redirect is refused with a permanent error naming both origins. Within the origin a redirect is followed.
 #[tokio::test]
 async fn a_redirect_to_another_origin_is_refused_and_nothing_crosses() {
-    let b = serve(vec![ok("from b", "stop")]).await;
+    let b = serve(vec![ok("from b", "stop")]);
     for code in [301, 302, 303, 307, 308] {
-        let mut moved = status(code, "moved");
-        moved.headers.push(("location", format!("{}/v1/chat/completions", b.url)));
-        let a = serve(vec![moved]).await;
-        let llm = client(&a.url);
+        let moved = status(code, "moved").header("location", &format!("{}/v1/chat/completions", b.url()));
+        let a = serve(vec![moved]);
+        let llm = client(a.url());
         let err = llm.generate(&Ctx::new(), &[simple()]).await.unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Permanent, "HTTP {code}: {err}");
-        let refused = format!("refused to follow a redirect from {} to {}, another origin", a.url, b.url);
+        let refused = format!("refused to follow a redirect from {} to {}, another origin", a.url(), b.url());
         assert!(err.to_string().contains(&refused), "HTTP {code}: {err}");
         assert!(!err.to_string().contains("sk-secret-key"), "{err}");
-        assert_eq!(a.requests.lock().unwrap().len(), 1, "a permanent failure is not retried");
+        assert_eq!(a.requests().len(), 1, "a permanent failure is not retried");
         let err = llm.ping().await.unwrap_err();
         assert!(err.to_string().contains(&refused), "the ping refuses it too: {err}");
     }
-    let seen = b.requests.lock().unwrap().clone();
+    let seen = b.requests();
     assert!(seen.is_empty(), "B received: {seen:?}");
 
     // Same origin: followed, key included (it goes to the same server).
-    let mut moved = status(307, "moved");
-    moved.headers.push(("location", "/v2/chat/completions".to_owned()));
-    let relative = serve(vec![moved, ok("followed", "stop")]).await;
-    let out = client(&relative.url).generate(&Ctx::new(), &[simple()]).await.unwrap();
+    let moved = status(307, "moved").header("location", "/v2/chat/completions");
+    let relative = serve(vec![moved, ok("followed", "stop")]);
+    let out = client(relative.url()).generate(&Ctx::new(), &[simple()]).await.unwrap();
     assert_eq!(out[0].text, "followed");
-    let requests = relative.requests.lock().unwrap().clone();
+    let requests = relative.requests();
     assert!(requests[1].starts_with("POST /v2/chat/completions"), "{}", requests[1]);
     assert!(requests[1].to_ascii_lowercase().contains("authorization: bearer sk-secret-key"), "{}", requests[1]);
-}
-
-/// A real HTTP/1.1 server on 127.0.0.1 that answers every connection with `head` and then `body`, `repeat` times
-/// over (stopping early when the client hangs up), then keeps the connection open without closing it when `hang`;
-/// it counts connections.
-async fn streaming(head: &'static str, body: Vec<u8>, repeat: usize, hang: bool) -> (String, Arc<Mutex<usize>>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let count = Arc::new(Mutex::new(0));
-    let seen = Arc::clone(&count);
-    tokio::spawn(async move {
-        loop {
-            let Ok((mut sock, _)) = listener.accept().await else { return };
-            *seen.lock().unwrap() += 1;
-            let body = body.clone();
-            tokio::spawn(async move {
-                let mut buf = Vec::new();
-                let mut chunk = [0_u8; 4096];
-                while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match sock.read(&mut chunk).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(k) => buf.extend_from_slice(&chunk[..k]),
-                    }
-                }
-                if sock.write_all(head.as_bytes()).await.is_err() {
-                    return;
-                }
-                for _ in 0..repeat {
-                    if sock.write_all(&body).await.is_err() {
-                        return;
-                    }
-                }
-                if hang {
-                    tokio::time::sleep(Duration::from_secs(30)).await;
-                }
-                let _ = sock.shutdown().await;
-            });
-        }
-    });
-    (url, count)
 }
 
 fn capped(url: &str, max_response_bytes: usize) -> OpenAiClient {
@@ -333,42 +217,43 @@ fn capped(url: &str, max_response_bytes: usize) -> OpenAiClient {
 }
 
 /// A body over the limit is a permanent error naming the limit, whether it announces its length (then nothing of
-/// it is read: this server never finishes it, so only the announced length can end the call with this error) or
-/// streams without one until the client stops reading (this server would send 64 MiB).
+/// it is read: the server never finishes it, so only the announced length can end the call with this error) or
+/// streams without one until the client stops reading (the server would send 64 MiB).
 #[tokio::test]
 async fn a_response_over_the_size_limit_is_a_permanent_error_naming_it() {
     assert_eq!(ragtune_llm::DEFAULT_MAX_RESPONSE_BYTES, 8 << 20);
     assert_eq!(LlmConfig::default().max_response_bytes, 8 << 20);
-    let announced = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 1048577\r\n\r\n";
-    let (url, connections) = streaming(announced, b"{\"choices\": [".to_vec(), 1, true).await;
-    let err = capped(&url, 1 << 20).generate(&Ctx::new(), &[simple()]).await.unwrap_err();
+    let json = || Reply::new(200).header("content-type", "application/json");
+    // Announces one byte over the limit, sends the start, and holds the connection open without finishing.
+    let announced =
+        serve(vec![json().header("content-length", "1048577").send("{\"choices\": [").hold(Duration::from_secs(30))]);
+    let url = announced.url();
+    let err = capped(url, 1 << 20).generate(&Ctx::new(), &[simple()]).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Permanent, "{err}");
     assert!(err.to_string().contains("larger than the limit of 1048576 bytes (`max_response_bytes`)"), "{err}");
-    assert!(err.to_string().contains(&url), "{err}");
-    assert_eq!(*connections.lock().unwrap(), 1, "not retried");
+    assert!(err.to_string().contains(url), "{err}");
+    assert_eq!(announced.requests().len(), 1, "not retried");
 
-    let unannounced = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n";
-    let (url, connections) = streaming(unannounced, vec![b' '; 64 * 1024], 1024, false).await;
-    let err = capped(&url, 256 * 1024).generate(&Ctx::new(), &[simple()]).await.unwrap_err();
+    let unannounced = serve(vec![json().send_repeated(vec![b' '; 64 * 1024], 1024)]);
+    let err = capped(unannounced.url(), 256 * 1024).generate(&Ctx::new(), &[simple()]).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Permanent, "{err}");
     assert!(err.to_string().contains("larger than the limit of 262144 bytes"), "{err}");
-    assert_eq!(*connections.lock().unwrap(), 1, "not retried");
+    assert_eq!(unannounced.requests().len(), 1, "not retried");
 
     // Chunked, and an answer just under the limit is read as usual.
     let answer =
         serde_json::json!({"choices": [{"message": {"content": "fine"}, "finish_reason": "stop"}]}).to_string();
-    let chunked = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n";
-    let body = format!("{:x}\r\n{answer}\r\n0\r\n\r\n", answer.len()).into_bytes();
-    let (url, _) = streaming(chunked, body.clone(), 1, false).await;
-    assert_eq!(capped(&url, answer.len()).generate(&Ctx::new(), &[simple()]).await.unwrap()[0].text, "fine");
-    let (url, _) = streaming(chunked, body, 1, false).await;
-    let err = capped(&url, answer.len() - 1).generate(&Ctx::new(), &[simple()]).await.unwrap_err();
+    let chunked =
+        json().header("transfer-encoding", "chunked").send(format!("{:x}\r\n{answer}\r\n0\r\n\r\n", answer.len()));
+    let server = serve(vec![chunked.clone()]);
+    assert_eq!(capped(server.url(), answer.len()).generate(&Ctx::new(), &[simple()]).await.unwrap()[0].text, "fine");
+    let server = serve(vec![chunked]);
+    let err = capped(server.url(), answer.len() - 1).generate(&Ctx::new(), &[simple()]).await.unwrap_err();
     assert!(err.to_string().contains("larger than the limit"), "{err}");
 
     // An error status with an oversized body keeps its status in the message.
-    let failing = "HTTP/1.1 500 Internal Server Error\r\nconnection: close\r\n\r\n";
-    let (url, _) = streaming(failing, vec![b'x'; 64 * 1024], 64, false).await;
-    let llm = OpenAiClient::new(LlmConfig { max_retries: 0, ..capped(&url, 1024).config().clone() }).unwrap();
+    let failing = serve(vec![Reply::new(500).send_repeated(vec![b'x'; 64 * 1024], 64)]);
+    let llm = OpenAiClient::new(LlmConfig { max_retries: 0, ..capped(failing.url(), 1024).config().clone() }).unwrap();
     let err = llm.generate(&Ctx::new(), &[simple()]).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Transient, "{err}");
     assert!(err.to_string().contains("HTTP 500"), "{err}");
@@ -412,11 +297,6 @@ async fn the_local_llm_answers_text_and_schema_constrained_json() {
     assert!(!queries.is_empty() && queries.iter().all(serde_json::Value::is_string), "{}", answer.value);
 }
 
-/// The scripted streaming server of the testkit (a thread per connection, so it needs no runtime of its own).
-fn scripted(script: Vec<TestReply>) -> ScriptedServer {
-    ScriptedServer::start(script).unwrap()
-}
-
 /// Streams `request` from `llm` on a task of its own; its pieces arrive on the receiver as they are handed over.
 fn stream_in_background(
     llm: OpenAiClient,
@@ -438,8 +318,8 @@ async fn a_streamed_answer_is_handed_over_piece_by_piece_as_it_arrives() {
     let gate = Gate::new();
     let usage =
         serde_json::json!({"choices": [], "usage": {"prompt_tokens": 30, "completion_tokens": 3, "total_tokens": 33}});
-    let server = scripted(vec![
-        TestReply::event_stream()
+    let server = serve(vec![
+        Reply::event_stream()
             .send(": keep-alive\n\n")
             .send(chat_chunk("Scurvy", None))
             // Nothing more exists until the test has seen the first piece and opens the gate.
@@ -479,8 +359,8 @@ async fn a_stream_without_usage_is_estimated_from_its_pieces_and_the_completions
         format!("data: {chunk}\n\n")
     };
     // No `[DONE]`: a finish reason ends the answer as well.
-    let server = scripted(vec![
-        TestReply::event_stream().send(text("a", None)).send(text("", None)).send(text(" passage", Some("length"))),
+    let server = serve(vec![
+        Reply::event_stream().send(text("a", None)).send(text("", None)).send(text(" passage", Some("length"))),
     ]);
     let llm = OpenAiClient::new(LlmConfig {
         base_url: server.url().to_owned(),
@@ -505,8 +385,7 @@ async fn a_stream_without_usage_is_estimated_from_its_pieces_and_the_completions
 #[tokio::test]
 async fn a_stream_broken_mid_way_is_an_error_that_says_how_far_it_got_and_is_not_retried() {
     // The connection closes after two pieces, without a finish reason or `[DONE]`.
-    let server =
-        scripted(vec![TestReply::event_stream().send(chat_chunk("Scurvy", None)).send(chat_chunk(" is", None))]);
+    let server = serve(vec![Reply::event_stream().send(chat_chunk("Scurvy", None)).send(chat_chunk(" is", None))]);
     let mut pieces = Vec::new();
     let err = client(server.url())
         .generate_stream(&Ctx::new(), &simple(), &mut |p: &str| pieces.push(p.to_owned()))
@@ -520,20 +399,20 @@ async fn a_stream_broken_mid_way_is_an_error_that_says_how_far_it_got_and_is_not
     assert_eq!(server.requests().len(), 1, "pieces were handed over: a second attempt would not continue them");
 
     // A chunked body cut inside a chunk: the transport says the body broke.
-    let cut = TestReply::new(200)
+    let cut = Reply::new(200)
         .header("content-type", "text/event-stream")
         .header("transfer-encoding", "chunked")
         .send(format!("{:x}\r\n{}\r\n", chat_chunk("Scurvy", None).len(), chat_chunk("Scurvy", None)))
         .send("40\r\ndata: {\"choi");
-    let server = scripted(vec![cut]);
+    let server = serve(vec![cut]);
     let err = client(server.url()).generate_stream(&Ctx::new(), &simple(), &mut |_: &str| {}).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Transient, "{err}");
     assert!(err.to_string().contains("broke") && err.to_string().contains("after 1 piece (6 characters)"), "{err}");
     assert_eq!(server.requests().len(), 1);
 
     // An error the server reports inside its stream.
-    let server = scripted(vec![
-        TestReply::event_stream()
+    let server = serve(vec![
+        Reply::event_stream()
             .send(chat_chunk("Sc", None))
             .send("data: {\"error\": {\"message\": \"slot unavailable\"}}\n\n"),
     ]);
@@ -546,8 +425,8 @@ async fn a_stream_broken_mid_way_is_an_error_that_says_how_far_it_got_and_is_not
 
 #[tokio::test]
 async fn a_malformed_chunk_is_a_permanent_error_quoting_it() {
-    let server = scripted(vec![
-        TestReply::event_stream()
+    let server = serve(vec![
+        Reply::event_stream()
             .send(chat_chunk("Scurvy", None))
             .send("data: {\"choices\": [{\"delta\": \n\n")
             .send(SSE_DONE),
@@ -564,11 +443,11 @@ async fn a_malformed_chunk_is_a_permanent_error_quoting_it() {
 
 #[tokio::test]
 async fn a_failure_before_the_first_piece_is_retried_and_a_whole_answer_is_one_piece() {
-    let server = scripted(vec![
-        TestReply::json(503, "{\"error\": {\"message\": \"loading model\"}}"),
+    let server = serve(vec![
+        Reply::json(503, "{\"error\": {\"message\": \"loading model\"}}"),
         // The connection closes before any piece: nothing was handed over, so it is retried too.
-        TestReply::event_stream(),
-        TestReply::event_stream().send(chat_chunk("fine", Some("stop"))).send(SSE_DONE),
+        Reply::event_stream(),
+        Reply::event_stream().send(chat_chunk("fine", Some("stop"))).send(SSE_DONE),
     ]);
     let mut pieces = Vec::new();
     let out = client(server.url())
@@ -579,13 +458,13 @@ async fn a_failure_before_the_first_piece_is_retried_and_a_whole_answer_is_one_p
     assert_eq!(server.requests().len(), 3, "two retries before the first piece");
 
     // A permanent failure is not retried, as without streaming.
-    let server = scripted(vec![TestReply::json(401, "{\"error\": {\"message\": \"bad key\"}}")]);
+    let server = serve(vec![Reply::json(401, "{\"error\": {\"message\": \"bad key\"}}")]);
     let err = client(server.url()).generate_stream(&Ctx::new(), &simple(), &mut |_: &str| {}).await.unwrap_err();
     assert_eq!((err.kind(), server.requests().len()), (ErrorKind::Permanent, 1));
 
     // A server that ignores `stream` and answers whole: the whole text is one piece.
     let whole = serde_json::json!({"choices": [{"message": {"content": "all at once"}, "finish_reason": "stop"}]});
-    let server = scripted(vec![TestReply::json(200, &whole.to_string())]);
+    let server = serve(vec![Reply::json(200, &whole.to_string())]);
     let mut pieces = Vec::new();
     let out = client(server.url())
         .generate_stream(&Ctx::new(), &simple(), &mut |p: &str| pieces.push(p.to_owned()))
@@ -596,19 +475,19 @@ async fn a_failure_before_the_first_piece_is_retried_and_a_whole_answer_is_one_p
 
 #[tokio::test]
 async fn a_stream_over_the_size_limit_and_structured_output_are_checked_as_without_streaming() {
-    let mut reply = TestReply::event_stream();
+    let mut reply = Reply::event_stream();
     for _ in 0..64 {
         reply = reply.send(chat_chunk(&"x".repeat(1000), None));
     }
-    let server = scripted(vec![reply]);
+    let server = serve(vec![reply]);
     let err =
         capped(server.url(), 16 * 1024).generate_stream(&Ctx::new(), &simple(), &mut |_: &str| {}).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Permanent, "{err}");
     assert!(err.to_string().contains("larger than the limit of 16384 bytes"), "{err}");
 
     let request = prompts::REWRITE.render(&[("query", "who wrote it?"), ("context", "Dune")]).unwrap();
-    let server = scripted(vec![
-        TestReply::event_stream()
+    let server = serve(vec![
+        Reply::event_stream()
             .send(chat_chunk("{\"query\": ", None))
             .send(chat_chunk("\"Dune author\"}", Some("stop")))
             .send(SSE_DONE),
@@ -617,8 +496,7 @@ async fn a_stream_over_the_size_limit_and_structured_output_are_checked_as_witho
     let out =
         client(server.url()).generate_stream(&Ctx::new(), &request, &mut |p: &str| pieces.push_str(p)).await.unwrap();
     assert_eq!((pieces.as_str(), out.text.as_str()), ("{\"query\": \"Dune author\"}", "{\"query\":\"Dune author\"}"));
-    let server =
-        scripted(vec![TestReply::event_stream().send(chat_chunk("{\"query\": \"Du", Some("length"))).send(SSE_DONE)]);
+    let server = serve(vec![Reply::event_stream().send(chat_chunk("{\"query\": \"Du", Some("length"))).send(SSE_DONE)]);
     let err = client(server.url()).generate_stream(&Ctx::new(), &request, &mut |_: &str| {}).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::MalformedOutput, "{err}");
 }

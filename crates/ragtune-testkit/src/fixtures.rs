@@ -31,58 +31,32 @@ pub fn tiny_beir(dir: &Path) {
 }
 
 /// A SearXNG-compatible search endpoint on 127.0.0.1 (`GET /search?format=json`) that answers every request with
-/// one result and counts the requests, for tests of web search through the engine and the command-line tool.
+/// one result and counts the requests, for tests of web search through the engine and the command-line tool: a
+/// [`ScriptedServer`](crate::http::ScriptedServer) with one reply.
 #[derive(Debug)]
 pub struct SearxServer {
     /// The base URL (`http://127.0.0.1:PORT`).
     pub url: String,
-    requests: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    server: crate::http::ScriptedServer,
 }
 
 impl SearxServer {
     /// Starts the server on a free port; it answers each request with `result` (a SearXNG result object:
-    /// `url`, `title`, `content`, …) and lives as long as the test process.
+    /// `url`, `title`, `content`, …) for as long as it lives.
     ///
     /// # Panics
     /// When no loopback port can be bound: this is test support.
     #[must_use]
     pub fn start(result: serde_json::Value) -> Self {
-        use std::io::{Read, Write};
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
-        let url = format!("http://{}", listener.local_addr().expect("a bound address"));
-        let requests = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let seen = std::sync::Arc::clone(&requests);
-        let body = serde_json::json!({ "results": [result] }).to_string();
-        std::thread::spawn(move || {
-            for stream in listener.incoming() {
-                let Ok(mut s) = stream else { continue };
-                let mut buf = [0_u8; 8192];
-                let mut head = Vec::new();
-                // Read the request head; the body (there is none for GET) is not needed.
-                while let Ok(n) = s.read(&mut buf) {
-                    if n == 0 {
-                        break;
-                    }
-                    head.extend_from_slice(&buf[..n]);
-                    if head.windows(4).any(|w| w == b"\r\n\r\n") {
-                        break;
-                    }
-                }
-                seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                let _ = write!(
-                    s,
-                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-            }
-        });
-        Self { url, requests }
+        let body = serde_json::json!({ "results": [result] });
+        let server = crate::http::serve(move |_, _| crate::http::Reply::json_value(200, &body));
+        Self { url: server.url().to_owned(), server }
     }
 
     /// Requests answered so far.
     #[must_use]
     pub fn requests(&self) -> usize {
-        self.requests.load(std::sync::atomic::Ordering::SeqCst)
+        self.server.count()
     }
 }
 

@@ -1,18 +1,21 @@
-//! Blocking HTTP for tests and tooling, no dependencies:
+//! HTTP for tests and tooling, no dependencies:
 //!
-//! - a minimal HTTP/1.0 client: one request, the whole answer ([`request`]), or its Server-Sent Events one by one as
-//!   they arrive ([`open_events`]). HTTP/1.0 so that the body is neither chunked nor kept alive: the answer ends
-//!   when the server closes.
-//! - a scripted HTTP server on 127.0.0.1 ([`ScriptedServer`]): each connection gets the next scripted [`Reply`],
-//!   whose body is sent in parts as they come, pausing on a [`Gate`] until the test opens it, so a test can prove
-//!   that a client acts on the first part of a stream before the rest exists (no timing involved).
-//!   [`chat_chunk`] and [`SSE_DONE`] script an OpenAI-compatible LLM that streams.
+//! - a minimal blocking HTTP/1.0 client: one request, the whole answer ([`request`]), or its Server-Sent Events one
+//!   by one as they arrive ([`open_events`]). HTTP/1.0 so that the body is neither chunked nor kept alive: the
+//!   answer ends when the server closes.
+//! - the scripted HTTP server every test of the workspace uses ([`ScriptedServer`], [`serve`]): a real server on
+//!   127.0.0.1 whose answers a test scripts per request ([`Reply`]: status, headers, raw body bytes, a delay, a
+//!   truncated or huge body, a stream that pauses on a [`Gate`] until the test opens it), recording every
+//!   [`Request`] with its arrival time. [`chat_chunk`] and [`SSE_DONE`] script an OpenAI-compatible LLM that
+//!   streams.
 
 use std::io::{self, BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream, ToSocketAddrs};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::net::{TcpStream, ToSocketAddrs};
 use std::time::Duration;
+
+mod scripted;
+
+pub use scripted::{Gate, Reply, Request, ScriptedServer, closed_port, serve};
 
 /// An answer: status, headers (names lower-cased) and body.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -298,93 +301,6 @@ fn dechunk(mut rest: &str) -> Option<String> {
     }
 }
 
-/// A gate a scripted reply pauses on: what follows it is sent only once the test [`open`](Self::open)s it.
-#[derive(Debug, Clone, Default)]
-pub struct Gate(Arc<(Mutex<bool>, Condvar)>);
-
-impl Gate {
-    /// A closed gate.
-    #[must_use]
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Opens the gate for good: every reply waiting on it goes on.
-    pub fn open(&self) {
-        let (open, changed) = &*self.0;
-        *open.lock().unwrap_or_else(PoisonError::into_inner) = true;
-        changed.notify_all();
-    }
-
-    /// Waits until the gate is open, at most `limit` (a test that forgets to open it fails instead of hanging).
-    fn wait(&self, limit: Duration) {
-        let (open, changed) = &*self.0;
-        let guard = open.lock().unwrap_or_else(PoisonError::into_inner);
-        let _ = changed.wait_timeout_while(guard, limit, |open| !*open);
-    }
-}
-
-/// One part of a scripted body.
-#[derive(Debug, Clone)]
-enum Part {
-    Bytes(Vec<u8>),
-    Wait(Gate),
-}
-
-/// One scripted answer: a status, headers, and a body sent in parts as they come. Without a `content-length`
-/// header (see [`json`](Self::json)) the body ends when the server closes the connection, so a reply that stops
-/// early is a stream broken mid-way.
-#[derive(Debug, Clone)]
-pub struct Reply {
-    status: u16,
-    headers: Vec<(String, String)>,
-    parts: Vec<Part>,
-}
-
-impl Reply {
-    /// A reply of `status` with no header and no body yet.
-    #[must_use]
-    pub fn new(status: u16) -> Self {
-        Self { status, headers: Vec::new(), parts: Vec::new() }
-    }
-
-    /// A whole JSON body with its length.
-    #[must_use]
-    pub fn json(status: u16, body: &str) -> Self {
-        Self::new(status)
-            .header("content-type", "application/json")
-            .header("content-length", &body.len().to_string())
-            .send(body)
-    }
-
-    /// A `text/event-stream` reply whose events follow (`send`, `wait`); it ends when the server closes.
-    #[must_use]
-    pub fn event_stream() -> Self {
-        Self::new(200).header("content-type", "text/event-stream").header("cache-control", "no-cache")
-    }
-
-    /// Adds a header.
-    #[must_use]
-    pub fn header(mut self, name: &str, value: &str) -> Self {
-        self.headers.push((name.to_owned(), value.to_owned()));
-        self
-    }
-
-    /// Adds bytes to the body, sent at once (and flushed) when their turn comes.
-    #[must_use]
-    pub fn send(mut self, bytes: impl AsRef<[u8]>) -> Self {
-        self.parts.push(Part::Bytes(bytes.as_ref().to_vec()));
-        self
-    }
-
-    /// Pauses the body until `gate` is open (at most 60 s).
-    #[must_use]
-    pub fn wait(mut self, gate: &Gate) -> Self {
-        self.parts.push(Part::Wait(gate.clone()));
-        self
-    }
-}
-
 /// One `data:` event of an OpenAI-compatible streamed chat completion (`chat.completion.chunk`) adding `content`,
 /// with `finish_reason` when given (`stop`, `length`).
 #[must_use]
@@ -400,113 +316,6 @@ pub fn chat_chunk(content: &str, finish_reason: Option<&str>) -> String {
 
 /// The event that ends an OpenAI-compatible stream.
 pub const SSE_DONE: &str = "data: [DONE]\n\n";
-
-/// A real HTTP/1.1 server on 127.0.0.1 on threads of its own (no async runtime needed): each connection gets the
-/// next reply of the script (the last one repeats) once its request has arrived whole, and every request (head and
-/// body) is recorded. It stops accepting when dropped.
-#[derive(Debug)]
-pub struct ScriptedServer {
-    url: String,
-    requests: Arc<Mutex<Vec<String>>>,
-    stopped: Arc<AtomicBool>,
-}
-
-impl ScriptedServer {
-    /// Starts a server answering with `script`, in order.
-    ///
-    /// # Errors
-    /// No loopback port to bind.
-    ///
-    /// # Panics
-    /// On an empty script.
-    pub fn start(script: Vec<Reply>) -> io::Result<Self> {
-        assert!(!script.is_empty(), "a script needs at least one reply");
-        let listener = TcpListener::bind("127.0.0.1:0")?;
-        let url = format!("http://{}", listener.local_addr()?);
-        let requests = Arc::new(Mutex::new(Vec::new()));
-        let stopped = Arc::new(AtomicBool::new(false));
-        let (seen, stop) = (Arc::clone(&requests), Arc::clone(&stopped));
-        std::thread::spawn(move || {
-            for (n, conn) in listener.incoming().enumerate() {
-                if stop.load(Ordering::Acquire) {
-                    return;
-                }
-                let Ok(conn) = conn else { continue };
-                let reply = script[n.min(script.len() - 1)].clone();
-                let seen = Arc::clone(&seen);
-                std::thread::spawn(move || serve_one(conn, &reply, &seen));
-            }
-        });
-        Ok(Self { url, requests, stopped })
-    }
-
-    /// `http://127.0.0.1:PORT`.
-    #[must_use]
-    pub fn url(&self) -> &str {
-        &self.url
-    }
-
-    /// Every request received so far (head and body), in order of arrival.
-    #[must_use]
-    pub fn requests(&self) -> Vec<String> {
-        self.requests.lock().unwrap_or_else(PoisonError::into_inner).clone()
-    }
-}
-
-impl Drop for ScriptedServer {
-    fn drop(&mut self) {
-        self.stopped.store(true, Ordering::Release);
-        // Wakes the accept loop so it sees the flag.
-        if let Some((host, port)) = parse_http_url(&self.url) {
-            let _ = TcpStream::connect((host.as_str(), port));
-        }
-    }
-}
-
-/// Reads one request whole (head, then `Content-Length` bytes of body), records it, and sends `reply`.
-fn serve_one(mut conn: TcpStream, reply: &Reply, seen: &Mutex<Vec<String>>) {
-    let _ = conn.set_read_timeout(Some(Duration::from_secs(30)));
-    let mut buf = Vec::new();
-    let mut chunk = [0_u8; 4096];
-    loop {
-        let Ok(k) = conn.read(&mut chunk) else { return };
-        if k == 0 {
-            return;
-        }
-        buf.extend_from_slice(&chunk[..k]);
-        let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else { continue };
-        let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
-        let length = head
-            .lines()
-            .filter_map(|l| l.split_once(':'))
-            .find(|(k, _)| k.trim() == "content-length")
-            .and_then(|(_, v)| v.trim().parse::<usize>().ok())
-            .unwrap_or(0);
-        if buf.len() >= end + 4 + length {
-            break;
-        }
-    }
-    seen.lock().unwrap_or_else(PoisonError::into_inner).push(String::from_utf8_lossy(&buf).into_owned());
-    let mut head = format!("HTTP/1.1 {} Scripted\r\nconnection: close\r\n", reply.status);
-    for (k, v) in &reply.headers {
-        head.push_str(&format!("{k}: {v}\r\n"));
-    }
-    head.push_str("\r\n");
-    if conn.write_all(head.as_bytes()).and_then(|()| conn.flush()).is_err() {
-        return;
-    }
-    for part in &reply.parts {
-        match part {
-            Part::Bytes(bytes) => {
-                if conn.write_all(bytes).and_then(|()| conn.flush()).is_err() {
-                    return;
-                }
-            }
-            Part::Wait(gate) => gate.wait(Duration::from_secs(60)),
-        }
-    }
-    let _ = conn.shutdown(std::net::Shutdown::Both);
-}
 
 #[cfg(test)]
 mod tests {
@@ -538,6 +347,36 @@ mod tests {
         assert_eq!(request("GET", server.url(), "/", &[], None).unwrap().status, 404);
         assert_eq!(request("GET", server.url(), "/", &[], None).unwrap().body, "{}");
         assert!(chat_chunk("a\"b", Some("stop")).starts_with("data: {") && chat_chunk("", None).ends_with("\n\n"));
+    }
+
+    #[test]
+    fn a_handler_sees_each_request_parsed_with_its_number() {
+        let server = serve(|request, n| match (request.target.as_str(), n) {
+            ("/slow", _) => Reply::json_value(200, &serde_json::json!({"n": n})).delayed(Duration::from_millis(50)),
+            ("/cut", _) => Reply::raw(200, "application/json", "{\"a\": ").truncated(10),
+            ("/big", _) => Reply::new(200).send_repeated("ab", 3).hold(Duration::from_millis(10)),
+            _ => Reply::status(418).with_status(503).header("retry-after", "1"),
+        });
+        let started = std::time::Instant::now();
+        let slow = request("POST", server.url(), "/slow", &[("X-Key", "k")], Some("{\"q\": [1]}")).unwrap();
+        assert!(started.elapsed() >= Duration::from_millis(50), "the reply waited its delay");
+        assert_eq!((slow.status, slow.json()["n"].as_u64()), (200, Some(0)));
+        let other = request("GET", server.url(), "/x?y=1", &[], None).unwrap();
+        assert_eq!((other.status, other.header("retry-after"), other.body.as_str()), (503, Some("1"), "status 418"));
+        assert_eq!(request("GET", server.url(), "/big", &[], None).unwrap().body, "ababab");
+        // Ten announced bytes never come: the client reads what there is until the server closes.
+        let cut = request("GET", server.url(), "/cut", &[], None).unwrap();
+        assert_eq!((cut.header("content-length"), cut.body.as_str()), (Some("16"), "{\"a\": "));
+        let received = server.received();
+        assert_eq!(server.count(), 4);
+        assert_eq!((received[0].method.as_str(), received[0].target.as_str()), ("POST", "/slow"));
+        assert_eq!((received[0].header("x-key"), received[0].json()["q"][0].as_u64()), (Some("k"), Some(1)));
+        assert_eq!((received[1].target.as_str(), received[1].body.as_str()), ("/x?y=1", ""));
+        assert!(received[0].at <= received[1].at);
+        assert_eq!(server.requests()[0], received[0].raw);
+        assert!(received[0].raw.starts_with("POST /slow HTTP/1.0\r\n") && received[0].raw.ends_with("[1]}"));
+        // Nothing listens on a closed port.
+        assert!(request("GET", &closed_port(), "/", &[], None).is_err());
     }
 
     #[test]

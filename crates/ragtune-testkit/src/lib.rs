@@ -5,13 +5,16 @@
 //!   [`HashSparseEncoder`](fakes::HashSparseEncoder), [`ScriptedReranker`](fakes::ScriptedReranker),
 //!   [`StaticRetriever`](fakes::StaticRetriever)), so retrieval, fusion and control logic is tested without
 //!   provisioning a model.
-//! - [`fixtures`]: small datasets written to disk (a tiny BEIR dataset).
+//! - [`fixtures`]: small datasets written to disk (a tiny BEIR dataset), a SearXNG-compatible endpoint.
+//! - [`http`]: a small blocking HTTP client, and the one scripted HTTP server every test uses
+//!   ([`ScriptedServer`](http::ScriptedServer), [`serve`](http::serve)).
 //! - [`qdrant`]: real Qdrant servers (one node or a loopback cluster) started, killed and restarted for tests and
 //!   for `cargo xtask qdrant`.
 //! - [`MemoryStore`]: a brute-force [`VectorStore`](ragtune_core::VectorStore) that passes the whole contract; a
 //!   reference for tests, not a production store.
-//! - [`contract`]: the `VectorStore` contract suite. Every store, in this workspace or in a fork, runs it from its
-//!   tests; a store that passes it can replace any other.
+//! - [`contract`]: the contract suites of the `VectorStore`, `WebSearch` and `Embedder` seams. Every
+//!   implementation, in this workspace or in a fork, runs its seam's suite from its tests; one that passes it can
+//!   replace any other.
 //!
 //! This is a test-support crate: its checks panic on purpose, and it belongs in `[dev-dependencies]`.
 //!

@@ -54,6 +54,7 @@ fn every_check_is_registered_once() {
         [
             "empty_store",
             "round_trip",
+            "scan_pages",
             "upsert_replaces",
             "delete_by_document",
             "filters",

@@ -2,13 +2,11 @@
 //! metadata addresses, a redirect loop, a redirect into the private network, a 50 MB page, a PDF, a slow page —
 //! each refused or cut with a trace note, never a hang or a panic.
 
-mod support;
-
 use std::time::Duration;
 
 use ragtune_core::{Ctx, ErrorKind, TraceSink, WebResult};
+use ragtune_testkit::http::{Reply, serve};
 use ragtune_web::{FetchPolicy, PageFetcher};
-use support::{Reply, serve};
 
 fn loopback_ok() -> FetchPolicy {
     FetchPolicy { enabled: true, allow_loopback: true, timeout: Duration::from_secs(2), ..FetchPolicy::default() }
@@ -18,31 +16,31 @@ const PAGE: &str = "<html><head><title>x</title></head><body><nav>menu</nav><p>O
 
 #[tokio::test]
 async fn a_page_becomes_its_main_text() {
-    let server = serve(|_, _| Reply::raw(200, "text/html; charset=utf-8", PAGE)).await;
+    let server = serve(|_, _| Reply::raw(200, "text/html; charset=utf-8", PAGE));
     let fetcher = PageFetcher::new(loopback_ok());
-    let page = fetcher.fetch(&Ctx::new(), &format!("{}/wiki/Osteomalacia", server.url)).await.unwrap();
+    let page = fetcher.fetch(&Ctx::new(), &format!("{}/wiki/Osteomalacia", server.url())).await.unwrap();
     assert_eq!(page.text, "Osteomalacia is the softening of the bones.");
     assert_eq!((page.content_type.as_str(), page.truncated), ("text/html", false));
 
     // Short snippets are replaced by the page's text; long ones are left alone.
     let mut results = vec![
-        WebResult { url: format!("{}/a", server.url), content: "Osteo…".into(), ..WebResult::default() },
-        WebResult { url: format!("{}/b", server.url), content: "x".repeat(300), ..WebResult::default() },
+        WebResult { url: format!("{}/a", server.url()), content: "Osteo…".into(), ..WebResult::default() },
+        WebResult { url: format!("{}/b", server.url()), content: "x".repeat(300), ..WebResult::default() },
     ];
     fetcher.enrich(&Ctx::new(), &mut results).await;
     assert_eq!(results[0].content, "Osteomalacia is the softening of the bones.");
     assert_eq!(results[1].content.len(), 300);
-    assert_eq!(server.requests().len(), 2);
+    assert_eq!(server.received().len(), 2);
 }
 
 #[tokio::test]
 async fn loopback_private_and_metadata_addresses_are_refused_without_a_request() {
-    let server = serve(|_, _| Reply::raw(200, "text/html", PAGE)).await;
+    let server = serve(|_, _| Reply::raw(200, "text/html", PAGE));
     let strict = PageFetcher::new(FetchPolicy { enabled: true, ..FetchPolicy::default() });
     let sink = TraceSink::new();
     let ctx = Ctx::new().with_trace(sink.clone());
     for url in [
-        format!("{}/x", server.url),
+        format!("{}/x", server.url()),
         "http://localhost:9/x".to_owned(),
         "http://10.0.0.1/x".to_owned(),
         "http://192.168.1.1/router".to_owned(),
@@ -57,7 +55,7 @@ async fn loopback_private_and_metadata_addresses_are_refused_without_a_request()
         assert_eq!(err.kind(), ErrorKind::InvalidInput, "{url}: {err}");
         assert!(err.message().starts_with("refused to fetch"), "{err}");
     }
-    assert!(server.requests().is_empty());
+    assert!(server.received().is_empty());
     let refused = sink.take().into_iter().filter(|e| e.action == "fetch_refused").count();
     assert_eq!(refused, 9);
     // Allowing loopback does not allow the private network.
@@ -72,17 +70,16 @@ async fn redirects_are_checked_hop_by_hop_and_loops_end() {
         "/to-metadata" => Reply::status(301).header("location", "http://169.254.169.254/latest/meta-data/"),
         "/moved" => Reply::status(308).header("location", "/final"),
         _ => Reply::raw(200, "text/html", PAGE),
-    })
-    .await;
+    });
     let fetcher = PageFetcher::new(loopback_ok());
     let ctx = Ctx::new();
-    let err = fetcher.fetch(&ctx, &format!("{}/loop", server.url)).await.unwrap_err();
+    let err = fetcher.fetch(&ctx, &format!("{}/loop", server.url())).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Permanent);
     assert!(err.message().contains("more than 3 redirects"), "{err}");
-    assert_eq!(server.requests().len(), 4);
-    let err = fetcher.fetch(&ctx, &format!("{}/to-metadata", server.url)).await.unwrap_err();
+    assert_eq!(server.received().len(), 4);
+    let err = fetcher.fetch(&ctx, &format!("{}/to-metadata", server.url())).await.unwrap_err();
     assert!(err.message().contains("metadata"), "{err}");
-    let page = fetcher.fetch(&ctx, &format!("{}/moved", server.url)).await.unwrap();
+    let page = fetcher.fetch(&ctx, &format!("{}/moved", server.url())).await.unwrap();
     assert!(page.url.ends_with("/final"), "{}", page.url);
 }
 
@@ -90,9 +87,9 @@ async fn redirects_are_checked_hop_by_hop_and_loops_end() {
 async fn a_fifty_megabyte_page_is_cut_at_the_limit() {
     let mut body = b"<html><body><p>".to_vec();
     body.extend(std::iter::repeat_n(b'a', 50 << 20));
-    let server = serve(move |_, _| Reply::raw(200, "text/html", body.clone())).await;
+    let server = serve(move |_, _| Reply::raw(200, "text/html", body.clone()));
     let fetcher = PageFetcher::new(FetchPolicy { max_bytes: 1 << 20, max_text_chars: 100, ..loopback_ok() });
-    let page = fetcher.fetch(&Ctx::new(), &format!("{}/big", server.url)).await.unwrap();
+    let page = fetcher.fetch(&Ctx::new(), &format!("{}/big", server.url())).await.unwrap();
     assert!(page.truncated, "the body was cut at max_bytes");
     assert_eq!(page.text.len(), 100);
 }
@@ -104,15 +101,14 @@ async fn other_content_types_and_slow_pages_are_refused() {
         "/slow" => Reply::raw(200, "text/html", PAGE).delayed(Duration::from_secs(5)),
         "/gone" => Reply::status(404),
         _ => Reply::raw(200, "text/plain", "just   text"),
-    })
-    .await;
+    });
     let fetcher = PageFetcher::new(FetchPolicy { timeout: Duration::from_millis(300), ..loopback_ok() });
     let ctx = Ctx::new();
-    let err = fetcher.fetch(&ctx, &format!("{}/paper.pdf", server.url)).await.unwrap_err();
+    let err = fetcher.fetch(&ctx, &format!("{}/paper.pdf", server.url())).await.unwrap_err();
     assert!(err.message().contains("application/pdf"), "{err}");
     // The page would arrive whole after 5 s: an error means the 300 ms timeout cut it.
-    let err = fetcher.fetch(&ctx, &format!("{}/slow", server.url)).await.unwrap_err();
+    let err = fetcher.fetch(&ctx, &format!("{}/slow", server.url())).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Transient);
-    assert_eq!(fetcher.fetch(&ctx, &format!("{}/gone", server.url)).await.unwrap_err().kind(), ErrorKind::Permanent);
-    assert_eq!(fetcher.fetch(&ctx, &format!("{}/t", server.url)).await.unwrap().text, "just text");
+    assert_eq!(fetcher.fetch(&ctx, &format!("{}/gone", server.url())).await.unwrap_err().kind(), ErrorKind::Permanent);
+    assert_eq!(fetcher.fetch(&ctx, &format!("{}/t", server.url())).await.unwrap().text, "just text");
 }

@@ -2,24 +2,22 @@
 //! providers, a failing provider skipped and reported, the rate limit held under a burst of concurrent queries, and
 //! an outage mid-run costing no query its answer.
 
-mod support;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use ragtune_core::http::RetryPolicy;
 use ragtune_core::{Ctx, ErrorKind, TraceSink, WebQuery, WebSearch};
+use ragtune_testkit::http::{Reply, serve};
 use ragtune_web::{
     Arxiv, BreakerConfig, BreakerState, Complexity, Endpoint, MultiSearch, RateLimit, Resilience, RoutePlan, Routing,
     SearxNg, SemanticScholar,
 };
 use serde_json::json;
-use support::{Reply, serve};
 
 fn searx_reply(urls: &[&str]) -> Reply {
     let results: Vec<_> = urls.iter().map(|u| json!({"url": u, "title": u, "content": format!("about {u}")})).collect();
-    Reply::json(&json!({ "results": results }))
+    Reply::json_value(200, &json!({ "results": results }))
 }
 
 /// Fast retries so that tests do not wait the protocol's seconds.
@@ -44,20 +42,21 @@ async fn results_are_merged_deduplicated_and_tiered_and_a_failing_provider_is_sk
             "https://blog.example/crag/",
             "https://dup.example/a#x",
         ])
-    })
-    .await;
+    });
     let s2 = serve(|_, _| {
-        Reply::json(&json!({"data": [
-            {"paperId": "p1", "title": "CRAG", "url": "https://arxiv.org/abs/2401.15884", "abstract": "Corrective RAG."},
-            {"paperId": "p2", "title": "Dup", "url": "https://DUP.example/a", "abstract": "dup"}
-        ]}))
-    })
-    .await;
-    let broken = serve(|_, _| Reply::raw(200, "text/html", "<html>maintenance</html>")).await;
+        Reply::json_value(
+            200,
+            &json!({"data": [
+                {"paperId": "p1", "title": "CRAG", "url": "https://arxiv.org/abs/2401.15884", "abstract": "Corrective RAG."},
+                {"paperId": "p2", "title": "Dup", "url": "https://DUP.example/a", "abstract": "dup"}
+            ]}),
+        )
+    });
+    let broken = serve(|_, _| Reply::raw(200, "text/html", "<html>maintenance</html>"));
 
-    let (a, _) = quick().wrap(SearxNg::new(Endpoint::new(&searx.url)).unwrap()).unwrap();
-    let (b, _) = quick().wrap(SemanticScholar::new(Endpoint::new(&s2.url)).unwrap()).unwrap();
-    let (c, _) = quick().wrap(Arxiv::new(Endpoint::new(&broken.url)).unwrap()).unwrap();
+    let (a, _) = quick().wrap(SearxNg::new(Endpoint::new(searx.url())).unwrap()).unwrap();
+    let (b, _) = quick().wrap(SemanticScholar::new(Endpoint::new(s2.url())).unwrap()).unwrap();
+    let (c, _) = quick().wrap(Arxiv::new(Endpoint::new(broken.url())).unwrap()).unwrap();
     let web = MultiSearch::new(vec![Arc::new(a), Arc::new(b), Arc::new(c)])
         .with_routing(routing(&["searxng", "semantic_scholar", "arxiv"], 10));
     let sink = TraceSink::new();
@@ -94,9 +93,9 @@ async fn results_are_merged_deduplicated_and_tiered_and_a_failing_provider_is_sk
 
 #[tokio::test]
 async fn the_search_fails_only_when_every_provider_fails_and_the_routed_search_reports_them() {
-    let down = serve(|_, _| Reply::status(502)).await;
-    let (a, _) = quick().wrap(SearxNg::new(Endpoint::new(&down.url)).unwrap()).unwrap();
-    let (b, _) = quick().wrap(SemanticScholar::new(Endpoint::new(&down.url)).unwrap()).unwrap();
+    let down = serve(|_, _| Reply::status(502));
+    let (a, _) = quick().wrap(SearxNg::new(Endpoint::new(down.url())).unwrap()).unwrap();
+    let (b, _) = quick().wrap(SemanticScholar::new(Endpoint::new(down.url())).unwrap()).unwrap();
     let web = MultiSearch::new(vec![Arc::new(a), Arc::new(b)]);
     // The routed search reports every provider as skipped; the plain search fails.
     let outcome = web.search_routed(&Ctx::new(), &ask("q"), Complexity::Moderate).await.unwrap();
@@ -121,12 +120,11 @@ fn max_in_window(times: &[std::time::Instant], window: Duration) -> usize {
 #[tokio::test]
 async fn a_burst_of_concurrent_queries_never_exceeds_the_rate_limit() {
     let server =
-        serve(|_, _| Reply::raw(200, "application/atom+xml", r#"<feed xmlns="http://www.w3.org/2005/Atom"></feed>"#))
-            .await;
+        serve(|_, _| Reply::raw(200, "application/atom+xml", r#"<feed xmlns="http://www.w3.org/2005/Atom"></feed>"#));
     // arXiv's protocol limit, 3 requests per second, for 8 queries sent at once.
     let resilience = Resilience::for_provider("arxiv");
     assert_eq!(resilience.rate_limit, Some(RateLimit::per_second(3.0)));
-    let (arxiv, stats) = resilience.wrap(Arxiv::new(Endpoint::new(&server.url)).unwrap()).unwrap();
+    let (arxiv, stats) = resilience.wrap(Arxiv::new(Endpoint::new(server.url())).unwrap()).unwrap();
     let arxiv = Arc::new(arxiv);
     let mut tasks = Vec::new();
     for i in 0..8 {
@@ -138,7 +136,7 @@ async fn a_burst_of_concurrent_queries_never_exceeds_the_rate_limit() {
     for t in tasks {
         t.await.unwrap().unwrap();
     }
-    let times: Vec<_> = server.requests().iter().map(|r| r.at).collect();
+    let times: Vec<_> = server.received().iter().map(|r| r.at).collect();
     assert_eq!(times.len(), 8);
     // The limiter held back at least the five queries beyond the first burst. When they *arrived* is reported, not
     // asserted: arrival times include the machine's scheduling delays, which a loaded CI machine stretches and
@@ -156,20 +154,19 @@ async fn an_outage_mid_run_trips_the_breaker_and_costs_no_query_its_answer() {
             move |_, _| {
                 if flag.load(Ordering::SeqCst) { Reply::status(503) } else { searx_reply(&["https://flaky.example/a"]) }
             },
-        )
-        .await;
+        );
     let steady = serve(|_, _| {
-        Reply::json(
+        Reply::json_value(
+            200,
             &json!({"data": [{"paperId": "p", "title": "Steady", "url": "https://steady.example/p", "abstract": "s"}]}),
         )
-    })
-    .await;
+    });
     let breaker =
         BreakerConfig { failure_threshold: 3, recovery_timeout: Duration::from_millis(300), half_open_probes: 1 };
     let (a, a_stats) =
-        Resilience { breaker, ..quick() }.wrap(SearxNg::new(Endpoint::new(&flaky.url)).unwrap()).unwrap();
+        Resilience { breaker, ..quick() }.wrap(SearxNg::new(Endpoint::new(flaky.url())).unwrap()).unwrap();
     let a = Arc::new(a);
-    let (b, _) = quick().wrap(SemanticScholar::new(Endpoint::new(&steady.url)).unwrap()).unwrap();
+    let (b, _) = quick().wrap(SemanticScholar::new(Endpoint::new(steady.url())).unwrap()).unwrap();
     let web = MultiSearch::new(vec![Arc::clone(&a) as Arc<dyn WebSearch>, Arc::new(b)])
         .with_routing(routing(&["searxng", "semantic_scholar"], 5));
     let sink = TraceSink::new();
@@ -202,17 +199,17 @@ async fn an_outage_mid_run_trips_the_breaker_and_costs_no_query_its_answer() {
         .collect();
     assert_eq!(transitions, ["closed->open", "open->half_open", "half_open->closed"]);
     // While open, the flaky server saw no requests: 2 good + 3 failures × 2 attempts + 1 probe + 2 after.
-    assert_eq!(flaky.requests().len(), 2 + 3 * 2 + 1 + 2);
+    assert_eq!(flaky.received().len(), 2 + 3 * 2 + 1 + 2);
 }
 
 #[tokio::test]
 async fn the_trace_follows_the_route_order_whoever_answers_first() {
-    let slow = serve(|_, _| searx_reply(&["https://slow.example/a"]).delayed(Duration::from_millis(300))).await;
-    let fast =
-        serve(|_, _| Reply::json(&json!({"data": [{"paperId": "p", "title": "F", "url": "https://fast.example/p"}]})))
-            .await;
-    let (a, _) = quick().wrap(SearxNg::new(Endpoint::new(&slow.url)).unwrap()).unwrap();
-    let (b, _) = quick().wrap(SemanticScholar::new(Endpoint::new(&fast.url)).unwrap()).unwrap();
+    let slow = serve(|_, _| searx_reply(&["https://slow.example/a"]).delayed(Duration::from_millis(300)));
+    let fast = serve(|_, _| {
+        Reply::json_value(200, &json!({"data": [{"paperId": "p", "title": "F", "url": "https://fast.example/p"}]}))
+    });
+    let (a, _) = quick().wrap(SearxNg::new(Endpoint::new(slow.url())).unwrap()).unwrap();
+    let (b, _) = quick().wrap(SemanticScholar::new(Endpoint::new(fast.url())).unwrap()).unwrap();
     let web =
         MultiSearch::new(vec![Arc::new(a), Arc::new(b)]).with_routing(routing(&["searxng", "semantic_scholar"], 5));
     let sink = TraceSink::new();

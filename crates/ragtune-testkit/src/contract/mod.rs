@@ -1,4 +1,12 @@
-//! The `VectorStore` contract suite: the invariants documented on [`VectorStore`], as executable checks.
+//! The contract suites: the invariants documented on a seam, as executable checks that every implementation runs
+//! from its own tests; an implementation that passes its seam's suite can replace any other.
+//!
+//! - `VectorStore` (this module): described below.
+//! - [`web_search`]: every `WebSearch` provider, and a search over several, against a scripted HTTP server
+//!   ([`web_search_contract`]).
+//! - [`embedder`]: every `Embedder` ([`embedder_contract`]).
+//!
+//! The `VectorStore` suite checks the invariants documented on [`VectorStore`].
 //!
 //! Every store runs the whole suite from its own tests with [`vector_store_contract`] (or
 //! [`vector_store_contract_with_guard`] when a store needs a temporary directory that must outlive it). Each check
@@ -31,7 +39,9 @@
 //! ```
 
 mod checks;
+pub mod embedder;
 mod support;
+pub mod web_search;
 
 use std::fmt;
 use std::future::Future;
@@ -44,16 +54,18 @@ pub use checks::{
     concurrent_readers_with_writer, delete_by_document, dense_scoring, empty_store, filters, large_batch,
     request_order, round_trip, scan_pages, space_mismatch, sparse_scoring, top_k_and_ties, upsert_replaces,
 };
+pub use embedder::embedder_contract;
 pub use support::{dense_spec, sparse_spec};
+pub use web_search::web_search_contract;
 
 /// The future of one check, ready to be spawned.
 pub type CheckFuture = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
 
-/// One named check of the contract, runnable on a shared store.
+/// One named check of a contract, runnable on a shared subject (a store, an embedder, a web search subject).
 pub struct Check<S: ?Sized> {
-    /// The check's name, which is also the name of its function in this module.
+    /// The check's name, which is also the name of its function in its suite's module.
     pub name: &'static str,
-    /// Runs the check on a fresh, empty store; panics when the store breaks the contract.
+    /// Runs the check on a fresh subject; panics when the subject breaks the contract.
     pub run: fn(Arc<S>) -> CheckFuture,
 }
 
@@ -160,6 +172,24 @@ where
     }
     if !failures.is_empty() {
         panic!("VectorStore contract: {} of {} checks failed:\n{}", failures.len(), checks.len(), failures.join("\n"));
+    }
+}
+
+/// Prints each check's outcome and panics listing every failed check of `suite`.
+pub(crate) fn report(suite: &str, outcomes: Vec<(&'static str, Result<(), tokio::task::JoinError>)>) {
+    let total = outcomes.len();
+    let mut failures = Vec::new();
+    for (name, outcome) in outcomes {
+        match outcome {
+            Ok(()) => eprintln!("{suite} contract: {name} ... ok"),
+            Err(e) => {
+                eprintln!("{suite} contract: {name} ... FAILED");
+                failures.push(format!("- {name}: {}", panic_message(e)));
+            }
+        }
+    }
+    if !failures.is_empty() {
+        panic!("{suite} contract: {} of {total} checks failed:\n{}", failures.len(), failures.join("\n"));
     }
 }
 

@@ -29,17 +29,24 @@ pub(crate) const SPARSE_TOL: f64 = 1e-4;
 /// Reports failures of one named check: every panic message starts with the check's name.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Checker {
+    suite: &'static str,
     name: &'static str,
 }
 
 impl Checker {
+    /// The reporter of a check of the `VectorStore` contract.
     pub(crate) const fn new(name: &'static str) -> Self {
-        Self { name }
+        Self::of("VectorStore", name)
+    }
+
+    /// The reporter of check `name` of the contract of seam `suite` (`WebSearch`, `Embedder`).
+    pub(crate) const fn of(suite: &'static str, name: &'static str) -> Self {
+        Self { suite, name }
     }
 
     #[track_caller]
     pub(crate) fn fail(&self, message: impl Display) -> ! {
-        panic!("VectorStore contract check `{}` failed: {message}", self.name)
+        panic!("{} contract check `{}` failed: {message}", self.suite, self.name)
     }
 
     #[track_caller]

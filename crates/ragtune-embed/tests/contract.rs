@@ -1,0 +1,65 @@
+//! The `Embedder` contract suite of the testkit against the caches in front of an embedder (`QueryCache`,
+//! `RequestVectors`, over the testkit's fake embedder) and against the real ONNX `FastEmbedder`.
+//!
+//! The ONNX run needs ONNX Runtime and the model provisioned by `cargo xtask models` under `$RAGTUNE_HOME`;
+//! without them it prints why it skips, unless `RAGTUNE_REQUIRE_MODELS=1`, where a missing model fails it.
+
+use std::io::Write;
+use std::sync::{Arc, OnceLock};
+
+use ragtune_embed::{FastEmbedder, FastEmbedderConfig, QueryCache, RequestVectors};
+use ragtune_provision::ModelLayout;
+use ragtune_testkit::contract::embedder::embedder_contract;
+use ragtune_testkit::fakes::HashEmbedder;
+
+#[tokio::test]
+async fn the_query_cache_meets_the_embedder_contract() {
+    embedder_contract(|| async { QueryCache::new(Arc::new(HashEmbedder::new(32)), 100) }).await;
+    // A cache too small to hold the suite's texts still answers as its embedder does.
+    embedder_contract(|| async { QueryCache::new(Arc::new(HashEmbedder::new(32)), 1) }).await;
+}
+
+#[tokio::test]
+async fn request_vectors_meet_the_embedder_contract() {
+    embedder_contract(|| async { RequestVectors::new(Arc::new(HashEmbedder::new(32))) }).await;
+    // The stack the engine builds: one question's vectors in front of the query cache.
+    embedder_contract(|| async {
+        RequestVectors::new(Arc::new(QueryCache::new(Arc::new(HashEmbedder::new(32)), 100)))
+    })
+    .await;
+}
+
+/// The provisioned model, loaded once, or `None` after printing why the test skips.
+fn fast_embedder() -> Option<Arc<FastEmbedder>> {
+    static MODEL: OnceLock<Arc<FastEmbedder>> = OnceLock::new();
+    let layout = ModelLayout::new(ragtune_provision::ragtune_home());
+    // The model file as shipped (`minilm_dir`), as the ONNX tests load it.
+    if !layout.are_wheel_files_provisioned() {
+        let msg = format!("models are not provisioned under {}: run `cargo xtask models`", layout.home().display());
+        if std::env::var("RAGTUNE_REQUIRE_MODELS").is_ok_and(|v| v == "1") {
+            panic!("RAGTUNE_REQUIRE_MODELS=1 but {msg}");
+        }
+        // Written straight to stderr: libtest captures `eprintln!` of passing tests, and a skip must be seen.
+        let _ = writeln!(std::io::stderr(), "SKIPPED: {msg}");
+        return None;
+    }
+    Some(Arc::clone(MODEL.get_or_init(|| {
+        let config = FastEmbedderConfig::new(layout.minilm_dir(), layout.onnxruntime_library());
+        Arc::new(FastEmbedder::new(config).unwrap())
+    })))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_onnx_embedder_meets_the_embedder_contract() {
+    let Some(model) = fast_embedder() else { return };
+    embedder_contract(|| {
+        let model = Arc::clone(&model);
+        async move { model }
+    })
+    .await;
+    embedder_contract(|| {
+        let model = Arc::clone(&model);
+        async move { QueryCache::new(model, 100) }
+    })
+    .await;
+}
