@@ -2,7 +2,6 @@
 //! degrades to the plain query and says why; with the real local LLM (`cargo xtask llm start`) each one works end
 //! to end.
 
-use std::io::{Read, Write};
 use std::sync::Arc;
 
 use ragtune::core::{Document, Embedder, Query, TraceEvent};
@@ -81,40 +80,13 @@ fn fallbacks(trace: &[TraceEvent]) -> Vec<String> {
 }
 
 /// A real HTTP server on 127.0.0.1 that answers every request with a chat completion of `content`.
-fn garbage_server(content: &'static str) -> String {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut s) = stream else { continue };
-            let mut buf = [0_u8; 65536];
-            let mut seen = Vec::new();
-            // Read until the body announced by Content-Length is in.
-            while let Ok(n) = s.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                seen.extend_from_slice(&buf[..n]);
-                let text = String::from_utf8_lossy(&seen).to_lowercase();
-                if let Some(end) = text.find("\r\n\r\n") {
-                    let len = text
-                        .lines()
-                        .find_map(|l| l.strip_prefix("content-length:").map(|v| v.trim().parse::<usize>().unwrap_or(0)))
-                        .unwrap_or(0);
-                    if seen.len() >= end + 4 + len {
-                        break;
-                    }
-                }
-            }
-            let body = serde_json::json!({"model": "garbage", "choices": [{"message": {"content": content}, "finish_reason": "stop"}], "usage": {"total_tokens": 3}}).to_string();
-            let _ = write!(
-                s,
-                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                body.len()
-            );
-        }
-    });
-    url
+fn garbage_server(content: &'static str) -> ragtune_testkit::http::ScriptedServer {
+    ragtune_testkit::http::serve(move |_, _| {
+        ragtune_testkit::http::Reply::json_value(
+            200,
+            &serde_json::json!({"model": "garbage", "choices": [{"message": {"content": content}, "finish_reason": "stop"}], "usage": {"total_tokens": 3}}),
+        )
+    })
 }
 
 #[tokio::test]
@@ -123,7 +95,8 @@ async fn with_the_llm_down_or_answering_garbage_every_transformation_degrades_an
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         format!("http://{}", l.local_addr().unwrap())
     };
-    let garbage = garbage_server("this is not JSON and not helpful");
+    let garbage_llm = garbage_server("this is not JSON and not helpful");
+    let garbage = garbage_llm.url().to_owned();
     for url in [dead, garbage.clone()] {
         let dir = tempfile::tempdir().unwrap();
         let engine = engine(dir.path(), &url).await;

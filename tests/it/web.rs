@@ -186,29 +186,10 @@ async fn an_invalid_web_section_is_a_config_error_naming_it_and_a_disabled_one_i
 const AMBIGUOUS: &str = "Which vitamin do children need?";
 
 /// A page server on 127.0.0.1 answering every request with `html` as `text/html`.
-fn page_server(html: &'static str) -> String {
-    use std::io::{Read, Write};
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut s) = stream else { continue };
-            let mut buf = [0_u8; 4096];
-            let mut head = Vec::new();
-            while let Ok(n) = s.read(&mut buf) {
-                head.extend_from_slice(&buf[..n]);
-                if n == 0 || head.windows(4).any(|w| w == b"\r\n\r\n") {
-                    break;
-                }
-            }
-            let _ = write!(
-                s,
-                "HTTP/1.1 200 OK\r\ncontent-type: text/html; charset=utf-8\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{html}",
-                html.len()
-            );
-        }
-    });
-    url
+fn page_server(html: &'static str) -> ragtune_testkit::http::ScriptedServer {
+    ragtune_testkit::http::serve(move |_, _| {
+        ragtune_testkit::http::Reply::raw(200, "text/html; charset=utf-8", html.as_bytes())
+    })
 }
 
 #[tokio::test]
@@ -216,7 +197,8 @@ async fn web_fetch_reads_the_page_of_a_result_whose_snippet_is_too_short() {
     const PAGE: &str = "<html><head><script>var tracking = 1;</script></head><body><nav>Home News Sport</nav>\
         <main><p>The football team scored four goals against the ships &amp; crews of the harbour club.</p></main>\
         <footer>Cookie settings</footer></body></html>";
-    let page = page_server(PAGE);
+    let page_host = page_server(PAGE);
+    let page = page_host.url();
     let searx = SearxServer::start(serde_json::json!({
         "url": format!("{page}/harbour-cup"),
         "title": "Harbour cup",

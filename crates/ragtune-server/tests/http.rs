@@ -287,22 +287,17 @@ async fn concurrent_writers_lose_nothing() {
 }
 
 /// An OpenAI-compatible endpoint that accepts connections, reads the request and never answers: an LLM that hangs.
-fn hanging_llm() -> String {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    std::thread::spawn(move || {
-        let mut open = Vec::new();
-        for stream in listener.incoming().flatten() {
-            // Kept open (never answered) until the test process ends.
-            open.push(stream);
-        }
-    });
-    url
+/// An LLM endpoint that accepts every request and answers nothing for a minute, far past the test's deadline.
+fn hanging_llm() -> ragtune_testkit::http::ScriptedServer {
+    ragtune_testkit::http::serve(|_, _| {
+        ragtune_testkit::http::Reply::status(200).delayed(std::time::Duration::from_secs(60))
+    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deadline_hit_mid_pipeline_still_answers_and_says_what_was_skipped() {
-    let llm = hanging_llm();
+    let hanging = hanging_llm();
+    let llm = hanging.url().to_owned();
     let s = start_with(loopback(), |cfg| {
         cfg.llm.url.clone_from(&llm);
         cfg.llm.timeout_secs = 30.0;
