@@ -91,6 +91,37 @@ async fn the_cross_encoder_reranks_inside_the_pipeline_within_its_budget_and_wit
 }
 
 #[tokio::test]
+async fn a_retrieval_weight_of_one_keeps_retrievals_order_among_the_reranked() {
+    if !crate::onnx_runtime_provisioned() {
+        return;
+    }
+    let question = "Which lack of a vitamin harmed crews on long voyages?";
+    let order = |r: &ragtune::AskResponse| r.context.iter().map(|p| p.chunk_id.clone()).collect::<Vec<_>>();
+    let dir = tempfile::tempdir().unwrap();
+    let mut plain = config(dir.path(), &tiny_cross_encoder(), 5);
+    plain.rerank.enabled = false;
+    let retrieval = order(&indexed(plain).await.ask(question).await.unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let mut blended = config(dir.path(), &tiny_cross_encoder(), 5);
+    blended.rerank.retrieval_weight = 1.0;
+    let r = indexed(blended).await.ask(question).await.unwrap();
+    assert!(
+        r.cost.stages["rerank"].docs >= 2,
+        "the cross-encoder scored the candidates: {:?}",
+        r.cost.stages["rerank"]
+    );
+    assert_eq!(order(&r), retrieval, "w = 1: the reranked passages keep retrieval's order");
+    // The tiny model reorders this list (w = 0), so the test above is not the reranker agreeing with retrieval.
+    let dir = tempfile::tempdir().unwrap();
+    let alone = order(&indexed(config(dir.path(), &tiny_cross_encoder(), 5)).await.ask(question).await.unwrap());
+    assert_ne!(alone, retrieval, "the cross-encoder alone orders the passages otherwise");
+    let mut bad = config(dir.path(), &tiny_cross_encoder(), 5);
+    bad.rerank.retrieval_weight = 1.5;
+    let err = bad.validate().unwrap_err();
+    assert!(err.to_string().contains("retrieval_weight must be between 0 and 1"), "{err}");
+}
+
+#[tokio::test]
 async fn with_the_complexity_router_the_route_caps_the_pairs_reranked() {
     if !crate::onnx_runtime_provisioned() {
         return;

@@ -152,8 +152,7 @@ pub async fn rerank_head(
     }
     let scores = if retrieval_weight > 0.0 {
         let retrieval: Vec<f32> = list.iter().map(|c| c.score).collect();
-        let (z_model, z_retrieval) = (standardised(&scores), standardised(&retrieval));
-        z_model.iter().zip(&z_retrieval).map(|(m, r)| (1.0 - retrieval_weight) * m + retrieval_weight * r).collect()
+        ragtune::rerank::blend(&scores, &retrieval, retrieval_weight)
     } else {
         scores
     };
@@ -168,14 +167,6 @@ pub async fn rerank_head(
         .collect();
     head.sort_by(|a, b| b.1.score.total_cmp(&a.1.score).then(a.0.cmp(&b.0)));
     Ok((head.into_iter().map(|(_, c)| c).collect(), tail))
-}
-
-/// `values` standardised: minus their mean, over their standard deviation (all 0 when it is 0).
-fn standardised(values: &[f32]) -> Vec<f32> {
-    let n = values.len().max(1) as f32;
-    let mean = values.iter().sum::<f32>() / n;
-    let sd = (values.iter().map(|v| (v - mean).powi(2)).sum::<f32>() / n).sqrt();
-    values.iter().map(|v| if sd > 0.0 { (v - mean) / sd } else { 0.0 }).collect()
 }
 
 /// What to evaluate.
@@ -482,6 +473,6 @@ mod tests {
         assert_eq!(order(0.0), "c b a");
         assert_eq!(order(0.5), "b a c", "b, second by both, leads the blend; a and c come close");
         assert_eq!(order(1.0), "a b c");
-        assert_eq!(standardised(&[2.0, 2.0]), vec![0.0, 0.0], "a constant list counts 0");
+        assert_eq!(ragtune::rerank::standardised(&[2.0, 2.0]), vec![0.0, 0.0], "a constant list counts 0");
     }
 }

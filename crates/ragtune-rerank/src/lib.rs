@@ -65,6 +65,7 @@
 //! ```
 
 mod assemble;
+mod blend;
 mod cache;
 mod calibrate;
 mod controller;
@@ -75,6 +76,7 @@ mod pool;
 mod schedule;
 
 pub use assemble::{AssembledItem, Assembler, AssemblerConfig, Assembly, Cut, SkipReason, approx_tokens};
+pub use blend::{blend, standardised};
 pub use cache::CachedReranker;
 pub use calibrate::CalibrationConfig;
 pub use controller::{BatchOutcome, Controller, ControllerConfig, IterationRecord, RerankOutcome, RerankReport};

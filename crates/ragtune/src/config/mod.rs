@@ -401,6 +401,9 @@ pub struct RerankSettings {
     pub max_docs: u64,
     /// The scheduling policy: `greedy`, `dynamic` or `uncertainty`.
     pub policy: ragtune_rerank::RerankPolicy,
+    /// The weight of retrieval's score in the order of the reranked passages: `(1 − w)·z(reranker) + w·z(retrieval)`
+    /// over them (`ragtune_rerank::blend`); 0 (the default) orders them by the reranker alone.
+    pub retrieval_weight: f32,
 }
 
 impl Default for RerankSettings {
@@ -416,6 +419,7 @@ impl Default for RerankSettings {
             batch_size: model.batch_size,
             max_docs: 3,
             policy: ragtune_rerank::RerankPolicy::Uncertainty,
+            retrieval_weight: 0.0,
         }
     }
 }
@@ -434,6 +438,10 @@ impl RerankSettings {
         }
         if self.max_length == 0 || self.batch_size == 0 {
             return Err(Error::invalid_input("[rerank] max_length and batch_size must be at least 1"));
+        }
+        let w = self.retrieval_weight;
+        if !(w.is_finite() && (0.0..=1.0).contains(&w)) {
+            return Err(Error::invalid_input(format!("[rerank] retrieval_weight must be between 0 and 1, got {w}")));
         }
         Ok(())
     }
