@@ -51,6 +51,10 @@ struct RerankerArgs {
     /// At most this many training groups per dataset (0: all), a seeded choice.
     #[arg(long, default_value_t = 0)]
     max_groups: usize,
+    /// Leave the first N judged train queries of each dataset out of training (those `ragtune eval retrieval
+    /// --split train --limit N` evaluates), to fit `[rerank] retrieval_weight` on queries the model has not seen.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    hold_out: usize,
     /// Tokens per (query, passage) pair.
     #[arg(long, default_value_t = 192)]
     max_length: usize,
@@ -78,6 +82,7 @@ pub async fn run(config: Option<&Path>, args: TrainArgs) -> anyhow::Result<()> {
     opts.negatives = a.negatives;
     opts.pool = a.pool;
     opts.max_groups = a.max_groups;
+    opts.hold_out = a.hold_out;
     opts.max_length = a.max_length;
     opts.learning_rate = a.learning_rate;
     opts.threads = a.threads;

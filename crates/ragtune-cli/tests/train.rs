@@ -133,3 +133,39 @@ fn a_few_steps_on_a_tiny_set_give_a_model_that_ranks_the_positive_first() {
     let again = train(&dataset, &dir.path().join("model-again"), &dir.path().join("cache"));
     assert_eq!(again["files"]["model.onnx"], files["model.onnx"], "a second run wrote another model");
 }
+
+#[test]
+fn hold_out_leaves_the_first_judged_queries_out_of_the_groups() {
+    // Mining only: the hybrid retrieval needs the embedding model, not the trainer.
+    let layout = ragtune::provision::ModelLayout::new(ragtune::ragtune_home());
+    if !layout.minilm_dir().join("model.safetensors").is_file() {
+        eprintln!("skipped: the embedding model is not provisioned (cargo xtask models)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let dataset = dir.path().join("tiny");
+    beir(&dataset);
+    let out = dir.path().join("mined");
+    let output = Command::new(env!("CARGO_BIN_EXE_ragtune"))
+        .args(["train", "reranker", "--dataset"])
+        .arg(&dataset)
+        .arg("--out")
+        .arg(&out)
+        .arg("--cache-dir")
+        .arg(dir.path().join("cache"))
+        .args(["--negatives", "7", "--pool", "8", "--hold-out", "1", "--mine-only"])
+        .env_remove("RAGTUNE_CONFIG")
+        .output()
+        .expect("the ragtune binary runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "mining failed:\n{stderr}");
+    assert!(stderr.contains("1 held out"), "{stderr}");
+    let groups = std::fs::read_to_string(out.join("groups.jsonl")).unwrap();
+    let queries: Vec<String> = groups
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["query"].as_str().unwrap().to_owned())
+        .collect();
+    let (_, held, _) = QUERIES[0];
+    assert!(!queries.iter().any(|q| q == held), "the held-out query `{held}` was mined: {queries:?}");
+    assert_eq!(queries.len(), QUERIES.len() - 1, "{queries:?}");
+}

@@ -54,6 +54,10 @@ pub struct TrainOptions {
     pub pool: usize,
     /// At most this many groups per dataset (0: all), taken in a seeded order.
     pub max_groups: usize,
+    /// The first this many judged train queries of each dataset (in the file's order: those `ragtune eval retrieval
+    /// --split train --limit N` evaluates) are left out of training, to fit `[rerank] retrieval_weight` on queries
+    /// the model has not seen.
+    pub hold_out: usize,
     /// Tokens per (query, passage) pair.
     pub max_length: usize,
     /// Peak learning rate.
@@ -82,6 +86,7 @@ impl TrainOptions {
             negatives: 4,
             pool: 30,
             max_groups: 0,
+            hold_out: 0,
             max_length: 192,
             learning_rate: 3e-5,
             threads: 2,
@@ -149,6 +154,9 @@ pub struct MinedDataset {
     pub queries: usize,
     /// Queries left out because QA evaluations report them.
     pub reserved_for_evaluation: usize,
+    /// Queries held out for fitting the blend weight (`hold_out`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub held_out: usize,
     /// Groups written.
     pub groups: usize,
     /// Groups whose positive was not retrieved (the judged text, or a relevant document's opening words).
@@ -206,11 +214,12 @@ pub async fn mine_groups(opts: &TrainOptions, log: &mut dyn FnMut(&str)) -> Resu
     for dataset in &opts.datasets {
         let (g, m) = mine_dataset(opts, dataset, &embedding, embedder.clone(), log).await?;
         log(&format!(
-            "{}: {} groups from {} judged train queries ({} reserved for evaluation)",
+            "{}: {} groups from {} judged train queries ({} reserved for evaluation, {} held out)",
             dataset.display(),
             m.groups,
             m.queries,
-            m.reserved_for_evaluation
+            m.reserved_for_evaluation,
+            m.held_out
         ));
         groups.extend(g);
         mined.push(m);
@@ -253,13 +262,17 @@ async fn mine_dataset(
     } else {
         HashSet::new()
     };
+    let held: HashSet<String> = queries.iter().take(opts.hold_out).map(|q| q.id.clone()).collect();
     let before = queries.len();
     queries.retain(|q| !reserved.contains(&q.id));
+    let reserved_count = before - queries.len();
+    queries.retain(|q| !held.contains(&q.id));
     let mut report = MinedDataset {
         dataset: dataset.display().to_string(),
         split: "train".into(),
         queries: before,
-        reserved_for_evaluation: before - queries.len(),
+        reserved_for_evaluation: reserved_count,
+        held_out: before - reserved_count - queries.len(),
         ..MinedDataset::default()
     };
     for file in ["corpus.jsonl", "queries.jsonl", "qrels/train.tsv", "qrels/passages/train.tsv", "passages.jsonl"] {
@@ -397,6 +410,7 @@ pub async fn train_reranker(opts: &TrainOptions, progress: &mut dyn FnMut(TrainE
         "datasets": mined,
         "negatives_from": {"retrieval": "hybrid", "pool": opts.pool, "chunking": EvalOptions::new("").chunking_key()},
         "max_groups": opts.max_groups,
+        "hold_out": opts.hold_out,
     });
     // The script and the data description sit beside the groups while training runs, and are removed after.
     let script = opts.out.join(".train_cross_encoder.py");
@@ -463,4 +477,9 @@ pub async fn train_reranker(opts: &TrainOptions, progress: &mut dyn FnMut(TrainE
         .and_then(|t| serde_json::from_str(&t).map_err(|e| Error::corrupt("provenance.json").with_source(e)))?;
     let _ = std::io::stderr().flush();
     Ok(TrainReport { out: opts.out.clone(), mined, provenance: Some(provenance) })
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)]
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
