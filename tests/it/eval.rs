@@ -125,6 +125,20 @@ async fn rerank_budget_efficiency_compares_policies_with_the_full_rerank_and_the
     assert!(at("baseline-top-b", 0.25) < 0.5, "the first 5 by retrieval rank miss rank 15");
     assert!((at("greedy", 1.0) - 1.0).abs() < 1e-9 && (at("baseline-top-b", 1.0) - 1.0).abs() < 1e-9);
     assert!(ragtune_eval::rerank::rerank_table(&report).contains("baseline-top-b"));
+
+    // Retrieval's weight at 1 keeps retrieval's order in every reranked head: full rerank, baseline and policies
+    // all score as retrieval does (the pairs are still scored and counted).
+    let blended = RerankEvalOptions { retrieval_weight: 1.0, ..opts.clone() };
+    let reranker = queries
+        .iter()
+        .fold(ScriptedReranker::new().with_default(0.0), |r, (id, _, _)| r.with_score(format!("text {id}-d14"), 9.0));
+    let report = evaluate_reranking(&blended, Arc::new(reranker), &qrels, &queries, &mut |_| {}).await.unwrap();
+    assert!((report.full_ndcg_at_10 - report.retrieval_ndcg_at_10).abs() < 1e-9, "{report:?}");
+    for p in &report.points {
+        assert!((p.ndcg_at_10 - report.retrieval_ndcg_at_10).abs() < 1e-9, "{p:?}");
+    }
+    let bad = RerankEvalOptions { retrieval_weight: 2.0, ..opts };
+    assert!(bad.validate().unwrap_err().to_string().contains("retrieval weight must be between 0 and 1"));
 }
 
 /// A long document over three paragraphs, a short one, and passage judgements for the third paragraph.

@@ -253,6 +253,10 @@ struct RerankBudgetArgs {
     /// Candidates per query handed to the controller.
     #[arg(long, value_name = "N", default_value_t = 50)]
     rerank_pool: usize,
+    /// Retrieval's weight in the order of the reranked passages, as `[rerank] retrieval_weight` (0: the reranker
+    /// alone); for the full rerank, the fixed baseline and every policy.
+    #[arg(long, value_name = "W", default_value_t = 0.0)]
+    rerank_retrieval_weight: f32,
 }
 
 /// `eval qa`: answer-level evaluation on the CMU Wikipedia QA set.
@@ -423,6 +427,7 @@ fn beir_options(
                 pool: budget.rerank_pool,
                 budgets: budget.rerank_budget,
                 policies: budget.policy,
+                retrieval_weight: budget.rerank_retrieval_weight,
                 ..RerankEvalOptions::default()
             });
         }

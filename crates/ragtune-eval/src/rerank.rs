@@ -182,6 +182,10 @@ pub struct RerankEvalOptions {
     pub policies: Vec<RerankPolicy>,
     /// Documents per reranker batch.
     pub batch_size: usize,
+    /// The weight of retrieval's score in the order of the reranked passages (`[rerank] retrieval_weight`,
+    /// [`ragtune::rerank::blend`]), for the full rerank, the fixed baseline and every policy alike; 0: the
+    /// reranker's scores alone.
+    pub retrieval_weight: f32,
 }
 
 impl Default for RerankEvalOptions {
@@ -192,6 +196,7 @@ impl Default for RerankEvalOptions {
             budgets: vec![0.1, 0.2, 0.3, 0.5, 1.0],
             policies: vec![RerankPolicy::Greedy, RerankPolicy::Uncertainty],
             batch_size: 5,
+            retrieval_weight: 0.0,
         }
     }
 }
@@ -215,6 +220,10 @@ impl RerankEvalOptions {
         }
         if self.pool == 0 || self.batch_size == 0 {
             problems.push("the rerank pool and batch size must be at least 1".to_owned());
+        }
+        let w = self.retrieval_weight;
+        if !(w.is_finite() && (0.0..=1.0).contains(&w)) {
+            problems.push(format!("the rerank retrieval weight must be between 0 and 1, got {w}"));
         }
         if problems.is_empty() { Ok(()) } else { Err(Error::invalid_input(problems.join("; "))) }
     }
@@ -301,7 +310,8 @@ pub async fn evaluate_reranking(
             s.extend(reranker.score(&Ctx::new(), text, chunk).await.map_err(|e| e.context(format!("query {id}")))?);
         }
         full_pairs += cands.len();
-        let mut order: Vec<(usize, f32)> = s.iter().copied().enumerate().collect();
+        let order_by = blended(&s, cands, opts.retrieval_weight);
+        let mut order: Vec<(usize, f32)> = order_by.iter().copied().enumerate().collect();
         order.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         let ranked: Vec<Candidate> = order.iter().map(|(j, _)| cands[*j].clone()).collect();
         full.insert(id.clone(), to_run(&ranked));
@@ -319,8 +329,10 @@ pub async fn evaluate_reranking(
         for (id, _, cands) in queries {
             let b = ((budget * cands.len() as f64).ceil() as usize).min(cands.len());
             let s = &scores[id];
+            let model: Vec<f32> = cands[..b].iter().map(|c| s[&c.chunk.id]).collect();
+            let by = blended(&model, &cands[..b], opts.retrieval_weight);
             let mut head: Vec<(usize, &Candidate)> = cands[..b].iter().enumerate().collect();
-            head.sort_by(|x, y| s[&y.1.chunk.id].total_cmp(&s[&x.1.chunk.id]).then(x.0.cmp(&y.0)));
+            head.sort_by(|x, y| by[y.0].total_cmp(&by[x.0]).then(x.0.cmp(&y.0)));
             let ranked: Vec<Candidate> =
                 head.into_iter().map(|(_, c)| c.clone()).chain(cands[b..].iter().cloned()).collect();
             runs.insert(id.clone(), to_run(&ranked));
@@ -349,10 +361,15 @@ pub async fn evaluate_reranking(
                 let ctx = Ctx::new().with_budget(Budget::new(Cost::new(u64::MAX, docs, u64::MAX)));
                 let t = Instant::now();
                 let outcome = controller.run(&ctx, text, cands.clone()).await?;
+                let mut ranked = outcome.candidates();
+                if opts.retrieval_weight > 0.0 {
+                    let before: HashMap<String, f32> = cands.iter().map(|c| (c.chunk.id.clone(), c.score)).collect();
+                    ragtune::rerank::blend_reranked(&mut ranked, reranker.name(), &before, opts.retrieval_weight);
+                }
                 ms += t.elapsed().as_secs_f64() * 1000.0;
                 spent += outcome.report.spent;
                 *stopped.entry(outcome.report.stopped_by.to_string()).or_default() += 1;
-                runs.insert(id.clone(), to_run(&outcome.candidates()));
+                runs.insert(id.clone(), to_run(&ranked));
             }
             points.push(RerankPoint {
                 policy: policy.name().to_owned(),
@@ -374,6 +391,17 @@ pub async fn evaluate_reranking(
         full_pairs_per_query: full_pairs as f64 / n,
         points,
     })
+}
+
+/// The order scores of `candidates` whose reranker scores are `model`: blended with their retrieval scores when
+/// `retrieval_weight` > 0, else the reranker's.
+fn blended(model: &[f32], candidates: &[Candidate], retrieval_weight: f32) -> Vec<f32> {
+    if retrieval_weight > 0.0 {
+        let retrieval: Vec<f32> = candidates.iter().map(|c| c.score).collect();
+        ragtune::rerank::blend(model, &retrieval, retrieval_weight)
+    } else {
+        model.to_vec()
+    }
 }
 
 /// Renders the report as a table.

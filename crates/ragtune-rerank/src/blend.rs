@@ -4,6 +4,8 @@
 //! better than retrieval but its scores do not carry the rest (docs/experiments/2026-11-29-reranker.md); the blend,
 //! with `w` fitted on held-out train queries, is what kept its gain.
 
+use ragtune_core::Candidate;
+
 /// `values` standardised: minus their mean, over their standard deviation (all 0 when it is 0).
 #[must_use]
 pub fn standardised(values: &[f32]) -> Vec<f32> {
@@ -24,6 +26,30 @@ pub fn blend(reranker: &[f32], retrieval: &[f32], retrieval_weight: f32) -> Vec<
     let w = retrieval_weight.clamp(0.0, 1.0);
     let (m, r) = (standardised(reranker), standardised(retrieval));
     m.iter().zip(&r).map(|(m, r)| (1.0 - w) * m + w * r).collect()
+}
+
+/// Reorders the reranked candidates of `ranked` (those with a `reranker` source) among their own positions by
+/// `(1 − w)·z(reranker) + w·z(retrieval)` ([`blend`]; `retrieval` holds each candidate's score
+/// before reranking); the blend becomes their score. The others keep their places.
+pub fn blend_reranked(
+    ranked: &mut [Candidate],
+    reranker: &str,
+    retrieval: &std::collections::HashMap<String, f32>,
+    weight: f32,
+) {
+    let slots: Vec<usize> = (0..ranked.len()).filter(|&i| ranked[i].sources.contains_key(reranker)).collect();
+    if slots.len() < 2 {
+        return;
+    }
+    let model: Vec<f32> = slots.iter().map(|&i| ranked[i].sources[reranker].score).collect();
+    let before: Vec<f32> = slots.iter().map(|&i| retrieval.get(&ranked[i].chunk.id).copied().unwrap_or(0.0)).collect();
+    let blended = blend(&model, &before, weight);
+    let mut items: Vec<(f32, Candidate)> = slots.iter().zip(blended).map(|(&i, s)| (s, ranked[i].clone())).collect();
+    items.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1.chunk.id.cmp(&b.1.chunk.id)));
+    for (&slot, (score, mut c)) in slots.iter().zip(items) {
+        c.score = score;
+        ranked[slot] = c;
+    }
 }
 
 #[cfg(test)]

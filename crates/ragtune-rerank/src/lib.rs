@@ -76,7 +76,7 @@ mod pool;
 mod schedule;
 
 pub use assemble::{AssembledItem, Assembler, AssemblerConfig, Assembly, Cut, SkipReason, approx_tokens};
-pub use blend::{blend, standardised};
+pub use blend::{blend, blend_reranked, standardised};
 pub use cache::CachedReranker;
 pub use calibrate::CalibrationConfig;
 pub use controller::{BatchOutcome, Controller, ControllerConfig, IterationRecord, RerankOutcome, RerankReport};

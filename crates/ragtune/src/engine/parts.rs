@@ -227,7 +227,7 @@ impl Engine {
         let outcome = controller.run(&rctx, question, candidates).await?;
         let mut ranked = outcome.candidates();
         if cfg.retrieval_weight > 0.0 {
-            blend_reranked(&mut ranked, &name, &retrieval, cfg.retrieval_weight);
+            ragtune_rerank::blend_reranked(&mut ranked, &name, &retrieval, cfg.retrieval_weight);
         }
         Ok((ranked, outcome.report.spent, name))
     }
@@ -263,29 +263,5 @@ fn scorer_name(s: ScorerKind) -> &'static str {
         ScorerKind::Dense => "dense",
         ScorerKind::Llm => "llm",
         ScorerKind::CrossEncoder => "cross_encoder",
-    }
-}
-
-/// Reorders the reranked candidates of `ranked` (those with a `reranker` source) among their own positions by
-/// `(1 − w)·z(reranker) + w·z(retrieval)` ([`ragtune_rerank::blend`]; `retrieval` holds each candidate's score
-/// before reranking); the blend becomes their score. The others keep their places.
-fn blend_reranked(
-    ranked: &mut [Candidate],
-    reranker: &str,
-    retrieval: &std::collections::HashMap<String, f32>,
-    weight: f32,
-) {
-    let slots: Vec<usize> = (0..ranked.len()).filter(|&i| ranked[i].sources.contains_key(reranker)).collect();
-    if slots.len() < 2 {
-        return;
-    }
-    let model: Vec<f32> = slots.iter().map(|&i| ranked[i].sources[reranker].score).collect();
-    let before: Vec<f32> = slots.iter().map(|&i| retrieval.get(&ranked[i].chunk.id).copied().unwrap_or(0.0)).collect();
-    let blended = ragtune_rerank::blend(&model, &before, weight);
-    let mut items: Vec<(f32, Candidate)> = slots.iter().zip(blended).map(|(&i, s)| (s, ranked[i].clone())).collect();
-    items.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1.chunk.id.cmp(&b.1.chunk.id)));
-    for (&slot, (score, mut c)) in slots.iter().zip(items) {
-        c.score = score;
-        ranked[slot] = c;
     }
 }
