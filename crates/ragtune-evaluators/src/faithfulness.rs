@@ -446,70 +446,8 @@ impl FaithfulnessJudge {
             }
             Verdicts { supports: Vec::new(), method: configured, prompt: None, cost: Cost::ZERO }
         } else {
-            // A bare "Yes." or "No." claims what the question asks: it is judged as that claim. The LLM reads it as
-            // "Yes (the answer to: …)"; the LLM-free judge matches the question's own words, since the wrapper's
-            // "answer" is in no passage and would count against every bare yes or no.
-            let (claims, lexical_claims): (Vec<String>, Vec<String>) = to_judge
-                .iter()
-                .map(|&i| match polarity_claim(&texts[i], question) {
-                    Some(claim) => (claim, question.trim().to_owned()),
-                    None => (texts[i].clone(), texts[i].clone()),
-                })
-                .unzip();
-            let lexical_statements: Vec<&str> = lexical_claims.iter().map(String::as_str).collect();
-            let polar = to_judge.iter().filter(|&&i| is_polarity(&texts[i])).count();
-            if polar > 0 && !question.trim().is_empty() {
-                notes.push(format!("{polar} bare yes/no statement(s) judged as the question's claim"));
-            }
-            let statements: Vec<&str> = claims.iter().map(String::as_str).collect();
-            // The cheap judge first when the LLM is asked only where it is unsure.
-            let mut cheap = None;
-            if self.llm.is_some() && self.config.llm_only_when_unsure {
-                let mut cheap_notes = Vec::new();
-                let v = self.judge_without_llm(ctx, &lexical_statements, passages, &mut cheap_notes).await?;
-                let all_supported = v.supports.iter().all(|s| matches!(s, Some((Support::Supported, _, _))));
-                if all_supported {
-                    notes.append(&mut cheap_notes);
-                    notes.push(
-                        "the LLM judge was not asked: the LLM-free judge found every statement supported".to_owned(),
-                    );
-                }
-                cheap = Some((v, cheap_notes, all_supported));
-            }
-            // The verdicts once settled: the cheap judge's when it is sure or the LLM fails, else the LLM's.
-            let mut settled = None;
-            let mut spent = Cost::ZERO;
-            match (&self.llm, cheap) {
-                (Some(_), Some((v, _, true))) => settled = Some(v),
-                (Some(judge), cheap) => {
-                    match self.judge_with_llm(ctx, judge, question, &statements, passages, &mut notes).await {
-                        Ok(mut v) => {
-                            v.cost += cheap.map_or(Cost::ZERO, |(c, _, _)| c.cost);
-                            settled = Some(v);
-                        }
-                        Err((reason, cost)) => {
-                            // A cancelled request stops here; any other failure degrades to the LLM-free judge.
-                            ctx.check()?;
-                            fallback_reason = Some(reason);
-                            spent = cost;
-                            if let Some((mut v, cheap_notes, _)) = cheap {
-                                notes.extend(cheap_notes);
-                                v.cost += spent;
-                                settled = Some(v);
-                            }
-                        }
-                    }
-                }
-                (None, _) => {}
-            }
-            match settled {
-                Some(v) => v,
-                None => {
-                    let mut v = self.judge_without_llm(ctx, &lexical_statements, passages, &mut notes).await?;
-                    v.cost += spent;
-                    v
-                }
-            }
+            let statements: Vec<&str> = to_judge.iter().map(|&i| texts[i].as_str()).collect();
+            self.judge_statements(ctx, question, &statements, passages, &mut notes, &mut fallback_reason).await?
         };
 
         let mut judged = verdicts.supports.into_iter();
@@ -533,6 +471,83 @@ impl FaithfulnessJudge {
         }
         ctx.trace(event);
         Ok(result)
+    }
+
+    /// The verdicts of `texts` (the answer's statements that are not honest no-info admissions): the LLM's when
+    /// it is configured and answers, the LLM-free judge's otherwise (or first, when the LLM is asked only where that
+    /// judge is unsure); `fallback_reason` says why the LLM's verdicts are not the ones returned.
+    async fn judge_statements(
+        &self,
+        ctx: &Ctx,
+        question: &str,
+        texts: &[&str],
+        passages: &[String],
+        notes: &mut Vec<String>,
+        fallback_reason: &mut Option<String>,
+    ) -> Result<Verdicts> {
+        // A bare "Yes." or "No." claims what the question asks: it is judged as that claim. The LLM reads it as
+        // "Yes (the answer to: …)"; the LLM-free judge matches the question's own words, since the wrapper's
+        // "answer" is in no passage and would count against every bare yes or no.
+        let (claims, lexical_claims): (Vec<String>, Vec<String>) = texts
+            .iter()
+            .map(|&t| match polarity_claim(t, question) {
+                Some(claim) => (claim, question.trim().to_owned()),
+                None => (t.to_owned(), t.to_owned()),
+            })
+            .unzip();
+        let lexical_statements: Vec<&str> = lexical_claims.iter().map(String::as_str).collect();
+        let polar = texts.iter().filter(|t| is_polarity(t)).count();
+        if polar > 0 && !question.trim().is_empty() {
+            notes.push(format!("{polar} bare yes/no statement(s) judged as the question's claim"));
+        }
+        let statements: Vec<&str> = claims.iter().map(String::as_str).collect();
+        // The cheap judge first when the LLM is asked only where it is unsure.
+        let mut cheap = None;
+        if self.llm.is_some() && self.config.llm_only_when_unsure {
+            let mut cheap_notes = Vec::new();
+            let v = self.judge_without_llm(ctx, &lexical_statements, passages, &mut cheap_notes).await?;
+            let all_supported = v.supports.iter().all(|s| matches!(s, Some((Support::Supported, _, _))));
+            if all_supported {
+                notes.append(&mut cheap_notes);
+                notes
+                    .push("the LLM judge was not asked: the LLM-free judge found every statement supported".to_owned());
+            }
+            cheap = Some((v, cheap_notes, all_supported));
+        }
+        // The verdicts once settled: the cheap judge's when it is sure or the LLM fails, else the LLM's.
+        let mut settled = None;
+        let mut spent = Cost::ZERO;
+        match (&self.llm, cheap) {
+            (Some(_), Some((v, _, true))) => settled = Some(v),
+            (Some(judge), cheap) => {
+                match self.judge_with_llm(ctx, judge, question, &statements, passages, notes).await {
+                    Ok(mut v) => {
+                        v.cost += cheap.map_or(Cost::ZERO, |(c, _, _)| c.cost);
+                        settled = Some(v);
+                    }
+                    Err((reason, cost)) => {
+                        // A cancelled request stops here; any other failure degrades to the LLM-free judge.
+                        ctx.check()?;
+                        *fallback_reason = Some(reason);
+                        spent = cost;
+                        if let Some((mut v, cheap_notes, _)) = cheap {
+                            notes.extend(cheap_notes);
+                            v.cost += spent;
+                            settled = Some(v);
+                        }
+                    }
+                }
+            }
+            (None, _) => {}
+        }
+        Ok(match settled {
+            Some(v) => v,
+            None => {
+                let mut v = self.judge_without_llm(ctx, &lexical_statements, passages, notes).await?;
+                v.cost += spent;
+                v
+            }
+        })
     }
 
     /// Which of `claims` each named group of passages supports, asked of the LLM one group at a time (the judge

@@ -109,32 +109,7 @@ pub fn calibrate_with_floor(
     target_precision: f32,
     floor: Option<IncorrectFloor>,
 ) -> Result<Calibration> {
-    if !(target_precision > 0.0 && target_precision <= 1.0) {
-        return Err(Error::invalid_input(format!(
-            "calibration: target_precision must be in (0, 1], got {target_precision}"
-        )));
-    }
-    if samples.is_empty() {
-        return Err(Error::invalid_input("calibration: there are no samples"));
-    }
-    if let Some(i) = samples.iter().position(|s| !s.score.is_finite()) {
-        return Err(Error::invalid_input(format!(
-            "calibration: sample {i} has the score {}; scores must be finite",
-            samples[i].score
-        )));
-    }
-    let n = samples.len();
-    let failures = samples.iter().filter(|s| !s.succeeded).count();
-    if failures == 0 {
-        return Err(Error::invalid_input(format!(
-            "calibration: no sample failed (all {n} succeeded), so there is nothing for the lower threshold to detect"
-        )));
-    }
-    if failures == n {
-        return Err(Error::invalid_input(format!(
-            "calibration: no sample succeeded (all {n} failed), so the upper threshold cannot be fitted"
-        )));
-    }
+    let (n, failures) = check_samples(samples, target_precision)?;
 
     // Sorted (score, succeeded); one sweep from the bottom counts the samples at or below each threshold.
     let mut sorted: Vec<(f32, bool)> = samples.iter().map(|s| (s.score.clamp(0.0, 1.0), s.succeeded)).collect();
@@ -217,6 +192,38 @@ pub fn calibrate_with_floor(
         correct_share: ratio(at_or_above.len(), n),
         target_precision,
     })
+}
+
+/// The number of samples and of failed ones, after checking that the target is in (0, 1], the scores are finite and
+/// both outcomes occur.
+fn check_samples(samples: &[CalibrationSample], target_precision: f32) -> Result<(usize, usize)> {
+    if !(target_precision > 0.0 && target_precision <= 1.0) {
+        return Err(Error::invalid_input(format!(
+            "calibration: target_precision must be in (0, 1], got {target_precision}"
+        )));
+    }
+    if samples.is_empty() {
+        return Err(Error::invalid_input("calibration: there are no samples"));
+    }
+    if let Some(i) = samples.iter().position(|s| !s.score.is_finite()) {
+        return Err(Error::invalid_input(format!(
+            "calibration: sample {i} has the score {}; scores must be finite",
+            samples[i].score
+        )));
+    }
+    let n = samples.len();
+    let failures = samples.iter().filter(|s| !s.succeeded).count();
+    if failures == 0 {
+        return Err(Error::invalid_input(format!(
+            "calibration: no sample failed (all {n} succeeded), so there is nothing for the lower threshold to detect"
+        )));
+    }
+    if failures == n {
+        return Err(Error::invalid_input(format!(
+            "calibration: no sample succeeded (all {n} failed), so the upper threshold cannot be fitted"
+        )));
+    }
+    Ok((n, failures))
 }
 
 /// Precision, recall and F1 of INCORRECT (`score <= lower`, scores clamped to `[0, 1]`) as a detector of failed
