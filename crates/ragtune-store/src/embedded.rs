@@ -233,9 +233,10 @@ impl EmbeddedStore {
         &self.inner.dir
     }
 
-    fn load(db: &Database, dir: &Path) -> Result<State> {
+    /// Creates the tables and stamps the format on first open, in one transaction; a store of another format is
+    /// [`ErrorKind::Corrupt`].
+    fn stamp_format(db: &Database, dir: &Path) -> Result<()> {
         let err = |what: &str, e: redb::Error| db_err(what, dir, e);
-        // Create the tables and stamp the format on first open, in one transaction.
         let tx = db.begin_write().map_err(|e| err("starting a transaction", e.into()))?;
         {
             let mut meta = tx.open_table(META).map_err(|e| err("opening the meta table", e.into()))?;
@@ -261,6 +262,12 @@ impl EmbeddedStore {
             tx.open_table(ANN_DIRTY).map_err(|e| err("creating tables", e.into()))?;
         }
         tx.commit().map_err(|e| err("committing the format", e.into()))?;
+        Ok(())
+    }
+
+    fn load(db: &Database, dir: &Path) -> Result<State> {
+        let err = |what: &str, e: redb::Error| db_err(what, dir, e);
+        Self::stamp_format(db, dir)?;
 
         let rx = db.begin_read().map_err(|e| err("starting a read", e.into()))?;
         let meta = rx.open_table(META).map_err(|e| err("opening the meta table", e.into()))?;

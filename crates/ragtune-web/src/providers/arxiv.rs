@@ -137,11 +137,7 @@ fn parse_feed(xml: &str) -> Result<Vec<WebResult>> {
             }
             Event::GeneralRef(r) => {
                 if let (Some(current), Some(f)) = (entry.as_mut(), field) {
-                    let resolved = match r.resolve_char_ref() {
-                        Ok(Some(c)) => c.to_string(),
-                        _ => quick_xml::escape::resolve_predefined_entity(&r.xml10_content()).unwrap_or("").to_owned(),
-                    };
-                    current.push(f, &resolved);
+                    current.push(f, &reference_text(&r));
                 }
             }
             Event::End(e) => {
@@ -175,6 +171,14 @@ fn parse_feed(xml: &str) -> Result<Vec<WebResult>> {
         )));
     }
     Ok(out)
+}
+
+/// The text of a character or predefined entity reference (`&#233;`, `&amp;`); empty for any other.
+fn reference_text(r: &quick_xml::events::BytesRef<'_>) -> String {
+    match r.resolve_char_ref() {
+        Ok(Some(c)) => c.to_string(),
+        _ => quick_xml::escape::resolve_predefined_entity(&r.xml10_content()).unwrap_or("").to_owned(),
+    }
 }
 
 #[derive(Default)]
