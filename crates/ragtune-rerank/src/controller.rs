@@ -236,16 +236,7 @@ impl Controller {
     /// their batches are dropped and reported.
     pub async fn run_pool(&self, ctx: &Ctx, query: &str, mut pool: CandidatePool) -> Result<RerankOutcome> {
         self.validate()?;
-        let infos: Vec<RerankerInfo> = self
-            .rerankers
-            .iter()
-            .enumerate()
-            .map(|(i, r)| RerankerInfo {
-                name: r.name().to_owned(),
-                cost_model: r.cost_model(),
-                tier: u32::try_from(i + 1).unwrap_or(u32::MAX),
-            })
-            .collect();
+        let infos = self.infos();
         pool.set_ladder(infos.iter().map(|i| i.name.clone()).collect());
         let limit = ctx.budget.limit;
         let mut spent = Cost::ZERO;
@@ -302,79 +293,13 @@ impl Controller {
                 .collect::<Option<_>>()
                 .expect("invariant: every id was just moved to in-flight, so it is in the pool");
 
-            let reranker = &self.rerankers[at];
-            let sink = TraceSink::new();
-            let call_ctx = Ctx {
-                budget: ragtune_core::Budget::new(expected),
-                deadline: ctx.deadline,
-                cancel: ctx.cancel.clone(),
-                trace: Some(sink.clone()),
-            };
-            let started = Instant::now();
-            let result = reranker.score(&call_ctx, query, &batch).await;
-            let elapsed = started.elapsed();
-            let mut reported = Cost::ZERO;
-            for event in sink.take() {
-                if event.stage == "rerank" {
-                    reported += event.cost;
-                }
-                ctx.trace(event);
-            }
-            let charged = if reported == Cost::ZERO { expected } else { reported };
+            let (result, charged, elapsed) = self.score_batch(ctx, query, at, &infos[at].name, &batch, expected).await;
             spent += charged;
-            let result = result.and_then(|scores| {
-                if scores.len() != n {
-                    return Err(Error::permanent(format!(
-                        "reranker `{}` returned {} scores for {n} documents",
-                        infos[at].name,
-                        scores.len()
-                    )));
-                }
-                if scores.iter().any(|s| !s.is_finite()) {
-                    return Err(Error::permanent(format!("reranker `{}` returned a non-finite score", infos[at].name)));
-                }
-                Ok(scores)
-            });
-            let (outcome, interrupted_by) = match result {
-                Ok(scores) => {
-                    let pairs: Vec<(&str, f32)> = ids.iter().map(String::as_str).zip(scores).collect();
-                    pool.update_scores(&infos[at].name, &pairs)
-                        .expect("invariant: the batch is in flight, unique and its scores are finite");
-                    (BatchOutcome::Reranked, None)
-                }
-                Err(e) => {
-                    pool.transition(ids, ItemState::Dropped)
-                        .expect("invariant: the batch is in flight, and in-flight items may always be dropped");
-                    let interrupted_by = match e.kind() {
-                        ErrorKind::Cancelled => Some(StopReason::Cancelled),
-                        ErrorKind::DeadlineExceeded => Some(StopReason::Deadline),
-                        _ => None,
-                    };
-                    (
-                        BatchOutcome::Failed { kind: e.kind().as_str().to_owned(), message: e.message().to_owned() },
-                        interrupted_by,
-                    )
-                }
-            };
+            let (outcome, interrupted_by) = settle_batch(&mut pool, &infos[at].name, ids, result);
             let overrun = !charged.fits_within(&expected);
             if ctx.trace.is_some() {
-                let mut event = TraceEvent::new("rerank", "batch")
-                    .detail("iteration", iteration)
-                    .detail("reranker", infos[at].name.clone())
-                    .detail("docs", ids.to_vec())
-                    .detail("expected", serde_json::to_value(expected).unwrap_or_default())
-                    .detail("outcome", serde_json::to_value(&outcome).unwrap_or_default())
-                    .detail("estimator", self.estimator.name())
-                    .detail("scheduler", scheduler)
-                    .cost(charged)
-                    .elapsed(elapsed);
-                if !valuation.notes.is_empty() {
-                    event = event.detail("valuation", serde_json::to_value(&valuation.notes).unwrap_or_default());
-                }
-                if overrun {
-                    event = event.detail("overrun", true);
-                }
-                ctx.trace(event);
+                let batch = TracedBatch { iteration, reranker: &infos[at].name, ids, expected, charged, elapsed };
+                ctx.trace(self.batch_event(&batch, &outcome, &valuation.notes, overrun));
             }
             iterations.push(IterationRecord {
                 iteration,
@@ -405,16 +330,95 @@ impl Controller {
             scheduler: self.scheduler.name().to_owned(),
             iterations,
         };
-        ctx.trace(
-            TraceEvent::new("rerank", "stop")
-                .detail("stopped_by", stopped_by.as_str())
-                .detail("iterations", report.iterations.len())
-                .detail("reranked", report.reranked)
-                .detail("dropped", report.dropped)
-                .detail("spent", serde_json::to_value(spent).unwrap_or_default())
-                .detail("limit", serde_json::to_value(limit).unwrap_or_default()),
-        );
+        ctx.trace(stop_event(&report));
         Ok(RerankOutcome { pool, report })
+    }
+
+    /// What the schedulers know of each reranker, in ladder order (tier 1 first).
+    fn infos(&self) -> Vec<RerankerInfo> {
+        self.rerankers
+            .iter()
+            .enumerate()
+            .map(|(i, r)| RerankerInfo {
+                name: r.name().to_owned(),
+                cost_model: r.cost_model(),
+                tier: u32::try_from(i + 1).unwrap_or(u32::MAX),
+            })
+            .collect()
+    }
+
+    /// Scores one batch with reranker `at` under a budget of the batch's `expected` cost, forwarding its trace;
+    /// the scores (checked: one finite score per document), what it is charged (what it reported, else what was
+    /// expected) and how long it took.
+    async fn score_batch(
+        &self,
+        ctx: &Ctx,
+        query: &str,
+        at: usize,
+        name: &str,
+        batch: &[Candidate],
+        expected: Cost,
+    ) -> (Result<Vec<f32>>, Cost, std::time::Duration) {
+        let reranker = &self.rerankers[at];
+        let sink = TraceSink::new();
+        let call_ctx = Ctx {
+            budget: ragtune_core::Budget::new(expected),
+            deadline: ctx.deadline,
+            cancel: ctx.cancel.clone(),
+            trace: Some(sink.clone()),
+        };
+        let started = Instant::now();
+        let result = reranker.score(&call_ctx, query, batch).await;
+        let elapsed = started.elapsed();
+        let mut reported = Cost::ZERO;
+        for event in sink.take() {
+            if event.stage == "rerank" {
+                reported += event.cost;
+            }
+            ctx.trace(event);
+        }
+        let charged = if reported == Cost::ZERO { expected } else { reported };
+        let n = batch.len();
+        let result = result.and_then(|scores| {
+            if scores.len() != n {
+                return Err(Error::permanent(format!(
+                    "reranker `{name}` returned {} scores for {n} documents",
+                    scores.len()
+                )));
+            }
+            if scores.iter().any(|s| !s.is_finite()) {
+                return Err(Error::permanent(format!("reranker `{name}` returned a non-finite score")));
+            }
+            Ok(scores)
+        });
+        (result, charged, elapsed)
+    }
+
+    /// The `rerank/batch` trace event of one batch.
+    fn batch_event(
+        &self,
+        b: &TracedBatch<'_>,
+        outcome: &BatchOutcome,
+        valuation_notes: &std::collections::BTreeMap<String, serde_json::Value>,
+        overrun: bool,
+    ) -> TraceEvent {
+        let mut event = TraceEvent::new("rerank", "batch")
+            .detail("iteration", b.iteration)
+            .detail("reranker", b.reranker.to_owned())
+            .detail("docs", b.ids.to_vec())
+            .detail("expected", serde_json::to_value(b.expected).unwrap_or_default())
+            .detail("outcome", serde_json::to_value(outcome).unwrap_or_default())
+            .detail("estimator", self.estimator.name())
+            .detail("scheduler", self.scheduler.name())
+            .cost(b.charged)
+            .elapsed(b.elapsed);
+        if !valuation_notes.is_empty() {
+            event = event.detail("valuation", serde_json::to_value(valuation_notes).unwrap_or_default());
+        }
+        if overrun {
+            event = event.detail("overrun", true);
+        }
+        event
     }
 
     fn validate(&self) -> Result<()> {
@@ -442,6 +446,58 @@ fn interrupted(ctx: &Ctx) -> Option<StopReason> {
         Err(e) if e.kind() == ErrorKind::Cancelled => Some(StopReason::Cancelled),
         Err(_) => Some(StopReason::Deadline),
     }
+}
+
+/// Applies a batch's result to the pool: its scores, or its documents dropped on failure; the batch's outcome and
+/// the stop a cancellation or deadline calls for.
+fn settle_batch(
+    pool: &mut CandidatePool,
+    reranker: &str,
+    ids: &[String],
+    result: Result<Vec<f32>>,
+) -> (BatchOutcome, Option<StopReason>) {
+    match result {
+        Ok(scores) => {
+            let pairs: Vec<(&str, f32)> = ids.iter().map(String::as_str).zip(scores).collect();
+            pool.update_scores(reranker, &pairs)
+                .expect("invariant: the batch is in flight, unique and its scores are finite");
+            (BatchOutcome::Reranked, None)
+        }
+        Err(e) => {
+            pool.transition(ids, ItemState::Dropped)
+                .expect("invariant: the batch is in flight, and in-flight items may always be dropped");
+            let interrupted_by = match e.kind() {
+                ErrorKind::Cancelled => Some(StopReason::Cancelled),
+                ErrorKind::DeadlineExceeded => Some(StopReason::Deadline),
+                _ => None,
+            };
+            (
+                BatchOutcome::Failed { kind: e.kind().as_str().to_owned(), message: e.message().to_owned() },
+                interrupted_by,
+            )
+        }
+    }
+}
+
+/// The `rerank/stop` trace event of a run.
+fn stop_event(report: &RerankReport) -> TraceEvent {
+    TraceEvent::new("rerank", "stop")
+        .detail("stopped_by", report.stopped_by.as_str())
+        .detail("iterations", report.iterations.len())
+        .detail("reranked", report.reranked)
+        .detail("dropped", report.dropped)
+        .detail("spent", serde_json::to_value(report.spent).unwrap_or_default())
+        .detail("limit", serde_json::to_value(report.limit).unwrap_or_default())
+}
+
+/// One batch as its trace event describes it.
+struct TracedBatch<'a> {
+    iteration: usize,
+    reranker: &'a str,
+    ids: &'a [String],
+    expected: Cost,
+    charged: Cost,
+    elapsed: std::time::Duration,
 }
 
 #[cfg(test)]
