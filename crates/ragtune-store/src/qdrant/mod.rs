@@ -578,31 +578,7 @@ fn metadata_string(v: Option<&Value>) -> Option<String> {
 fn parse_schema(info: CollectionInfo, collection: &str) -> Result<Schema> {
     let config = info.config.unwrap_or_default();
     let metadata = config.metadata;
-    match metadata_string(metadata.get(FORMAT_KEY)).as_deref() {
-        Some(FORMAT) => {}
-        Some(other) => {
-            return Err(Error::mismatch(format!(
-                "the collection `{collection}` has the ragtune format `{other}`; this ragtune reads `{FORMAT}`"
-            )));
-        }
-        None => {
-            return Err(Error::mismatch(format!(
-                "the collection `{collection}` exists but was not created by ragtune (its metadata has no \
-                 `{FORMAT_KEY}`); use another collection name or delete it"
-            )));
-        }
-    }
-    fn spec<T: serde::de::DeserializeOwned>(
-        metadata: &HashMap<String, Value>,
-        key: &str,
-        collection: &str,
-    ) -> Result<Option<T>> {
-        let Some(v) = metadata.get(key) else { return Ok(None) };
-        let json = value_to_json(v.clone()).ok().and_then(|j| serde_json::from_value(j).ok()).ok_or_else(|| {
-            Error::corrupt(format!("the collection `{collection}` has an unreadable `{key}` in its metadata"))
-        })?;
-        Ok(Some(json))
-    }
+    check_format(&metadata, collection)?;
     let dense: Option<EmbeddingSpec> = spec(&metadata, DENSE_SPEC_KEY, collection)?;
     let sparse: Option<SparseSpec> = spec(&metadata, SPARSE_SPEC_KEY, collection)?;
     let params = config.params.unwrap_or_default();
@@ -633,7 +609,59 @@ fn parse_schema(info: CollectionInfo, collection: &str) -> Result<Schema> {
         }
         Some(m) => Some(m == Some(Modifier::Idf as i32)),
     };
-    if let Some(spec) = &dense {
+    check_vectors(collection, dense.as_ref(), sparse.as_ref(), dense_vector, sparse_vector)?;
+    Ok(Schema {
+        dense,
+        sparse,
+        dense_vector,
+        sparse_vector,
+        indexed: info.payload_schema.into_keys().collect(),
+        client_idf,
+    })
+}
+
+/// Refuses a collection that ragtune did not create, or of another ragtune format.
+fn check_format(metadata: &HashMap<String, Value>, collection: &str) -> Result<()> {
+    match metadata_string(metadata.get(FORMAT_KEY)).as_deref() {
+        Some(FORMAT) => {}
+        Some(other) => {
+            return Err(Error::mismatch(format!(
+                "the collection `{collection}` has the ragtune format `{other}`; this ragtune reads `{FORMAT}`"
+            )));
+        }
+        None => {
+            return Err(Error::mismatch(format!(
+                "the collection `{collection}` exists but was not created by ragtune (its metadata has no \
+                 `{FORMAT_KEY}`); use another collection name or delete it"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// A space recorded in the collection's metadata under `key`, if there is one.
+fn spec<T: serde::de::DeserializeOwned>(
+    metadata: &HashMap<String, Value>,
+    key: &str,
+    collection: &str,
+) -> Result<Option<T>> {
+    let Some(v) = metadata.get(key) else { return Ok(None) };
+    let json = value_to_json(v.clone()).ok().and_then(|j| serde_json::from_value(j).ok()).ok_or_else(|| {
+        Error::corrupt(format!("the collection `{collection}` has an unreadable `{key}` in its metadata"))
+    })?;
+    Ok(Some(json))
+}
+
+/// Refuses a collection whose vectors do not match the spaces it records: the `dense` vector's size and distance,
+/// the `sparse` vector's IDF.
+fn check_vectors(
+    collection: &str,
+    dense: Option<&EmbeddingSpec>,
+    sparse: Option<&SparseSpec>,
+    dense_vector: Option<(u64, i32)>,
+    sparse_vector: Option<bool>,
+) -> Result<()> {
+    if let Some(spec) = dense {
         let want = (spec.dim as u64, qdrant_distance(spec.distance));
         match dense_vector {
             None => {
@@ -657,7 +685,7 @@ fn parse_schema(info: CollectionInfo, collection: &str) -> Result<Schema> {
             Some(_) => {}
         }
     }
-    if let Some(spec) = &sparse {
+    if let Some(spec) = sparse {
         match sparse_vector {
             None => {
                 return Err(Error::mismatch(format!(
@@ -678,14 +706,7 @@ fn parse_schema(info: CollectionInfo, collection: &str) -> Result<Schema> {
             Some(_) => {}
         }
     }
-    Ok(Schema {
-        dense,
-        sparse,
-        dense_vector,
-        sparse_vector,
-        indexed: info.payload_schema.into_keys().collect(),
-        client_idf,
-    })
+    Ok(())
 }
 
 /// A scored point as a hit.
@@ -863,6 +884,54 @@ impl Inner {
         }
         let mut schema = current.expect("invariant: the collection exists or was just created");
         // Refuse before changing anything.
+        self.refuse_mismatch(&schema, dense, sparse)?;
+        let add_dense = dense.filter(|_| schema.dense.is_none());
+        let add_sparse = sparse.filter(|_| schema.sparse.is_none());
+        // Add what is missing: first the vectors (when absent), then the record of the specs, so that an
+        // interruption leaves a vector without a recorded spec, which the next call completes.
+        if let Some(want) = add_dense.filter(|_| schema.dense_vector.is_none()) {
+            let config = create_vector_name_request::VectorConfig::DenseConfig(DenseVectorCreationConfig {
+                size: want.dim as u64,
+                distance: qdrant_distance(want.distance),
+                multivector_config: None,
+                datatype: None,
+            });
+            self.add_vector(ctx, DENSE, config).await?;
+            schema.dense_vector = Some((want.dim as u64, qdrant_distance(want.distance)));
+        }
+        if let Some(want) = add_sparse.filter(|_| schema.sparse_vector.is_none()) {
+            let config = create_vector_name_request::VectorConfig::SparseConfig(SparseVectorCreationConfig {
+                modifier: (want.idf && !schema.client_idf).then_some(Modifier::Idf as i32),
+                datatype: None,
+            });
+            self.add_vector(ctx, SPARSE, config).await?;
+            schema.sparse_vector = Some(want.idf);
+        }
+        if add_dense.is_some() || add_sparse.is_some() {
+            let metadata = spec_metadata(add_dense, add_sparse)?;
+            let request = UpdateCollection {
+                collection_name: self.config.collection.clone(),
+                metadata,
+                ..UpdateCollection::default()
+            };
+            let what = format!("recording the spaces of the collection `{}`", self.collection());
+            self.call(ctx, &what, || self.client.update_collection(request.clone())).await?;
+            schema.dense = schema.dense.or_else(|| add_dense.cloned());
+            schema.sparse = schema.sparse.or_else(|| add_sparse.cloned());
+        }
+        self.ensure_indexes(ctx, &mut schema).await?;
+        *gate = Some(schema);
+        Ok(())
+    }
+
+    /// Refuses spaces the collection cannot take: other recorded spaces, or vectors of another size, distance or
+    /// IDF than the new spaces need.
+    fn refuse_mismatch(
+        &self,
+        schema: &Schema,
+        dense: Option<&EmbeddingSpec>,
+        sparse: Option<&SparseSpec>,
+    ) -> Result<()> {
         if let (Some(want), Some(have)) = (dense, &schema.dense)
             && want != have
         {
@@ -920,40 +989,6 @@ impl Inner {
                 if want.idf { "on" } else { "off" }
             )));
         }
-        // Add what is missing: first the vectors (when absent), then the record of the specs, so that an
-        // interruption leaves a vector without a recorded spec, which the next call completes.
-        if let Some(want) = add_dense.filter(|_| schema.dense_vector.is_none()) {
-            let config = create_vector_name_request::VectorConfig::DenseConfig(DenseVectorCreationConfig {
-                size: want.dim as u64,
-                distance: qdrant_distance(want.distance),
-                multivector_config: None,
-                datatype: None,
-            });
-            self.add_vector(ctx, DENSE, config).await?;
-            schema.dense_vector = Some((want.dim as u64, qdrant_distance(want.distance)));
-        }
-        if let Some(want) = add_sparse.filter(|_| schema.sparse_vector.is_none()) {
-            let config = create_vector_name_request::VectorConfig::SparseConfig(SparseVectorCreationConfig {
-                modifier: (want.idf && !schema.client_idf).then_some(Modifier::Idf as i32),
-                datatype: None,
-            });
-            self.add_vector(ctx, SPARSE, config).await?;
-            schema.sparse_vector = Some(want.idf);
-        }
-        if add_dense.is_some() || add_sparse.is_some() {
-            let metadata = spec_metadata(add_dense, add_sparse)?;
-            let request = UpdateCollection {
-                collection_name: self.config.collection.clone(),
-                metadata,
-                ..UpdateCollection::default()
-            };
-            let what = format!("recording the spaces of the collection `{}`", self.collection());
-            self.call(ctx, &what, || self.client.update_collection(request.clone())).await?;
-            schema.dense = schema.dense.or_else(|| add_dense.cloned());
-            schema.sparse = schema.sparse.or_else(|| add_sparse.cloned());
-        }
-        self.ensure_indexes(ctx, &mut schema).await?;
-        *gate = Some(schema);
         Ok(())
     }
 
@@ -1401,17 +1436,7 @@ impl Inner {
         ctx.check()?;
         let mut out: Vec<Vec<ScoredHit>> = vec![Vec::new(); requests.len()];
         // Refuse invalid queries before anything is sent.
-        let mut filters = Vec::with_capacity(requests.len());
-        for req in requests {
-            match &req.vector {
-                VectorQuery::Sparse(q) => q.validate().map_err(|e| e.context("sparse query"))?,
-                VectorQuery::Dense(q) if q.iter().any(|x| !x.is_finite()) => {
-                    return Err(Error::invalid_input("the dense query has a non-finite value"));
-                }
-                VectorQuery::Dense(_) => {}
-            }
-            filters.push(req.filter.as_ref().map(translate).transpose()?.unwrap_or(Translated::All));
-        }
+        let filters = checked_filters(requests)?;
         if requests.is_empty() {
             return Ok(out);
         }
@@ -1421,54 +1446,8 @@ impl Inner {
         };
         let gate = self.schema_for_read(ctx, needs).await?;
         let Some(schema) = gate.as_ref() else { return Ok(out) };
-        let idf_terms: BTreeSet<u32> = if schema.client_idf && schema.sparse.as_ref().is_some_and(|s| s.idf) {
-            requests
-                .iter()
-                .filter(|r| r.top_k > 0)
-                .filter_map(|r| match &r.vector {
-                    VectorQuery::Sparse(q) => Some(q.indices.iter().copied()),
-                    VectorQuery::Dense(_) => None,
-                })
-                .flatten()
-                .collect()
-        } else {
-            BTreeSet::new()
-        };
-        let weights = self.idf_weights(ctx, &idf_terms).await?;
-        let mut plans = Vec::new();
-        for (index, (req, filter)) in requests.iter().zip(filters).enumerate() {
-            let (query, using) = match &req.vector {
-                VectorQuery::Dense(q) => {
-                    let Some(spec) = &schema.dense else { continue };
-                    if q.len() != spec.dim {
-                        return Err(query_dim_mismatch(q.len(), spec));
-                    }
-                    (Query::new_nearest(VectorInput::new_dense(q.clone())), DENSE)
-                }
-                VectorQuery::Sparse(q) => {
-                    if schema.sparse.is_none() || q.is_empty() {
-                        continue;
-                    }
-                    let (indices, values) = Self::weigh(q, &weights);
-                    (Query::new_nearest(VectorInput::new_sparse(indices, values)), SPARSE)
-                }
-            };
-            if req.top_k == 0 || matches!(filter, Translated::Nothing) {
-                continue;
-            }
-            let limit = (req.top_k as u64).saturating_add((req.top_k as u64 / 4).max(8));
-            plans.push(Plan {
-                index,
-                query,
-                using,
-                filter: filter.into_filter(),
-                top_k: req.top_k,
-                limit,
-                hits: Vec::new(),
-                chunks: HashMap::new(),
-                done: false,
-            });
-        }
+        let weights = self.idf_weights(ctx, &idf_terms(schema, requests)).await?;
+        let mut plans = plans(schema, requests, filters, &weights)?;
         let mut first_round = true;
         while plans.iter().any(|p| !p.done) {
             let pending: Vec<usize> = (0..plans.len()).filter(|&i| !plans[i].done).collect();
@@ -1621,6 +1600,85 @@ fn spec_metadata(dense: Option<&EmbeddingSpec>, sparse: Option<&SparseSpec>) -> 
         metadata.insert(SPARSE_SPEC_KEY.to_owned(), encode(serde_json::to_value(s))?);
     }
     Ok(metadata)
+}
+
+/// The filter of each request, after checking every query (finite dense values, a valid sparse vector): invalid
+/// queries are refused before anything is sent.
+fn checked_filters(requests: &[SearchRequest]) -> Result<Vec<Translated>> {
+    let mut filters = Vec::with_capacity(requests.len());
+    for req in requests {
+        match &req.vector {
+            VectorQuery::Sparse(q) => q.validate().map_err(|e| e.context("sparse query"))?,
+            VectorQuery::Dense(q) if q.iter().any(|x| !x.is_finite()) => {
+                return Err(Error::invalid_input("the dense query has a non-finite value"));
+            }
+            VectorQuery::Dense(_) => {}
+        }
+        filters.push(req.filter.as_ref().map(translate).transpose()?.unwrap_or(Translated::All));
+    }
+    Ok(filters)
+}
+
+/// The sparse terms whose IDF the client applies (when the collection's schema says it does): every term of the
+/// sparse queries that ask for hits.
+fn idf_terms(schema: &Schema, requests: &[SearchRequest]) -> BTreeSet<u32> {
+    if !(schema.client_idf && schema.sparse.as_ref().is_some_and(|s| s.idf)) {
+        return BTreeSet::new();
+    }
+    requests
+        .iter()
+        .filter(|r| r.top_k > 0)
+        .filter_map(|r| match &r.vector {
+            VectorQuery::Sparse(q) => Some(q.indices.iter().copied()),
+            VectorQuery::Dense(_) => None,
+        })
+        .flatten()
+        .collect()
+}
+
+/// One plan per request the collection can answer (its space exists, it asks for hits, its filter can match),
+/// with the query to send and how many hits to ask for.
+fn plans(
+    schema: &Schema,
+    requests: &[SearchRequest],
+    filters: Vec<Translated>,
+    weights: &HashMap<u32, f32>,
+) -> Result<Vec<Plan>> {
+    let mut plans = Vec::new();
+    for (index, (req, filter)) in requests.iter().zip(filters).enumerate() {
+        let (query, using) = match &req.vector {
+            VectorQuery::Dense(q) => {
+                let Some(spec) = &schema.dense else { continue };
+                if q.len() != spec.dim {
+                    return Err(query_dim_mismatch(q.len(), spec));
+                }
+                (Query::new_nearest(VectorInput::new_dense(q.clone())), DENSE)
+            }
+            VectorQuery::Sparse(q) => {
+                if schema.sparse.is_none() || q.is_empty() {
+                    continue;
+                }
+                let (indices, values) = Inner::weigh(q, weights);
+                (Query::new_nearest(VectorInput::new_sparse(indices, values)), SPARSE)
+            }
+        };
+        if req.top_k == 0 || matches!(filter, Translated::Nothing) {
+            continue;
+        }
+        let limit = (req.top_k as u64).saturating_add((req.top_k as u64 / 4).max(8));
+        plans.push(Plan {
+            index,
+            query,
+            using,
+            filter: filter.into_filter(),
+            top_k: req.top_k,
+            limit,
+            hits: Vec::new(),
+            chunks: HashMap::new(),
+            done: false,
+        });
+    }
+    Ok(plans)
 }
 
 /// One search request on its way through the rounds that complete ties at the `top_k` boundary.
