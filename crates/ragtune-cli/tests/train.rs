@@ -68,19 +68,29 @@ fn beir(dir: &Path) {
     std::fs::write(dir.join("qrels/train.tsv"), format!("query-id\tcorpus-id\tscore\n{qrels}")).unwrap();
 }
 
-fn train(dataset: &Path, out: &Path, cache: &Path) -> serde_json::Value {
-    let output = Command::new(env!("CARGO_BIN_EXE_ragtune"))
+/// `ragtune train reranker --dataset DATASET --out OUT --cache-dir CACHE` with `flags`, without a config file.
+fn train_reranker(dataset: &Path, out: &Path, cache: &Path, flags: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_ragtune"))
         .args(["train", "reranker", "--dataset"])
         .arg(dataset)
         .arg("--out")
         .arg(out)
         .arg("--cache-dir")
         .arg(cache)
-        .args(["--steps", "24", "--queries-per-step", "3", "--negatives", "7", "--pool", "8"])
-        .args(["--max-length", "48", "--threads", "1", "--learning-rate", "1e-4", "--seed", "7"])
+        .args(flags)
         .env_remove("RAGTUNE_CONFIG")
         .output()
-        .expect("the ragtune binary runs");
+        .expect("the ragtune binary runs")
+}
+
+fn train(dataset: &Path, out: &Path, cache: &Path) -> serde_json::Value {
+    let flags = ["--steps", "24", "--queries-per-step", "3", "--negatives", "7", "--pool", "8", "--max-length", "48"];
+    let output = train_reranker(
+        dataset,
+        out,
+        cache,
+        &[&flags[..], &["--threads", "1", "--learning-rate", "1e-4", "--seed", "7"]].concat(),
+    );
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "training failed:\n{stderr}");
     assert!(stderr.contains("training on 3 groups for 24 steps"), "{stderr}");
@@ -146,17 +156,8 @@ fn hold_out_leaves_the_first_judged_queries_out_of_the_groups() {
     let dataset = dir.path().join("tiny");
     beir(&dataset);
     let out = dir.path().join("mined");
-    let output = Command::new(env!("CARGO_BIN_EXE_ragtune"))
-        .args(["train", "reranker", "--dataset"])
-        .arg(&dataset)
-        .arg("--out")
-        .arg(&out)
-        .arg("--cache-dir")
-        .arg(dir.path().join("cache"))
-        .args(["--negatives", "7", "--pool", "8", "--hold-out", "1", "--mine-only"])
-        .env_remove("RAGTUNE_CONFIG")
-        .output()
-        .expect("the ragtune binary runs");
+    let flags = ["--negatives", "7", "--pool", "8", "--hold-out", "1", "--mine-only"];
+    let output = train_reranker(&dataset, &out, &dir.path().join("cache"), &flags);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "mining failed:\n{stderr}");
     assert!(stderr.contains("1 held out"), "{stderr}");

@@ -254,17 +254,24 @@ fn read_response(mut stream: impl Read) -> io::Result<Vec<u8>> {
             return Ok(response);
         }
         response.extend_from_slice(&buf[..n]);
-        let Some(end) = response.windows(4).position(|w| w == b"\r\n\r\n") else { continue };
-        let head = String::from_utf8_lossy(&response[..end]).to_ascii_lowercase();
-        let length = head
-            .lines()
-            .filter_map(|l| l.split_once(':'))
-            .find(|(k, _)| k.trim() == "content-length")
-            .and_then(|(_, v)| v.trim().parse::<usize>().ok());
+        let Some((end, length)) = message_head(&response) else { continue };
         if length.is_some_and(|len| response.len() >= end + 4 + len) {
             return Ok(response);
         }
     }
+}
+
+/// Where an HTTP/1.x message's head ends (the index of its blank line) and its `Content-Length`, once `buf` holds
+/// the whole head; `None` before. The one reading of a message's framing, for the client and the scripted server.
+fn message_head(buf: &[u8]) -> Option<(usize, Option<usize>)> {
+    let end = buf.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+    let length = head
+        .lines()
+        .filter_map(|l| l.split_once(':'))
+        .find(|(k, _)| k.trim() == "content-length")
+        .and_then(|(_, v)| v.trim().parse::<usize>().ok());
+    Some((end, length))
 }
 
 /// Status, headers and body of an HTTP/1.x response.

@@ -352,14 +352,8 @@ fn serve_one(mut conn: TcpStream, handler: &Handler, seen: &Mutex<Vec<Request>>)
             return;
         }
         buf.extend_from_slice(&chunk[..k]);
-        let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else { continue };
-        let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
-        let length = head
-            .lines()
-            .filter_map(|l| l.split_once(':'))
-            .find(|(k, _)| k.trim() == "content-length")
-            .and_then(|(_, v)| v.trim().parse::<usize>().ok())
-            .unwrap_or(0);
+        let Some((end, length)) = super::message_head(&buf) else { continue };
+        let length = length.unwrap_or(0);
         if buf.len() >= end + 4 + length {
             buf.truncate(end + 4 + length);
             break end;

@@ -140,16 +140,18 @@ impl std::fmt::Debug for Built {
     }
 }
 
-/// The settings the built parts depend on: two configurations with the same key share them (a request that only
-/// changes `top_k`, the deadline or whether CRAG or the web runs builds nothing).
-fn built_key(config: &Config) -> String {
-    let c = &config.crag;
-    serde_json::json!({
-        "search": config.search, "hybrid": config.hybrid, "transform": config.transform,
-        "crag": [&c.evaluator, &c.heuristic, &c.model, &c.scorer, &c.learned],
-        "judge": config.judge, "judge_with_llm": config.pipeline.judge_with_llm, "rerank": config.rerank,
-    })
-    .to_string()
+/// Whether two configurations agree on every setting the built parts depend on, so that they share them (a request
+/// that only changes `top_k`, the deadline or whether CRAG or the web runs builds nothing).
+fn same_parts(a: &Config, b: &Config) -> bool {
+    let (x, y) = (&a.crag, &b.crag);
+    a.search == b.search
+        && a.hybrid == b.hybrid
+        && a.transform == b.transform
+        && (x.evaluator, &x.heuristic, &x.model, x.scorer, &x.learned)
+            == (y.evaluator, &y.heuristic, &y.model, y.scorer, &y.learned)
+        && a.judge == b.judge
+        && a.pipeline.judge_with_llm == b.pipeline.judge_with_llm
+        && a.rerank == b.rerank
 }
 
 /// The page fetcher of `[web.fetch]`, shared by the engine's clones.
@@ -387,7 +389,7 @@ impl Engine {
         if !config.web.enabled {
             engine.web = None;
         }
-        if built_key(&config) != built_key(&self.config) {
+        if !same_parts(&config, &self.config) {
             engine.built = Arc::default();
         }
         engine.config = config;
@@ -461,6 +463,8 @@ impl Engine {
         self.notes.retain(|n| !old.contains(n));
         self.cross_encoder = reranker.map(Ok);
         self.notes.extend(cross_encoder_notes(&self.config, self.cross_encoder.as_ref()));
+        // The evaluator built with the previous model (its scorer) must not outlive it.
+        self.built = Arc::default();
         self
     }
 
@@ -602,5 +606,29 @@ impl Engine {
     /// As [`ask`](Self::ask).
     pub async fn query(&self, question: &str) -> Result<AskResponse> {
         crate::pipeline::run_pipeline(self, question, false, None).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_request_shares_the_built_parts_unless_it_changes_what_they_are_built_from() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = Config::default();
+        cfg.store.path = dir.path().join("store");
+        cfg.embedding.mode = EmbeddingMode::Off;
+        let engine = Engine::open(cfg).await.unwrap();
+        let mut top_k = engine.config().clone();
+        top_k.pipeline.top_k = 7;
+        top_k.crag.enabled = false;
+        assert!(Arc::ptr_eq(&engine.built, &engine.for_request(top_k).unwrap().built));
+        let mut judge = engine.config().clone();
+        judge.pipeline.judge_with_llm = !judge.pipeline.judge_with_llm;
+        assert!(!Arc::ptr_eq(&engine.built, &engine.for_request(judge).unwrap().built));
+        let before = engine.built.clone();
+        let engine = engine.with_cross_encoder(None);
+        assert!(!Arc::ptr_eq(&before, &engine.built), "a new cross-encoder rebuilds the evaluator");
     }
 }
