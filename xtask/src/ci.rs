@@ -1,8 +1,8 @@
 //! `cargo xtask ci`: what `.ci/run` runs on a fresh clone.
 //!
-//! Provisioning comes first, then the checks from the cheapest to the most expensive (fmt, clippy, clippy on the
-//! `ragtune` binary without default features, layers, deny, the tests), failing fast: the first step
-//! that fails stops the run with an error naming it. Every step prints its name and how long it took, and a summary
+//! Room on the disk for a cold build comes first (see `disk.rs`), then provisioning, then the checks from the
+//! cheapest to the most expensive (fmt, clippy, clippy on the `ragtune` binary without default features, layers,
+//! deny, the tests), failing fast: the first step that fails stops the run with an error naming it. Every step prints its name and how long it took, and a summary
 //! of the durations closes the run. Builds use `-j2`: CI machines have 2 cores.
 //!
 //! The local LLM server (SmolLM2, provisioned with the rest) is started just before the tests, which get its URL in
@@ -33,6 +33,10 @@ pub fn run(args: &[String]) -> Result<()> {
     let mut shell = Shell::new();
     let mut steps = Steps::default();
 
+    // A CI build is cold or nearly so: incremental caches cost disk (the largest part of a debug target directory)
+    // and save nothing. See `disk.rs`.
+    shell.cargo_env("CARGO_INCREMENTAL", "0");
+    steps.run("disk", || crate::disk::prepare(&shell.target_dir()))?;
     steps.run("provision", || provision(&mut shell))?;
     steps.run("fmt", || shell::run(&mut shell.cargo(&["fmt", "--all", "--", "--check"])))?;
     steps.run("clippy", || {

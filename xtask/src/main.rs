@@ -16,6 +16,7 @@ mod bench;
 mod bench_server;
 mod ci;
 mod demo;
+mod disk;
 #[cfg(test)]
 mod doc_links;
 mod eval;

@@ -14,12 +14,14 @@ use anyhow::{Context, Result, bail};
 pub struct Shell {
     root: PathBuf,
     path: OsString,
+    /// Variables every `cargo` child gets (see [`Shell::cargo_env`]).
+    cargo_env: Vec<(OsString, OsString)>,
 }
 
 impl Shell {
     /// A shell at the workspace root with this process's `PATH`.
     pub fn new() -> Self {
-        Self { root: project_root(), path: std::env::var_os("PATH").unwrap_or_default() }
+        Self { root: project_root(), path: std::env::var_os("PATH").unwrap_or_default(), cargo_env: Vec::new() }
     }
 
     /// The workspace root (the directory holding the root `Cargo.toml`).
@@ -47,6 +49,12 @@ impl Shell {
         Ok(())
     }
 
+    /// Sets `key=value` on every `cargo` command this shell makes from now on (CI turns incremental builds off).
+    pub fn cargo_env(&mut self, key: &str, value: &str) {
+        self.cargo_env.retain(|(existing, _)| existing != key);
+        self.cargo_env.push((key.into(), value.into()));
+    }
+
     /// A command run from the workspace root, with our `PATH` and no stdin (CI has none).
     pub fn cmd(&self, program: impl AsRef<OsStr>) -> Command {
         let mut cmd = Command::new(program);
@@ -67,6 +75,7 @@ impl Shell {
                 cmd.env_remove(key);
             }
         }
+        cmd.envs(self.cargo_env.iter().map(|(key, value)| (key, value)));
         cmd.args(args);
         cmd
     }
