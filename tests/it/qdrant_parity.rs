@@ -89,7 +89,7 @@ async fn qdrant_parity_migrate_round_trips_and_ask_answers_the_same() {
 
     // Embedded → Qdrant.
     let remote = on_qdrant(original.clone(), &collection);
-    ragtune::stores::drop_collection(&remote.store).await.expect("drop a leftover collection");
+    ragtune::stores::clear_store(&remote.store).await.expect("drop a leftover collection");
     let target = ragtune::stores::open_store(&remote.store).await.expect("connect");
     let report = ragtune::stores::migrate(&original.store, &*target.store, 3, &mut |_, _| {}).await.expect("to Qdrant");
     assert!(report.records > 0 && report.target_chunks >= report.records, "{report:?}");
@@ -103,7 +103,7 @@ async fn qdrant_parity_migrate_round_trips_and_ask_answers_the_same() {
     let back = ragtune::stores::open_store(&copy.store).await.expect("open the copy");
     let returned = ragtune::stores::migrate(&remote.store, &*back.store, 3, &mut |_, _| {}).await.expect("back");
     drop(back);
-    ragtune::stores::drop_collection(&remote.store).await.expect("drop the collection");
+    ragtune::stores::clear_store(&remote.store).await.expect("drop the collection");
     assert_eq!(returned.records, report.records, "every record comes back");
     let engine = Engine::open(copy).await.expect("open the copy");
     let after = rankings(&engine, strategies).await;

@@ -28,7 +28,7 @@ pub struct MigrateArgs {
     /// The Qdrant collection: the target, or the source with --from-qdrant.
     #[command(flatten)]
     qdrant: QdrantArgs,
-    /// Delete the target collection first (Qdrant only).
+    /// Empty the target first (a Qdrant collection is dropped; an embedded store's database file is deleted).
     #[arg(long)]
     replace: bool,
     /// Records per write.
@@ -43,18 +43,17 @@ pub async fn run(config: Option<&Path>, args: MigrateArgs) -> anyhow::Result<()>
     source_cfg.backend = if from_qdrant { StoreBackend::Qdrant } else { StoreBackend::Embedded };
     let mut target_cfg = cfg.store.clone();
     target_cfg.backend = to;
-    match to {
-        StoreBackend::Embedded => {
-            target_cfg.path = to_dir.ok_or_else(|| anyhow::anyhow!("--to embedded needs --to-dir DIR"))?;
-        }
-        StoreBackend::Qdrant if from_qdrant => {
-            anyhow::bail!("--from-qdrant copies a Qdrant collection into an embedded store: use --to embedded")
-        }
-        StoreBackend::Qdrant if replace => ragtune::stores::drop_collection(&target_cfg).await?,
-        StoreBackend::Qdrant => {}
+    if ragtune::stores::kind(to).local {
+        target_cfg.path = to_dir.ok_or_else(|| anyhow::anyhow!("--to {to} needs --to-dir DIR"))?;
+    } else if from_qdrant {
+        anyhow::bail!("--from-qdrant copies a Qdrant collection into an embedded store: use --to embedded")
     }
-    if !from_qdrant && !source_cfg.path.join("ragtune.redb").is_file() {
-        anyhow::bail!("there is no embedded store at {} to migrate (use --from DIR)", source_cfg.path.display());
+    // Checked before the target is opened (which creates an empty Qdrant collection).
+    if ragtune::stores::kind(source_cfg.backend).exists(&source_cfg) == Some(false) {
+        anyhow::bail!("there is no store at {} to migrate (use --from DIR)", source_cfg.location());
+    }
+    if replace {
+        ragtune::stores::clear_store(&target_cfg).await?;
     }
     let target = ragtune::stores::open_store(&target_cfg).await?;
     let bar = progress_bar("migrating", "records", false)?;

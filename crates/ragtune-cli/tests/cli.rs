@@ -206,6 +206,19 @@ fn migrate_copies_a_store_that_then_answers_the_same() {
     let again = ragtune(&["migrate", "--from", "store", "--to", "embedded", "--to-dir", "copy"], dir.path());
     assert_eq!(again.status.code(), Some(0), "{}", text(&again.stderr));
     assert_eq!(search("copy"), b);
+
+    // --replace empties the target first: a smaller store copied over the copy leaves only its own chunks.
+    std::fs::create_dir(dir.path().join("small")).unwrap();
+    std::fs::write(dir.path().join("small").join("one.md"), "# One\n\nA single note about nightly backups.\n").unwrap();
+    let out = ragtune(&["index", "small", "--store", "small-store"], dir.path());
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let replace = ["migrate", "--from", "small-store", "--to", "embedded", "--to-dir", "copy", "--replace"];
+    let out = ragtune(&replace, dir.path());
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let records: u64 = stdout["migrated ".len()..].split(' ').next().unwrap().parse().unwrap();
+    assert!(stdout.contains(&format!("the target holds {records} chunks")), "{stdout}");
+    assert_ne!(search("copy"), b);
 }
 
 #[test]
@@ -213,7 +226,7 @@ fn migrate_needs_an_existing_source_and_a_known_target() {
     let dir = tempfile::tempdir().unwrap();
     let out = ragtune(&["migrate", "--from", "nowhere", "--to", "embedded", "--to-dir", "x"], dir.path());
     assert_eq!(out.status.code(), Some(1));
-    assert!(text(&out.stderr).contains("there is no embedded store at nowhere"), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("there is no store at nowhere"), "{}", text(&out.stderr));
     let out =
         ragtune(&["migrate", "--from-qdrant", "--to", "qdrant", "--qdrant-url", "http://127.0.0.1:9"], dir.path());
     assert_eq!(out.status.code(), Some(1));

@@ -647,26 +647,27 @@ pub(crate) async fn open_index(
     let key_hash = xxhash_rust::xxh3::xxh3_64(key.as_bytes());
     let store_dir = opts.cache_dir.join(format!("{name}-{key_hash:016x}"));
     let marker = store_dir.join(COMPLETE_MARKER);
-    let mut store = StoreConfig { path: store_dir.join("store"), ..StoreConfig::default() };
-    let cached = match opts.store {
-        StoreBackend::Embedded => {
-            let cached = marker.is_file() && !opts.reindex;
-            if !cached && store_dir.exists() {
-                // An incomplete or unwanted index: start over rather than evaluate a partial one.
-                std::fs::remove_dir_all(&store_dir).map_err(|e| {
-                    Error::permanent(format!("cannot clear the cached index {}", store_dir.display())).with_source(e)
-                })?;
-            }
-            cached
+    // Each backend reads its own field: a directory in the cache, or a collection of its own on the server.
+    let store = StoreConfig {
+        backend: opts.store,
+        path: store_dir.join("store"),
+        qdrant: QdrantSettings { collection: format!("ragtune-eval-{name}-{key_hash:016x}"), ..opts.qdrant.clone() },
+        ..StoreConfig::default()
+    };
+    let local = ragtune::stores::kind(opts.store).local;
+    let cached = if local {
+        let cached = marker.is_file() && !opts.reindex;
+        if !cached && store_dir.exists() {
+            // An incomplete or unwanted index: start over rather than evaluate a partial one.
+            std::fs::remove_dir_all(&store_dir).map_err(|e| {
+                Error::permanent(format!("cannot clear the cached index {}", store_dir.display())).with_source(e)
+            })?;
         }
-        StoreBackend::Qdrant => {
-            store.backend = StoreBackend::Qdrant;
-            store.qdrant =
-                QdrantSettings { collection: format!("ragtune-eval-{name}-{key_hash:016x}"), ..opts.qdrant.clone() };
-            // A remote collection has no completion marker: it is rebuilt on every run, from empty.
-            ragtune::stores::drop_collection(&store).await?;
-            false
-        }
+        cached
+    } else {
+        // A remote store has no completion marker beside it: it is rebuilt on every run, from empty.
+        ragtune::stores::clear_store(&store).await?;
+        false
     };
     let location = store.location();
     let cfg = Config {
@@ -695,7 +696,7 @@ pub(crate) async fn open_index(
     } else {
         log(&format!("indexing {} documents into {location} ({chunking})", data_corpus.len()));
         let report = engine.index_documents(data_corpus, opts.index_chunking(), &mut |_, _| {}).await?;
-        if opts.store == StoreBackend::Embedded {
+        if local {
             let marked = serde_json::json!({ "key": key, "truncated": report.truncated, "passages": report.passages });
             std::fs::write(&marker, serde_json::to_vec_pretty(&marked).unwrap_or_default())
                 .map_err(|e| Error::permanent(format!("cannot write {}", marker.display())).with_source(e))?;

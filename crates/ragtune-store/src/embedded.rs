@@ -171,6 +171,26 @@ impl EmbeddedStore {
         Self::open_with(dir, StoreOptions::default())
     }
 
+    /// Whether `dir` holds an embedded store (its database file), without opening it.
+    #[must_use]
+    pub fn exists(dir: impl AsRef<Path>) -> bool {
+        dir.as_ref().join(DB_FILE).is_file()
+    }
+
+    /// Deletes the embedded store in `dir` (its database file; the directory and anything else in it stay), so the
+    /// next [`open`](Self::open) starts empty. Nothing to delete is not an error.
+    ///
+    /// # Errors
+    /// IO failures other than the file being absent.
+    pub fn remove(dir: impl AsRef<Path>) -> Result<()> {
+        let path = dir.as_ref().join(DB_FILE);
+        match std::fs::remove_file(&path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(Error::permanent(format!("cannot delete the store {}", path.display())).with_source(e)),
+        }
+    }
+
     /// Opens the store with explicit options.
     ///
     /// # Errors

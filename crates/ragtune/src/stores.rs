@@ -1,4 +1,5 @@
-//! Opening the configured store: the embedded store, or a Qdrant server when built with the `qdrant` feature.
+//! Opening the configured store: the embedded store, or a Qdrant server when built with the `qdrant` feature. The
+//! backends are registered in [`STORES`], one entry each.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -96,23 +97,96 @@ impl VectorStore for Generational {
     }
 }
 
+/// A boxed future of one of the registry's functions.
+type StoreFuture<'a, T> = std::pin::Pin<Box<dyn Future<Output = Result<T>> + Send + 'a>>;
+
+/// One store backend: the one place where how it opens, where it is, whether it exists and how it is emptied are
+/// written. A new backend is a [`StoreBackend`] variant, an entry in [`STORES`], and its settings in
+/// [`StoreConfig`]; nothing else matches on the backend (a test checks every variant has exactly one entry).
+#[derive(Debug)]
+pub struct StoreKind {
+    /// The backend this entry serves.
+    pub backend: StoreBackend,
+    /// Whether the store lives in a local directory (`store.path`), where evaluations can keep files beside it.
+    pub local: bool,
+    /// Where the index lives, for messages.
+    location: fn(&StoreConfig) -> String,
+    /// Whether the store already holds an index, when that can be told without connecting (`None`: only opening
+    /// tells).
+    exists: fn(&StoreConfig) -> Option<bool>,
+    open: for<'a> fn(&'a StoreConfig) -> StoreFuture<'a, OpenStore>,
+    clear: for<'a> fn(&'a StoreConfig) -> StoreFuture<'a, ()>,
+}
+
+/// Every store backend.
+pub static STORES: &[StoreKind] = &[
+    StoreKind {
+        backend: StoreBackend::Embedded,
+        local: true,
+        location: |config| config.path.display().to_string(),
+        exists: |config| Some(EmbeddedStore::exists(&config.path)),
+        open: |config| Box::pin(async move { open_embedded(config) }),
+        clear: |config| Box::pin(async move { EmbeddedStore::remove(&config.path) }),
+    },
+    StoreKind {
+        backend: StoreBackend::Qdrant,
+        local: false,
+        location: |config| format!("{} (collection `{}`)", config.qdrant.url, config.qdrant.collection),
+        exists: |_| None,
+        open: |config| Box::pin(open_qdrant(config)),
+        clear: |config| Box::pin(drop_qdrant(config)),
+    },
+];
+
+/// The registry's entry for `backend`.
+///
+/// # Panics
+/// Never for a variant with an entry in [`STORES`], which a unit test checks for every variant.
+#[must_use]
+pub fn kind(backend: StoreBackend) -> &'static StoreKind {
+    STORES.iter().find(|kind| kind.backend == backend).expect("every store backend has an entry in STORES")
+}
+
+impl StoreKind {
+    /// Where the index `config` names lives, for messages: the directory, or the Qdrant URL and collection.
+    #[must_use]
+    pub fn location(&self, config: &StoreConfig) -> String {
+        (self.location)(config)
+    }
+
+    /// Whether the store `config` names holds an index, when that can be told without connecting.
+    #[must_use]
+    pub fn exists(&self, config: &StoreConfig) -> Option<bool> {
+        (self.exists)(config)
+    }
+}
+
 /// Opens the store named by `config`.
 ///
 /// # Errors
 /// Embedded: locked or damaged stores, IO failures. Qdrant: an unreachable server, an unsupported version, or a
 /// build without the `qdrant` feature ([`Unavailable`](ragtune_core::ErrorKind::Unavailable)).
 pub async fn open_store(config: &StoreConfig) -> Result<OpenStore> {
-    match config.backend {
-        StoreBackend::Embedded => {
-            let options = StoreOptions {
-                ann: AnnConfig { min_vectors: config.ann_min_vectors, ..AnnConfig::default() },
-                min_free_bytes: config.min_free_bytes,
-            };
-            let store = Arc::new(EmbeddedStore::open_with(&config.path, options)?);
-            Ok(OpenStore::new(store.clone(), Some(store)))
-        }
-        StoreBackend::Qdrant => open_qdrant(config).await,
-    }
+    (kind(config.backend).open)(config).await
+}
+
+/// Empties the store `config` names, so that the next [`open_store`] starts from nothing: the embedded store's
+/// database file is deleted (the directory and other files in it stay), a Qdrant collection is dropped. A store
+/// that does not exist is not an error.
+///
+/// # Errors
+/// As [`open_store`]; IO failures deleting the embedded store.
+pub async fn clear_store(config: &StoreConfig) -> Result<()> {
+    (kind(config.backend).clear)(config).await
+}
+
+fn open_embedded(config: &StoreConfig) -> Result<OpenStore> {
+    let options = StoreOptions {
+        ann: AnnConfig { min_vectors: config.ann_min_vectors, ..AnnConfig::default() },
+        min_free_bytes: config.min_free_bytes,
+    };
+    let store = Arc::new(EmbeddedStore::open_with(&config.path, options)?);
+    Ok(OpenStore::new(store.clone(), Some(store)))
 }
 
 #[cfg(feature = "qdrant")]
@@ -135,17 +209,6 @@ fn no_qdrant(config: &StoreConfig) -> Error {
          `--features qdrant`",
         config.location()
     ))
-}
-
-/// Deletes the Qdrant collection named by `config` when it exists (the embedded store is left alone).
-///
-/// # Errors
-/// As [`open_store`].
-pub async fn drop_collection(config: &StoreConfig) -> Result<()> {
-    if config.backend != StoreBackend::Qdrant {
-        return Ok(());
-    }
-    drop_qdrant(config).await
 }
 
 #[cfg(feature = "qdrant")]
@@ -186,8 +249,8 @@ pub async fn migrate(
     use ragtune_core::{Ctx, WriteBatch};
     let started = std::time::Instant::now();
     let ctx = Ctx::new();
-    if source.backend == StoreBackend::Embedded && !source.path.join("ragtune.redb").is_file() {
-        return Err(Error::not_found(format!("there is no embedded store at {} to migrate", source.path.display())));
+    if kind(source.backend).exists(source) == Some(false) {
+        return Err(Error::not_found(format!("there is no store at {} to migrate", source.location())));
     }
     let source = open_store(source).await?.store;
     let stats = source.stats(&ctx).await?;
@@ -214,4 +277,46 @@ pub async fn migrate(
         )));
     }
     Ok(MigrateReport { records: copied, target_chunks, seconds: started.elapsed().as_secs_f64() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_backend_has_exactly_one_entry() {
+        for backend in StoreBackend::ALL {
+            assert_eq!(STORES.iter().filter(|kind| kind.backend == *backend).count(), 1, "{backend:?}");
+        }
+        assert_eq!(STORES.len(), StoreBackend::ALL.len());
+    }
+
+    #[tokio::test]
+    async fn an_embedded_store_is_opened_told_apart_from_an_empty_directory_and_cleared() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = StoreConfig { path: dir.path().join("store"), ..StoreConfig::default() };
+        let embedded = kind(StoreBackend::Embedded);
+        assert!(embedded.local);
+        assert_eq!(embedded.location(&config), config.path.display().to_string());
+        assert_eq!(embedded.exists(&config), Some(false));
+        let open = open_store(&config).await.unwrap();
+        assert!(open.embedded.is_some());
+        drop(open);
+        assert_eq!(embedded.exists(&config), Some(true));
+        std::fs::write(config.path.join("keep.txt"), "a file of the user's").unwrap();
+        clear_store(&config).await.unwrap();
+        assert_eq!(embedded.exists(&config), Some(false));
+        assert!(config.path.join("keep.txt").is_file(), "clearing deletes the store's file only");
+        clear_store(&config).await.unwrap();
+    }
+
+    #[test]
+    fn a_qdrant_store_is_named_by_its_url_and_collection_and_never_guessed_to_exist() {
+        let mut config = StoreConfig { backend: StoreBackend::Qdrant, ..StoreConfig::default() };
+        config.qdrant.collection = "docs".into();
+        let qdrant = kind(StoreBackend::Qdrant);
+        assert!(!qdrant.local);
+        assert!(qdrant.location(&config).ends_with("(collection `docs`)"), "{}", qdrant.location(&config));
+        assert_eq!(qdrant.exists(&config), None);
+    }
 }

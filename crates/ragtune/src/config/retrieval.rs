@@ -36,10 +36,7 @@ impl StoreConfig {
     /// Where the index lives, for messages: the directory, or the Qdrant URL and collection.
     #[must_use]
     pub fn location(&self) -> String {
-        match self.backend {
-            StoreBackend::Embedded => self.path.display().to_string(),
-            StoreBackend::Qdrant => format!("{} (collection `{}`)", self.qdrant.url, self.qdrant.collection),
-        }
+        crate::stores::kind(self.backend).location(self)
     }
 }
 
