@@ -107,7 +107,7 @@ async fn run(dataset: &str, retriever: &str, batch: usize, servers: &[Server]) -
         let store = ragtune::stores::open_store(&cfg).await?;
         let measured =
             measure(server.name, &*store.store, &stats, &records, batch, &sparse_queries, &dense_queries).await;
-        ragtune::stores::drop_collection(&cfg).await?;
+        ragtune::stores::clear_store(&cfg).await?;
         results.push(measured?);
     }
     if servers.is_empty() {

@@ -21,6 +21,7 @@ mod control;
 mod cost;
 mod error;
 mod filter;
+pub mod html;
 pub mod http;
 pub mod prompt;
 mod seams;

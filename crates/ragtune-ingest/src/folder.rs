@@ -273,7 +273,7 @@ fn load_file(path: &Path, id: String, format: &'static str) -> std::result::Resu
             (h1.or_else(|| front_matter_title(&text)), text)
         }
         FORMAT_HTML => {
-            let page = crate::html::extract(&text);
+            let page = ragtune_core::html::extract(&text);
             (page.title, page.text)
         }
         _ => (None, text),

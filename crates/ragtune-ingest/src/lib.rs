@@ -51,7 +51,6 @@ mod beir;
 mod chunk;
 mod docx;
 mod folder;
-mod html;
 mod jsonl;
 mod lines;
 mod markdown;

@@ -9,7 +9,7 @@ use axum::extract::{DefaultBodyLimit, MatchedPath, Path, Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{Html, IntoResponse, Response};
-use axum::routing::{MethodFilter, MethodRouter, on};
+use axum::routing::MethodFilter;
 use axum::{Json, Router};
 use ragtune::commands::{self, AskOptions, SearchOptions};
 use ragtune::core::{Document, Error, ErrorKind};
@@ -27,49 +27,28 @@ use crate::{AppState, Collection};
 /// The page at `/`: one self-contained file, no build step, no CDN.
 const PAGE: &str = include_str!("page.html");
 
-/// The handler of a route of [`ROUTES`](crate::openapi::ROUTES), with the route's method; `None` for a route
-/// without one (a test checks there is none).
-fn endpoint(route: &crate::openapi::Route) -> Option<MethodRouter<AppState>> {
-    let filter = match route.method {
+/// The method filter of a route's method, `None` for a method the router does not know (a test checks every route
+/// has a known one).
+fn method_filter(method: &str) -> Option<MethodFilter> {
+    Some(match method {
         "get" => MethodFilter::GET,
         "post" => MethodFilter::POST,
         "put" => MethodFilter::PUT,
         "delete" => MethodFilter::DELETE,
         _ => return None,
-    };
-    Some(match route.path {
-        "/v1/ask" => on(filter, ask),
-        "/v1/query" => on(filter, query),
-        "/v1/search" => on(filter, search),
-        "/v1/documents" => on(filter, put_documents),
-        "/v1/documents/{id}" => on(filter, delete_document),
-        "/v1/stats" => on(filter, stats),
-        "/v1/collections/{name}/ask" => on(filter, collection_ask),
-        "/v1/collections/{name}/query" => on(filter, collection_query),
-        "/v1/collections/{name}/search" => on(filter, collection_search),
-        "/v1/collections/{name}/documents" => on(filter, collection_put_documents),
-        "/v1/collections/{name}/documents/{id}" => on(filter, collection_delete_document),
-        "/v1/collections/{name}/stats" => on(filter, collection_stats),
-        "/v1/chat/completions" => on(filter, crate::openai::chat_completions),
-        "/v1/models" => on(filter, crate::openai::models),
-        "/metrics" => on(filter, metrics),
-        "/openapi.json" => on(filter, openapi),
-        "/searxng/search" => on(filter, searxng),
-        "/healthz" => on(filter, healthz),
-        "/readyz" => on(filter, readyz),
-        "/" => on(filter, page),
-        _ => return None,
     })
 }
 
-/// The router over `state`: the routes of [`ROUTES`](crate::openapi::ROUTES), the table the OpenAPI document is
-/// made from; those of [`OPEN_ROUTES`](crate::openapi::OPEN_ROUTES) without the API key, every other one behind it.
+/// The router over `state`: the routes of [`ROUTES`](crate::openapi::ROUTES), the one table of routes (path,
+/// method, handler, bodies; the OpenAPI document is made from it too); the open ones without the API key, every
+/// other one behind it.
 pub fn router(state: AppState) -> Router {
     let limit = state.inner.settings.max_body_bytes;
     let (mut guarded, mut open) = (Router::new(), Router::new());
-    for route in &crate::openapi::ROUTES {
-        let Some(handler) = endpoint(route) else { continue };
-        if crate::openapi::OPEN_ROUTES.contains(&route.path) {
+    for route in crate::openapi::ROUTES {
+        let Some(filter) = method_filter(route.method) else { continue };
+        let handler = (route.handler)(filter);
+        if route.open {
             open = open.route(route.path, handler);
         } else {
             guarded = guarded.route(route.path, handler);
@@ -227,7 +206,7 @@ pub(crate) fn collection(state: &AppState, name: &str) -> ApiResult<Arc<Collecti
     })
 }
 
-async fn collection_ask(
+pub(crate) async fn collection_ask(
     State(state): State<AppState>,
     Path(name): Path<String>,
     headers: HeaderMap,
@@ -237,7 +216,7 @@ async fn collection_ask(
     answer(&state, c, &headers, body, true).await
 }
 
-async fn collection_query(
+pub(crate) async fn collection_query(
     State(state): State<AppState>,
     Path(name): Path<String>,
     body: Result<Bytes, BytesRejection>,
@@ -246,7 +225,7 @@ async fn collection_query(
     answer(&state, c, &HeaderMap::new(), body, false).await
 }
 
-async fn collection_search(
+pub(crate) async fn collection_search(
     State(state): State<AppState>,
     Path(name): Path<String>,
     body: Result<Bytes, BytesRejection>,
@@ -255,7 +234,7 @@ async fn collection_search(
     search_in(&c, body).await
 }
 
-async fn collection_put_documents(
+pub(crate) async fn collection_put_documents(
     State(state): State<AppState>,
     Path(name): Path<String>,
     body: Result<Bytes, BytesRejection>,
@@ -264,7 +243,7 @@ async fn collection_put_documents(
     put_documents_in(&state, &c, body).await
 }
 
-async fn collection_delete_document(
+pub(crate) async fn collection_delete_document(
     State(state): State<AppState>,
     Path((name, id)): Path<(String, String)>,
 ) -> ApiResult<Response> {
@@ -272,7 +251,7 @@ async fn collection_delete_document(
     delete_document_in(&state, &c, id).await
 }
 
-async fn collection_stats(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult<Response> {
+pub(crate) async fn collection_stats(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult<Response> {
     let c = collection(&state, &name)?;
     stats_in(&state, &c).await
 }
@@ -355,7 +334,7 @@ fn error_event(e: ApiError) -> Bytes {
     stream::frame(Some("error"), &serde_json::to_string(&body).unwrap_or_default())
 }
 
-async fn ask(
+pub(crate) async fn ask(
     State(state): State<AppState>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
@@ -364,12 +343,12 @@ async fn ask(
     answer(&state, c, &headers, body, true).await
 }
 
-async fn query(State(state): State<AppState>, body: Result<Bytes, BytesRejection>) -> ApiResult<Response> {
+pub(crate) async fn query(State(state): State<AppState>, body: Result<Bytes, BytesRejection>) -> ApiResult<Response> {
     let c = state.inner.default.clone();
     answer(&state, c, &HeaderMap::new(), body, false).await
 }
 
-async fn search(State(state): State<AppState>, body: Result<Bytes, BytesRejection>) -> ApiResult<Response> {
+pub(crate) async fn search(State(state): State<AppState>, body: Result<Bytes, BytesRejection>) -> ApiResult<Response> {
     search_in(&state.inner.default, body).await
 }
 
@@ -385,7 +364,10 @@ async fn search_in(c: &Collection, body: Result<Bytes, BytesRejection>) -> ApiRe
 /// Batches go one at a time, but beside readers: chunking and embedding run under the shared engine, and the store
 /// shows readers a batch whole or not at all. The approximate dense index is rebuilt in the background once enough
 /// of it changed, not within the request.
-async fn put_documents(State(state): State<AppState>, body: Result<Bytes, BytesRejection>) -> ApiResult<Response> {
+pub(crate) async fn put_documents(
+    State(state): State<AppState>,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult<Response> {
     let c = state.inner.default.clone();
     put_documents_in(&state, &c, body).await
 }
@@ -439,7 +421,7 @@ fn refresh_in_background(c: &Arc<Collection>) {
     });
 }
 
-async fn delete_document(State(state): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
+pub(crate) async fn delete_document(State(state): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
     let c = state.inner.default.clone();
     delete_document_in(&state, &c, id).await
 }
@@ -458,7 +440,7 @@ async fn delete_document_in(state: &AppState, c: &Collection, id: String) -> Api
     Ok(Json(Deleted { deleted: id }).into_response())
 }
 
-async fn stats(State(state): State<AppState>) -> ApiResult<Response> {
+pub(crate) async fn stats(State(state): State<AppState>) -> ApiResult<Response> {
     let c = state.inner.default.clone();
     stats_in(&state, &c).await
 }
@@ -480,14 +462,14 @@ async fn stats_in(state: &AppState, c: &Collection) -> ApiResult<Response> {
     .into_response())
 }
 
-async fn healthz() -> Response {
+pub(crate) async fn healthz() -> Response {
     Json(Health { status: "ok".into() }).into_response()
 }
 
 /// Ready when the store can read and write (the embedded store: its database is open and its disk has room;
 /// Qdrant: one health check), asked at most once a second however often the probe comes. A yes or no only: the
 /// route is open without the key, so it says nothing about the index (`/v1/stats` does, behind the key).
-async fn readyz(State(state): State<AppState>) -> Response {
+pub(crate) async fn readyz(State(state): State<AppState>) -> Response {
     let cached = *state.inner.readiness.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let ready = match cached {
         Some((at, ready)) if at.elapsed() < Duration::from_secs(1) => ready,
@@ -513,7 +495,7 @@ async fn readyz(State(state): State<AppState>) -> Response {
     (status, Json(Ready { ready })).into_response()
 }
 
-async fn metrics(State(state): State<AppState>) -> Response {
+pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
     let mut engines = Vec::new();
     for c in std::iter::once(&state.inner.default).chain(state.inner.collections.values()) {
         engines.push(c.engine.read().await.web_stats().clone());
@@ -524,7 +506,7 @@ async fn metrics(State(state): State<AppState>) -> Response {
 }
 
 /// The SearXNG JSON API over the index (`?q=…&format=json`): the index as a search engine for the web layer.
-async fn searxng(
+pub(crate) async fn searxng(
     State(state): State<AppState>,
     Query(params): Query<std::collections::HashMap<String, String>>,
 ) -> ApiResult<Response> {
@@ -551,12 +533,12 @@ async fn searxng(
     Ok(Json(SearxResults { query: q.to_owned(), number_of_results: results.len(), results }).into_response())
 }
 
-async fn page() -> Html<&'static str> {
+pub(crate) async fn page() -> Html<&'static str> {
     Html(PAGE)
 }
 
 /// The OpenAPI document, generated from the wire types (`crate::openapi`).
-async fn openapi() -> Response {
+pub(crate) async fn openapi() -> Response {
     Json(openapi_document()).into_response()
 }
 
@@ -760,12 +742,15 @@ mod tests {
     }
 
     #[test]
-    fn every_route_of_the_table_has_its_handler() {
-        for r in &crate::openapi::ROUTES {
-            assert!(endpoint(r).is_some(), "{} {} has no handler", r.method, r.path);
+    fn every_route_of_the_table_has_a_known_method_and_one_entry() {
+        for r in crate::openapi::ROUTES {
+            assert!(method_filter(r.method).is_some(), "{} {} has an unknown method", r.method, r.path);
+            let same = crate::openapi::ROUTES.iter().filter(|o| o.path == r.path && o.method == r.method).count();
+            assert_eq!(same, 1, "{} {} is listed {same} times", r.method, r.path);
         }
-        let unknown = crate::openapi::Route { path: "/v1/nothing", ..crate::openapi::ROUTES[0] };
-        assert!(endpoint(&unknown).is_none());
+        assert!(method_filter("patch").is_none());
+        let open: Vec<&str> = crate::openapi::ROUTES.iter().filter(|r| r.open).map(|r| r.path).collect();
+        assert_eq!(open, ["/healthz", "/readyz", "/"], "only liveness, readiness and the page are open");
     }
 
     #[test]

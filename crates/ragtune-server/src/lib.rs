@@ -48,7 +48,7 @@ use tokio::sync::{Mutex, RwLock, Semaphore};
 
 pub use api::{ApiError, parse_ask, parse_documents, parse_search, router};
 pub use metrics::Metrics;
-pub use openapi::{OPEN_ROUTES, ROUTES, openapi_document};
+pub use openapi::{ROUTES, Route, openapi_document};
 
 /// What every handler shares.
 #[derive(Debug, Clone)]

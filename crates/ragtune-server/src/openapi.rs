@@ -154,19 +154,23 @@ pub struct Route {
     pub request: Body,
     /// The success response body.
     pub response: Body,
+    /// Reached without the API key: liveness, readiness (a yes or no) and the page (static HTML that holds no
+    /// data; it sends the key the user types with each request). Every other route needs the key when one is
+    /// configured.
+    pub open: bool,
+    /// The handler, for the route's method.
+    pub(crate) handler: Handler,
 }
+
+/// A route's handler for its method (the router's `on(filter, handler)`).
+pub(crate) type Handler = fn(axum::routing::MethodFilter) -> axum::routing::MethodRouter<crate::AppState>;
 
 fn schema<T: JsonSchema>(generator: &mut SchemaGenerator) -> Schema {
     generator.subschema_for::<T>()
 }
 
-/// The routes a client reaches without the API key: liveness, readiness (a yes or no) and the page (static HTML
-/// that holds no data; it sends the key the user types with each request). Every other route of [`ROUTES`] needs
-/// the key when one is configured.
-pub const OPEN_ROUTES: [&str; 3] = ["/healthz", "/readyz", "/"];
-
 /// Every route the router serves.
-pub const ROUTES: [Route; 20] = [
+pub static ROUTES: &[Route] = &[
     Route {
         method: "post",
         path: "/v1/ask",
@@ -174,6 +178,8 @@ pub const ROUTES: [Route; 20] = [
                   the answer streamed as Server-Sent Events, then the same response)",
         request: Body::Json(schema::<AskBody>),
         response: Body::Json(schema::<AskResponse>),
+        open: false,
+        handler: |filter| axum::routing::on(filter, crate::api::ask),
     },
     Route {
         method: "post",
@@ -181,6 +187,8 @@ pub const ROUTES: [Route; 20] = [
         summary: "The grounded context for a question, without generating an answer",
         request: Body::Json(schema::<AskBody>),
         response: Body::Json(schema::<AskResponse>),
+        open: false,
+        handler: |filter| axum::routing::on(filter, crate::api::query),
     },
     Route {
         method: "post",
@@ -188,6 +196,8 @@ pub const ROUTES: [Route; 20] = [
         summary: "Ranked passages for a query",
         request: Body::Json(schema::<SearchBody>),
         response: Body::Json(schema::<SearchResponse>),
+        open: false,
+        handler: |filter| axum::routing::on(filter, crate::api::search),
     },
     Route {
         method: "put",
@@ -195,6 +205,8 @@ pub const ROUTES: [Route; 20] = [
         summary: "Upsert a batch of documents (atomic per batch)",
         request: Body::Json(schema::<DocumentsBody>),
         response: Body::Json(schema::<Indexed>),
+        open: false,
+        handler: |filter| axum::routing::on(filter, crate::api::put_documents),
     },
     Route {
         method: "delete",
@@ -202,6 +214,8 @@ pub const ROUTES: [Route; 20] = [
         summary: "Delete a document and its chunks",
         request: Body::None,
         response: Body::Json(schema::<Deleted>),
+        open: false,
+        handler: |filter| axum::routing::on(filter, crate::api::delete_document),
     },
     Route {
         method: "get",
@@ -209,6 +223,8 @@ pub const ROUTES: [Route; 20] = [
         summary: "Counts of the index",
         request: Body::None,
         response: Body::Json(schema::<Stats>),
+        open: false,
+        handler: |filter| axum::routing::on(filter, crate::api::stats),
     },
     Route {
         method: "post",
@@ -218,6 +234,8 @@ pub const ROUTES: [Route; 20] = [
                   in OpenAI's shape",
         request: Body::Json(schema::<ChatRequest>),
         response: Body::Json(schema::<ChatCompletion>),
+        open: false,
+        handler: |filter| axum::routing::on(filter, crate::openai::chat_completions),
     },
     Route {
         method: "get",
@@ -225,6 +243,8 @@ pub const ROUTES: [Route; 20] = [
         summary: "OpenAI-compatible model list: `ragtune` (the default store) and `ragtune:NAME` per collection",
         request: Body::None,
         response: Body::Json(schema::<ModelList>),
+        open: false,
+        handler: |filter| axum::routing::on(filter, crate::openai::models),
     },
     Route {
         method: "post",
@@ -232,6 +252,8 @@ pub const ROUTES: [Route; 20] = [
         summary: "`/v1/ask` on the collection `name`",
         request: Body::Json(schema::<AskBody>),
         response: Body::Json(schema::<AskResponse>),
+        open: false,
+        handler: |filter| axum::routing::on(filter, crate::api::collection_ask),
     },
     Route {
         method: "post",
@@ -239,6 +261,8 @@ pub const ROUTES: [Route; 20] = [
         summary: "`/v1/query` on the collection `name`",
         request: Body::Json(schema::<AskBody>),
         response: Body::Json(schema::<AskResponse>),
+        open: false,
+        handler: |filter| axum::routing::on(filter, crate::api::collection_query),
     },
     Route {
         method: "post",
@@ -246,6 +270,8 @@ pub const ROUTES: [Route; 20] = [
         summary: "`/v1/search` on the collection `name`",
         request: Body::Json(schema::<SearchBody>),
         response: Body::Json(schema::<SearchResponse>),
+        open: false,
+        handler: |filter| axum::routing::on(filter, crate::api::collection_search),
     },
     Route {
         method: "put",
@@ -253,6 +279,8 @@ pub const ROUTES: [Route; 20] = [
         summary: "`PUT /v1/documents` on the collection `name`",
         request: Body::Json(schema::<DocumentsBody>),
         response: Body::Json(schema::<Indexed>),
+        open: false,
+        handler: |filter| axum::routing::on(filter, crate::api::collection_put_documents),
     },
     Route {
         method: "delete",
@@ -260,6 +288,8 @@ pub const ROUTES: [Route; 20] = [
         summary: "`DELETE /v1/documents/{id}` on the collection `name`",
         request: Body::None,
         response: Body::Json(schema::<Deleted>),
+        open: false,
+        handler: |filter| axum::routing::on(filter, crate::api::collection_delete_document),
     },
     Route {
         method: "get",
@@ -267,6 +297,8 @@ pub const ROUTES: [Route; 20] = [
         summary: "`/v1/stats` of the collection `name`",
         request: Body::None,
         response: Body::Json(schema::<Stats>),
+        open: false,
+        handler: |filter| axum::routing::on(filter, crate::api::collection_stats),
     },
     Route {
         method: "get",
@@ -274,6 +306,8 @@ pub const ROUTES: [Route; 20] = [
         summary: "The process is up",
         request: Body::None,
         response: Body::Json(schema::<Health>),
+        open: true,
+        handler: |filter| axum::routing::on(filter, crate::api::healthz),
     },
     Route {
         method: "get",
@@ -281,6 +315,8 @@ pub const ROUTES: [Route; 20] = [
         summary: "Whether the store can read and write: `{\"ready\": bool}`, no details (open without the key)",
         request: Body::None,
         response: Body::Json(schema::<Ready>),
+        open: true,
+        handler: |filter| axum::routing::on(filter, crate::api::readyz),
     },
     Route {
         method: "get",
@@ -288,6 +324,8 @@ pub const ROUTES: [Route; 20] = [
         summary: "Prometheus metrics (text exposition format)",
         request: Body::None,
         response: Body::Other("text/plain; version=0.0.4"),
+        open: false,
+        handler: |filter| axum::routing::on(filter, crate::api::metrics),
     },
     Route {
         method: "get",
@@ -295,6 +333,8 @@ pub const ROUTES: [Route; 20] = [
         summary: "This document",
         request: Body::None,
         response: Body::Other("application/json"),
+        open: false,
+        handler: |filter| axum::routing::on(filter, crate::api::openapi),
     },
     Route {
         method: "get",
@@ -302,6 +342,8 @@ pub const ROUTES: [Route; 20] = [
         summary: "The index as a SearXNG-compatible search engine (`?q=…&format=json`)",
         request: Body::None,
         response: Body::Json(schema::<SearxResults>),
+        open: false,
+        handler: |filter| axum::routing::on(filter, crate::api::searxng),
     },
     Route {
         method: "get",
@@ -309,6 +351,8 @@ pub const ROUTES: [Route; 20] = [
         summary: "The page: ask, see the answer, citations, CRAG decision, cost and trace",
         request: Body::None,
         response: Body::Other("text/html"),
+        open: true,
+        handler: |filter| axum::routing::on(filter, crate::api::page),
     },
 ];
 
@@ -346,7 +390,7 @@ pub fn openapi_document() -> Value {
             "responses": {"200": ok, "default": {"description": "An error",
                 "content": {"application/json": {"schema": error.clone()}}}}
         });
-        if !OPEN_ROUTES.contains(&route.path) {
+        if !route.open {
             op["security"] = json!([{"bearer": []}]);
         }
         if let Some(c) = content(route.request, &mut generator) {

@@ -280,7 +280,8 @@ impl PageFetcher {
                     body.extend_from_slice(&chunk);
                 }
                 let raw = String::from_utf8_lossy(&body);
-                let text = if content_type == "text/plain" { squash(&raw) } else { html_text(&raw) };
+                let text =
+                    if content_type == "text/plain" { squash(&raw) } else { ragtune_core::html::extract(&raw).text };
                 let text: String = text.chars().take(self.policy.max_text_chars).collect();
                 return Ok(Page { url: current.to_string(), content_type, text, truncated });
             }
@@ -312,91 +313,6 @@ fn squash(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-/// The readable text of an HTML page: the contents of `script`, `style`, `noscript`, `head`, `nav`, `header`,
-/// `footer`, `aside`, `svg`, `form` and `template` dropped, tags removed, common entities decoded, whitespace
-/// collapsed. Block-level tags become line breaks in spirit (a space), so words do not run together.
-#[must_use]
-pub fn html_text(html: &str) -> String {
-    const SKIP: &[&str] =
-        &["script", "style", "noscript", "head", "nav", "header", "footer", "aside", "svg", "form", "template"];
-    let mut out = String::with_capacity(html.len() / 2);
-    let lower = html.to_ascii_lowercase();
-    let bytes = html.as_bytes();
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'<' {
-            // Comments.
-            if lower[i..].starts_with("<!--") {
-                i = lower[i..].find("-->").map_or(bytes.len(), |e| i + e + 3);
-                continue;
-            }
-            let end = lower[i..].find('>').map_or(bytes.len(), |e| i + e + 1);
-            let tag: String =
-                lower[i + 1..end.min(lower.len())].chars().take_while(|c| c.is_ascii_alphanumeric()).collect();
-            if SKIP.contains(&tag.as_str()) && !lower[i..end].ends_with("/>") {
-                let close = format!("</{tag}");
-                i = lower[end..].find(&close).map_or(bytes.len(), |c| {
-                    let after = end + c;
-                    lower[after..].find('>').map_or(bytes.len(), |g| after + g + 1)
-                });
-            } else {
-                i = end;
-            }
-            out.push(' ');
-            continue;
-        }
-        let next = lower[i..].find('<').map_or(bytes.len(), |n| i + n);
-        out.push_str(&decode_entities(&html[i..next]));
-        i = next;
-    }
-    squash(&out)
-}
-
-fn decode_entities(text: &str) -> String {
-    if !text.contains('&') {
-        return text.to_owned();
-    }
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(amp) = rest.find('&') {
-        out.push_str(&rest[..amp]);
-        rest = &rest[amp..];
-        // Entity names are ASCII: look for the `;` among the next bytes, never slicing inside a character.
-        let Some(semi) = rest.bytes().take(12).position(|b| b == b';') else {
-            out.push('&');
-            rest = &rest[1..];
-            continue;
-        };
-        let name = &rest[1..semi];
-        let decoded = match name {
-            "amp" => Some('&'),
-            "lt" => Some('<'),
-            "gt" => Some('>'),
-            "quot" => Some('"'),
-            "apos" | "#39" => Some('\''),
-            "nbsp" => Some(' '),
-            _ => name
-                .strip_prefix("#x")
-                .or_else(|| name.strip_prefix("#X"))
-                .and_then(|h| u32::from_str_radix(h, 16).ok())
-                .or_else(|| name.strip_prefix('#').and_then(|d| d.parse().ok()))
-                .and_then(char::from_u32),
-        };
-        match decoded {
-            Some(c) => {
-                out.push(c);
-                rest = &rest[semi + 1..];
-            }
-            None => {
-                out.push('&');
-                rest = &rest[1..];
-            }
-        }
-    }
-    out.push_str(rest);
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -424,51 +340,5 @@ mod tests {
         assert_eq!(check("93.184.216.34", &strict), None);
         assert_eq!(check("2606:4700::1111", &strict), None);
         assert_eq!(check("10.1.2.3", &FetchPolicy { allow_private: true, ..FetchPolicy::default() }), None);
-    }
-
-    #[test]
-    fn html_to_text() {
-        let html = r#"<!doctype html><html><head><title>T</title><style>p{color:red}</style></head>
-            <body><nav><a href="/">Home</a></nav><script>var x = "<p>no</p>";</script>
-            <h1>Osteomalacia</h1><p>Softening of the <b>bones</b>&nbsp;in adults &amp; more&#x2014;see &#8220;rickets&#8221;.</p>
-            <!-- a comment <p>hidden</p> --><footer>© site</footer><br/>End &unknown; &amp</body></html>"#;
-        assert_eq!(
-            html_text(html),
-            "Osteomalacia Softening of the bones in adults & more—see \u{201c}rickets\u{201d}. End &unknown; &amp"
-        );
-        assert_eq!(html_text("plain"), "plain");
-        assert_eq!(html_text("<p>unclosed <script>forever"), "unclosed");
-    }
-
-    /// `html_text(input)` is `expect`.
-    fn check(input: &str, expect: &str) {
-        assert_eq!(html_text(input), expect, "{input:?}");
-    }
-
-    #[test]
-    fn an_ampersand_before_multi_byte_text_is_kept_as_it_is() {
-        check("a &é b", "a &é b");
-        check("&€", "&€");
-        check("x &", "x &");
-        check("&", "&");
-        check("&#x1F600;", "\u{1F600}");
-        check("&#128512; &amp;", "\u{1F600} &");
-        // The entity name window (12 bytes) ends inside a multi-byte character.
-        check("&€€€€", "&€€€€");
-        check("&aaaaaaaaaaé;", "&aaaaaaaaaaé;");
-        check("<p>Caf&eacute; &€ &#xD800; &#x110000; &#; &;</p>", "Caf&eacute; &€ &#xD800; &#x110000; &#; &;");
-    }
-
-    proptest::proptest! {
-        #[test]
-        fn extraction_never_panics(s in "\\PC*", u in "[&;<>#x0-9a-zé€😀 !-]{0,40}", t in proptest::collection::vec(proptest::prelude::any::<char>(), 0..64)) {
-            let _ = html_text(&s);
-            let _ = decode_entities(&s);
-            let _ = html_text(&u);
-            let _ = decode_entities(&u);
-            let mixed: String = t.iter().flat_map(|c| ['&', *c, '<', ';']).collect();
-            let _ = html_text(&mixed);
-            let _ = decode_entities(&mixed);
-        }
     }
 }

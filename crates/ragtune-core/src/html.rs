@@ -1,4 +1,5 @@
-//! The main content of an HTML page as Markdown-like text.
+//! The main content of an HTML page as Markdown-like text: what the folder loader indexes from an `.html` file and
+//! what the web's page fetcher reads from a fetched page (one extractor, so both see a page alike).
 //!
 //! A small tolerant tokenizer builds an element tree (no HTML5 tree construction: unclosed elements stay open and
 //! a stray end tag closes up to its nearest open match), then the tree is rendered without its boilerplate:
@@ -106,9 +107,11 @@ const MAX_DEPTH: usize = 256;
 
 /// A page's title (`<title>`, else its first `<h1>`) and its main text.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct HtmlText {
-    pub(crate) title: Option<String>,
-    pub(crate) text: String,
+pub struct HtmlText {
+    /// `<title>`, else the first `<h1>`.
+    pub title: Option<String>,
+    /// The main content: blocks separated by blank lines, headings as `#` lines.
+    pub text: String,
 }
 
 #[derive(Debug)]
@@ -117,8 +120,15 @@ enum Node {
     Text(String),
 }
 
-/// Extracts the title and main content of `html`.
-pub(crate) fn extract(html: &str) -> HtmlText {
+/// Extracts the title and main content of `html`. Never panics, whatever the input.
+///
+/// ```
+/// let page = ragtune_core::html::extract("<title>T</title><nav>Home</nav><main><h1>Bones</h1><p>Soft &amp; weak</p></main>");
+/// assert_eq!(page.title.as_deref(), Some("T"));
+/// assert_eq!(page.text, "# Bones\n\nSoft & weak");
+/// ```
+#[must_use]
+pub fn extract(html: &str) -> HtmlText {
     let (nodes, title) = parse(html);
     let roots = main_roots(&nodes);
     let mut out = Renderer::default();
@@ -365,7 +375,10 @@ fn squash(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-fn decode_entities(text: &str) -> String {
+/// `text` with its character references (`&#233;`, `&#xE9;`) and the common named ones (`&amp;`, `&nbsp;`, `&mdash;`,
+/// …) decoded; anything else (an unknown name, a bare `&`, an invalid code point) is kept as it is.
+#[must_use]
+pub fn decode_entities(text: &str) -> String {
     if !text.contains('&') {
         return text.to_owned();
     }
@@ -417,6 +430,41 @@ fn decode_entities(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `decode_entities(input)` is `expect`.
+    fn decoded(input: &str, expect: &str) {
+        assert_eq!(decode_entities(input), expect, "{input:?}");
+    }
+
+    #[test]
+    fn references_are_decoded_and_anything_else_is_kept() {
+        decoded(
+            "bones&nbsp;in adults &amp; more&#x2014;see &#8220;rickets&#8221;",
+            "bones in adults & more—see \u{201c}rickets\u{201d}",
+        );
+        decoded("End &unknown; &amp", "End &unknown; &amp");
+        decoded("&#39;quoted&apos; &mdash; &hellip;", "'quoted' \u{2014} \u{2026}");
+    }
+
+    #[test]
+    fn an_ampersand_before_multi_byte_text_is_kept_as_it_is() {
+        decoded("a &é b", "a &é b");
+        decoded("&€", "&€");
+        decoded("x &", "x &");
+        decoded("&", "&");
+        decoded("&#x1F600;", "\u{1F600}");
+        decoded("&#128512; &amp;", "\u{1F600} &");
+        // The entity name window (12 bytes) ends inside a multi-byte character.
+        decoded("&€€€€", "&€€€€");
+        decoded("&aaaaaaaaaaé;", "&aaaaaaaaaaé;");
+        decoded("Caf&eacute; &€ &#xD800; &#x110000; &#; &;", "Caf&eacute; &€ &#xD800; &#x110000; &#; &;");
+    }
+
+    #[test]
+    fn an_unclosed_script_hides_the_rest_and_plain_text_stays() {
+        check("plain", None, "plain");
+        check("<p>unclosed <script>forever", None, "unclosed");
+    }
 
     fn check(html: &str, expect_title: Option<&str>, expect: &str) {
         let got = extract(html);
