@@ -11,9 +11,10 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 
-/// Roughly what a cold CI run writes to the target directory (clippy's metadata, the test build, the Python step's
-/// binary), with `CARGO_INCREMENTAL=0`, plus a margin. See `docs/experiments/2026-11-29-ci-disk.md`.
-pub const COLD_BUILD_BYTES: u64 = 12 << 30;
+/// What a cold CI run needs free: it wrote 2.9 GB to the target directory (clippy's metadata and the test build,
+/// with `CARGO_INCREMENTAL=0`), about twice that leaves room for the doc tests, the Python venv and the tests'
+/// temporary stores. See `docs/experiments/2026-11-29-ci-disk.md`.
+pub const COLD_BUILD_BYTES: u64 = 6 << 30;
 
 /// Makes room in `target` for a CI build: see the module docs. Prints what it did and the free space.
 pub fn prepare(target: &Path) -> Result<()> {
