@@ -245,21 +245,29 @@ struct QuestionRows {
 
 /// Reads one semester's questions file and the articles it refers to into `out`.
 fn load_semester(semester: &str, dir: &Path, text: ArticleText, out: &mut QaDataset) {
-    let report = &mut out.report;
     let pairs_path = dir.join(PAIRS_FILE);
     let bytes = match std::fs::read(&pairs_path) {
         Ok(bytes) => bytes,
         Err(e) => {
             let message = io_error(&pairs_path, "cannot read", e).message().to_owned();
-            report.warnings.push(LoadIssue::file(dir, format!("semester skipped: {message}")));
+            out.report.warnings.push(LoadIssue::file(dir, format!("semester skipped: {message}")));
             return;
         }
     };
+    let articles = read_pairs(&pairs_path, &bytes, &mut out.report);
+    let files = SemesterFiles { semester, dir, text, pairs_path: &pairs_path };
+    for (key, article) in articles {
+        files.add_article(key, article, out);
+    }
+}
 
+/// The articles of one semester's questions file (read from `pairs_path`), each with the questions gathered from
+/// its lines; the lines stepped over, merged or recoded are counted in `report`.
+fn read_pairs(pairs_path: &Path, bytes: &[u8], report: &mut QaReport) -> BTreeMap<(u64, u64), ArticleRows> {
     // Keyed by (set, article) numbers, so iteration is in numeric order.
     let mut articles: BTreeMap<(u64, u64), ArticleRows> = BTreeMap::new();
-    for (n, raw) in split_lines(&bytes) {
-        let line = decode_line(raw, &mut |message| report.recoded.push(LoadIssue::line(&pairs_path, n, message)));
+    for (n, raw) in split_lines(bytes) {
+        let line = decode_line(raw, &mut |message| report.recoded.push(LoadIssue::line(pairs_path, n, message)));
         if line.trim().is_empty() {
             continue;
         }
@@ -270,17 +278,17 @@ fn load_semester(semester: &str, dir: &Path, text: ArticleText, out: &mut QaData
         report.lines_read += 1;
         let [title, question, answer, difficulty, _answerer_difficulty, file] = fields[..] else {
             let message = format!("expected 6 tab-separated fields ({COLUMNS}), found {}", fields.len());
-            report.skipped_lines.push(LoadIssue::line(&pairs_path, n, message));
+            report.skipped_lines.push(LoadIssue::line(pairs_path, n, message));
             continue;
         };
         let Some(key) = article_key(file.trim()) else {
             let message = format!("ArticleFile {:?} is not of the form data/setN/aM; line skipped", file.trim());
-            report.skipped_lines.push(LoadIssue::line(&pairs_path, n, message));
+            report.skipped_lines.push(LoadIssue::line(pairs_path, n, message));
             continue;
         };
         let question = question.trim();
         if is_null(question) {
-            report.skipped_lines.push(LoadIssue::line(&pairs_path, n, "the question is empty or NULL; line skipped"));
+            report.skipped_lines.push(LoadIssue::line(pairs_path, n, "the question is empty or NULL; line skipped"));
             continue;
         }
         let title = title.trim().replace('_', " ");
@@ -295,25 +303,33 @@ fn load_semester(semester: &str, dir: &Path, text: ArticleText, out: &mut QaData
                 "ArticleTitle {title:?} differs from {:?} (line {}) for the same article file; kept the first",
                 article.title, article.first_line
             );
-            report.warnings.push(LoadIssue::line(&pairs_path, n, message));
+            report.warnings.push(LoadIssue::line(pairs_path, n, message));
         }
-        let index = match article.by_key.entry(question_key(question)) {
+        article.add_line(n, question, answer, difficulty, report);
+    }
+    articles
+}
+
+impl ArticleRows {
+    /// Adds line `n`'s question (merged into an equal question of an earlier line), its difficulty and its answer.
+    fn add_line(&mut self, n: usize, question: &str, answer: &str, difficulty: &str, report: &mut QaReport) {
+        let index = match self.by_key.entry(question_key(question)) {
             Entry::Occupied(e) => {
                 report.duplicates_merged += 1;
                 *e.get()
             }
             Entry::Vacant(e) => {
-                article.questions.push(QuestionRows {
+                self.questions.push(QuestionRows {
                     question: question.to_owned(),
                     answers: Vec::new(),
                     difficulty: None,
                     first_line: n,
                     lines: 0,
                 });
-                *e.insert(article.questions.len() - 1)
+                *e.insert(self.questions.len() - 1)
             }
         };
-        let entry = &mut article.questions[index];
+        let entry = &mut self.questions[index];
         entry.lines += 1;
         let difficulty = difficulty.trim();
         if entry.difficulty.is_none() && !is_null(difficulty) {
@@ -326,33 +342,35 @@ fn load_semester(semester: &str, dir: &Path, text: ArticleText, out: &mut QaData
             entry.answers.push(answer.to_owned());
         }
     }
+}
 
-    for ((set, number), article) in articles {
+/// One semester being loaded: its name, its directory, the article files to read and its questions file.
+struct SemesterFiles<'a> {
+    semester: &'a str,
+    dir: &'a Path,
+    text: ArticleText,
+    pairs_path: &'a Path,
+}
+
+impl SemesterFiles<'_> {
+    /// Reads one article of the semester into `out` with its questions that have a usable answer; an article that
+    /// cannot be read is reported and its questions are skipped.
+    fn add_article(&self, (set, number): (u64, u64), article: ArticleRows, out: &mut QaDataset) {
+        let semester = self.semester;
         let article_id = format!("{semester}/set{set}/a{number}");
         let relative = format!("data/set{set}/a{number}");
-        let path = dir.join(format!("{relative}{}", text.suffix()));
+        let path = self.dir.join(format!("{relative}{}", self.text.suffix()));
         let usable = article.questions.iter().filter(|q| !q.answers.is_empty()).count();
-        let body = match std::fs::read(&path) {
-            Ok(bytes) => {
-                let mut bad_lines = Vec::new();
-                let body = decode_text(&bytes, &mut bad_lines);
-                if let Some(first) = bad_lines.first() {
-                    let message = format!(
-                        "not valid UTF-8 on {} line(s) (first: line {first}); decoded them as Windows-1252",
-                        bad_lines.len()
-                    );
-                    report.recoded.push(LoadIssue::file(&path, message));
-                }
-                body
-            }
+        let body = match read_article(&path, &mut out.report) {
+            Ok(body) => body,
             Err(e) => {
                 let message = format!(
                     "article {article_id} cannot be read ({}); skipped its {usable} question(s)",
                     io_error(&path, "cannot read", e).message()
                 );
-                report.missing_articles.push(LoadIssue::line(&pairs_path, article.first_line, message));
-                report.questions_without_article += usable;
-                continue;
+                out.report.missing_articles.push(LoadIssue::line(self.pairs_path, article.first_line, message));
+                out.report.questions_without_article += usable;
+                return;
             }
         };
 
@@ -362,7 +380,7 @@ fn load_semester(semester: &str, dir: &Path, text: ArticleText, out: &mut QaData
                     "question {:?} has no usable answer ({} line(s), all NULL or empty); skipped",
                     q.question, q.lines
                 );
-                report.skipped_questions.push(LoadIssue::line(&pairs_path, q.first_line, message));
+                out.report.skipped_questions.push(LoadIssue::line(self.pairs_path, q.first_line, message));
                 continue;
             }
             out.questions.push(QaQuestion {
@@ -388,6 +406,21 @@ fn load_semester(semester: &str, dir: &Path, text: ArticleText, out: &mut QaData
             metadata,
         });
     }
+}
+
+/// An article file's text, decoded line by line; recoded lines are reported in `report`.
+fn read_article(path: &Path, report: &mut QaReport) -> std::io::Result<String> {
+    let bytes = std::fs::read(path)?;
+    let mut bad_lines = Vec::new();
+    let body = decode_text(&bytes, &mut bad_lines);
+    if let Some(first) = bad_lines.first() {
+        let message = format!(
+            "not valid UTF-8 on {} line(s) (first: line {first}); decoded them as Windows-1252",
+            bad_lines.len()
+        );
+        report.recoded.push(LoadIssue::file(path, message));
+    }
+    Ok(body)
 }
 
 /// `(set, article)` from an `ArticleFile` value `data/setN/aM`.

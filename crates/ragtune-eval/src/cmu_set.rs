@@ -158,78 +158,121 @@ pub fn build_cmu_set(opts: &CmuSetOptions, log: &mut dyn FnMut(&str)) -> Result<
     for r in &report.recoded {
         log(&format!("recoded: {r}"));
     }
-
-    // One document per distinct text; a duplicate maps to the first.
-    let mut kept: Vec<&Document> = Vec::new();
-    let mut by_text: HashMap<&str, &str> = HashMap::new();
-    let mut canonical: HashMap<&str, &str> = HashMap::new();
-    for d in &qa.articles {
-        match by_text.get(d.text.as_str()) {
-            Some(first) => {
-                report.duplicate_articles.push((d.id.clone(), (*first).to_owned()));
-                canonical.insert(d.id.as_str(), first);
-            }
-            None => {
-                by_text.insert(d.text.as_str(), d.id.as_str());
-                canonical.insert(d.id.as_str(), d.id.as_str());
-                kept.push(d);
-            }
-        }
-    }
-    let title_key = |t: &str| t.trim().to_lowercase();
-    let mut by_title: BTreeMap<String, Vec<&Document>> = BTreeMap::new();
-    for d in &kept {
-        by_title.entry(title_key(d.title.as_deref().unwrap_or_default())).or_default().push(d);
-    }
-
-    // The texts as written: Markdown puts the title on top as a level-1 heading.
-    let body = |d: &Document| -> String {
-        match (&d.title, opts.markdown) {
-            (Some(t), true) => format!("# {t}\n\n{}", d.text),
-            _ => d.text.clone(),
-        }
-    };
-    let texts: HashMap<&str, String> = kept.iter().map(|d| (d.id.as_str(), body(d))).collect();
-
-    let mut queries = String::new();
-    let mut qrels: BTreeMap<&str, String> = BTreeMap::new();
-    let mut passage_qrels: BTreeMap<&str, String> = BTreeMap::new();
-    let mut judged: BTreeMap<String, (String, String)> = BTreeMap::new();
+    let articles = Articles::distinct(&qa.articles, opts.markdown, &mut report);
+    let mut files = SetFiles::default();
     for q in &qa.questions {
+        files.add_question(q, &articles, &mut report);
+    }
+    files.write(opts, &articles, &mut report)?;
+    Ok(report)
+}
+
+/// The key articles are grouped by title on: the title trimmed and lower-cased.
+fn title_key(title: &str) -> String {
+    title.trim().to_lowercase()
+}
+
+/// The articles of the set: one per distinct text.
+struct Articles<'a> {
+    /// The first article of each text, in load order.
+    kept: Vec<&'a Document>,
+    /// Every loaded article's id → the id of the kept article with its text.
+    canonical: HashMap<&'a str, &'a str>,
+    /// The kept articles by [`title_key`].
+    by_title: BTreeMap<String, Vec<&'a Document>>,
+    /// The kept articles' texts as written.
+    texts: HashMap<&'a str, String>,
+}
+
+impl<'a> Articles<'a> {
+    /// One document per distinct text of `loaded`, a duplicate mapped to the first (and reported); with `markdown`,
+    /// the texts start with the title as a level-1 heading.
+    fn distinct(loaded: &'a [Document], markdown: bool, report: &mut CmuSetReport) -> Self {
+        // One document per distinct text; a duplicate maps to the first.
+        let mut kept: Vec<&Document> = Vec::new();
+        let mut by_text: HashMap<&str, &str> = HashMap::new();
+        let mut canonical: HashMap<&str, &str> = HashMap::new();
+        for d in loaded {
+            match by_text.get(d.text.as_str()) {
+                Some(first) => {
+                    report.duplicate_articles.push((d.id.clone(), (*first).to_owned()));
+                    canonical.insert(d.id.as_str(), first);
+                }
+                None => {
+                    by_text.insert(d.text.as_str(), d.id.as_str());
+                    canonical.insert(d.id.as_str(), d.id.as_str());
+                    kept.push(d);
+                }
+            }
+        }
+        let mut by_title: BTreeMap<String, Vec<&Document>> = BTreeMap::new();
+        for d in &kept {
+            by_title.entry(title_key(d.title.as_deref().unwrap_or_default())).or_default().push(d);
+        }
+
+        // The texts as written: Markdown puts the title on top as a level-1 heading.
+        let body = |d: &Document| -> String {
+            match (&d.title, markdown) {
+                (Some(t), true) => format!("# {t}\n\n{}", d.text),
+                _ => d.text.clone(),
+            }
+        };
+        let texts: HashMap<&str, String> = kept.iter().map(|d| (d.id.as_str(), body(d))).collect();
+        Self { kept, canonical, by_title, texts }
+    }
+}
+
+/// The set's queries, qrels and judged paragraphs as they are gathered, question by question.
+#[derive(Default)]
+struct SetFiles {
+    /// `queries.jsonl`.
+    queries: String,
+    /// The rows of `qrels/{split}.tsv`, per split.
+    qrels: BTreeMap<&'static str, String>,
+    /// The rows of `qrels/passages/{split}.tsv`, per split.
+    passage_qrels: BTreeMap<&'static str, String>,
+    /// Passage id → (document id, text) of every judged paragraph.
+    judged: BTreeMap<String, (String, String)>,
+}
+
+impl SetFiles {
+    /// Adds a question: its query, its document-level judgements (every kept article with its title), and its
+    /// passage-level judgements (the paragraphs holding its answer) unless it is a yes/no question.
+    fn add_question(&mut self, q: &QaQuestion, articles: &Articles<'_>, report: &mut CmuSetReport) {
         let key = title_key(&q.article_title);
-        let Some(relevant) = by_title.get(&key) else {
+        let Some(relevant) = articles.by_title.get(&key) else {
             // Its article is a copy of an article with another title: no kept article has its title.
-            let first = canonical.get(q.article_id.as_str()).copied().unwrap_or_default();
+            let first = articles.canonical.get(q.article_id.as_str()).copied().unwrap_or_default();
             report
                 .issues
                 .push(format!("question {} skipped: its article is a copy of {first}, titled otherwise", q.id));
-            continue;
+            return;
         };
         let split = split_of(&key);
         let meta = serde_json::json!({
             "answers": q.answers, "article": q.article_id, "yes_no": q.is_yes_no(), "split": split,
         });
-        queries.push_str(&serde_json::json!({ "_id": q.id, "text": q.question, "metadata": meta }).to_string());
-        queries.push('\n');
+        self.queries.push_str(&serde_json::json!({ "_id": q.id, "text": q.question, "metadata": meta }).to_string());
+        self.queries.push('\n');
         report.queries += 1;
         *report.split_queries.entry(split.to_owned()).or_default() += 1;
-        let rows = qrels.entry(split).or_default();
+        let rows = self.qrels.entry(split).or_default();
         for d in relevant {
             rows.push_str(&format!("{}\t{}\t1\n", q.id, d.id));
         }
         if q.is_yes_no() {
             report.yes_no_questions += 1;
-            continue;
+            return;
         }
         let mut any = false;
         for d in relevant {
-            let text = &texts[d.id.as_str()];
+            let text = &articles.texts[d.id.as_str()];
             let spans = paragraphs(text);
             let paras: Vec<&str> = spans.iter().map(|&(s, e)| &text[s..e]).collect();
             for i in answer_paragraphs(q, &paras) {
                 let pid = format!("{}#p{i}", d.id);
-                passage_qrels.entry(split).or_default().push_str(&format!("{}\t{pid}\t1\n", q.id));
-                judged.entry(pid).or_insert_with(|| (d.id.clone(), paras[i].to_owned()));
+                self.passage_qrels.entry(split).or_default().push_str(&format!("{}\t{pid}\t1\n", q.id));
+                self.judged.entry(pid).or_insert_with(|| (d.id.clone(), paras[i].to_owned()));
                 any = true;
             }
         }
@@ -240,43 +283,47 @@ pub fn build_cmu_set(opts: &CmuSetOptions, log: &mut dyn FnMut(&str)) -> Result<
         }
     }
 
-    let mut corpus = String::new();
-    for d in &kept {
-        // Plain text is marked so that the chunker does not read headings into it.
-        let format = if opts.markdown { ragtune::ingest::FORMAT_MARKDOWN } else { ragtune::ingest::FORMAT_TEXT };
-        let line = serde_json::json!({
-            "_id": d.id, "title": d.title, "text": texts[d.id.as_str()], "metadata": { "format": format },
-        });
-        corpus.push_str(&line.to_string());
-        corpus.push('\n');
-    }
-    let mut passages = String::new();
-    for (pid, (doc, text)) in &judged {
-        passages.push_str(&serde_json::json!({ "_id": pid, "doc_id": doc, "text": text }).to_string());
-        passages.push('\n');
-    }
-    report.documents = kept.len();
-    report.passages = judged.len();
+    /// Writes the set under `opts.out`: the corpus of the kept articles, the queries, the judged paragraphs, the
+    /// qrels of both splits at both levels, and the report (its document and passage counts filled in first).
+    fn write(self, opts: &CmuSetOptions, articles: &Articles<'_>, report: &mut CmuSetReport) -> Result<()> {
+        let mut corpus = String::new();
+        for d in &articles.kept {
+            // Plain text is marked so that the chunker does not read headings into it.
+            let format = if opts.markdown { ragtune::ingest::FORMAT_MARKDOWN } else { ragtune::ingest::FORMAT_TEXT };
+            let line = serde_json::json!({
+                "_id": d.id, "title": d.title, "text": articles.texts[d.id.as_str()], "metadata": { "format": format },
+            });
+            corpus.push_str(&line.to_string());
+            corpus.push('\n');
+        }
+        let mut passages = String::new();
+        for (pid, (doc, text)) in &self.judged {
+            passages.push_str(&serde_json::json!({ "_id": pid, "doc_id": doc, "text": text }).to_string());
+            passages.push('\n');
+        }
+        report.documents = articles.kept.len();
+        report.passages = self.judged.len();
 
-    let header = "query-id\tcorpus-id\tscore\n";
-    let mut files: Vec<(PathBuf, String)> = vec![
-        (opts.out.join("corpus.jsonl"), corpus),
-        (opts.out.join("queries.jsonl"), queries),
-        (opts.out.join(PASSAGES_FILE), passages),
-    ];
-    for split in ["train", "test"] {
-        let rows = qrels.get(split).cloned().unwrap_or_default();
-        files.push((opts.out.join("qrels").join(format!("{split}.tsv")), format!("{header}{rows}")));
-        let rows = passage_qrels.get(split).cloned().unwrap_or_default();
-        let path = opts.out.join("qrels").join(PASSAGE_QRELS_DIR).join(format!("{split}.tsv"));
-        files.push((path, format!("{header}{rows}")));
+        let header = "query-id\tcorpus-id\tscore\n";
+        let mut files: Vec<(PathBuf, String)> = vec![
+            (opts.out.join("corpus.jsonl"), corpus),
+            (opts.out.join("queries.jsonl"), self.queries),
+            (opts.out.join(PASSAGES_FILE), passages),
+        ];
+        for split in ["train", "test"] {
+            let rows = self.qrels.get(split).cloned().unwrap_or_default();
+            files.push((opts.out.join("qrels").join(format!("{split}.tsv")), format!("{header}{rows}")));
+            let rows = self.passage_qrels.get(split).cloned().unwrap_or_default();
+            let path = opts.out.join("qrels").join(PASSAGE_QRELS_DIR).join(format!("{split}.tsv"));
+            files.push((path, format!("{header}{rows}")));
+        }
+        let summary = serde_json::to_string_pretty(&*report).unwrap_or_default();
+        files.push((opts.out.join("build.json"), summary));
+        for (path, content) in files {
+            write_file(&path, &content)?;
+        }
+        Ok(())
     }
-    let summary = serde_json::to_string_pretty(&report).unwrap_or_default();
-    files.push((opts.out.join("build.json"), summary));
-    for (path, content) in files {
-        write_file(&path, &content)?;
-    }
-    Ok(report)
 }
 
 /// Writes a file, creating its directory.

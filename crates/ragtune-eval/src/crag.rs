@@ -13,8 +13,8 @@ use std::sync::Arc;
 use ragtune::core::{Candidate, Ctx, Error, Query, RelevanceEvaluator, Reranker, Result, Verdict, sort_ranked};
 use ragtune::evaluators::crag::{
     Calibration, CalibrationSample, FEATURE_NAMES, FIRST_VERSION_FEATURES, FitOptions, FitSummary, HeuristicEvaluator,
-    LearnedEvaluator, LearnedFit, LearnedSample, ModelEvaluator, ModelKind, RetrievalScoreScorer, Stump, calibrate,
-    failure_auc, features, fit_learned, heuristic_category,
+    LearnedEvaluator, LearnedFit, LearnedModel, LearnedSample, ModelEvaluator, ModelKind, RetrievalScoreScorer, Stump,
+    calibrate, failure_auc, features, fit_learned, heuristic_category,
 };
 use ragtune::evaluators::metrics::{Metric, Runs, evaluate};
 use serde::{Deserialize, Serialize};
@@ -421,6 +421,42 @@ pub fn learned_table(fit: &LearnedFit) -> String {
             out.push_str(&format!("  {setting:<40} {loss:.4}\n"));
         }
     }
+    out.push_str(&feature_lines(m));
+    out.push_str(&format!("{:<22} {:>+9.4}\n", "bias", m.bias));
+    if !fit.operating_points.is_empty() {
+        let parts: Vec<String> = fit
+            .operating_points
+            .iter()
+            .map(|o| format!("recall {:.2}: precision {:.3} (lower {:.4})", o.recall, o.precision, o.lower))
+            .collect();
+        out.push_str(&format!(
+            "INCORRECT on the out-of-fold probabilities at the lowest threshold reaching {}\n",
+            parts.join("; ")
+        ));
+    }
+    if !fit.fold_detection.is_empty() {
+        let parts: Vec<String> = fit.fold_detection.iter().map(|(p, r)| format!("{p:.3} / {r:.3}")).collect();
+        out.push_str(&format!("INCORRECT precision / recall at lower within each fold: {}\n", parts.join(", ")));
+    }
+    out.push_str(&format!(
+        "thresholds on {}: lower {:.4}, upper {:.4}; INCORRECT precision {:.3}, recall {:.3}, F1 {:.3}; CORRECT \
+         precision {:.3} on {:.1} % of queries\n",
+        if fit.out_of_fold { "out-of-fold probabilities" } else { "in-sample probabilities" },
+        m.lower,
+        m.upper,
+        c.incorrect_precision,
+        c.incorrect_recall,
+        c.incorrect_f1,
+        c.correct_precision,
+        c.correct_share * 100.0
+    ));
+    out
+}
+
+/// The learned model's features: the weights by size (logistic), or each feature's stumps and the range of its summed
+/// contribution (stumps).
+fn feature_lines(m: &LearnedModel) -> String {
+    let mut out = String::new();
     match m.model {
         ModelKind::Logistic => {
             let mut order: Vec<usize> = (0..m.features.len()).collect();
@@ -459,34 +495,6 @@ pub fn learned_table(fit: &LearnedFit) -> String {
             }
         }
     }
-    out.push_str(&format!("{:<22} {:>+9.4}\n", "bias", m.bias));
-    if !fit.operating_points.is_empty() {
-        let parts: Vec<String> = fit
-            .operating_points
-            .iter()
-            .map(|o| format!("recall {:.2}: precision {:.3} (lower {:.4})", o.recall, o.precision, o.lower))
-            .collect();
-        out.push_str(&format!(
-            "INCORRECT on the out-of-fold probabilities at the lowest threshold reaching {}\n",
-            parts.join("; ")
-        ));
-    }
-    if !fit.fold_detection.is_empty() {
-        let parts: Vec<String> = fit.fold_detection.iter().map(|(p, r)| format!("{p:.3} / {r:.3}")).collect();
-        out.push_str(&format!("INCORRECT precision / recall at lower within each fold: {}\n", parts.join(", ")));
-    }
-    out.push_str(&format!(
-        "thresholds on {}: lower {:.4}, upper {:.4}; INCORRECT precision {:.3}, recall {:.3}, F1 {:.3}; CORRECT \
-         precision {:.3} on {:.1} % of queries\n",
-        if fit.out_of_fold { "out-of-fold probabilities" } else { "in-sample probabilities" },
-        m.lower,
-        m.upper,
-        c.incorrect_precision,
-        c.incorrect_recall,
-        c.incorrect_f1,
-        c.correct_precision,
-        c.correct_share * 100.0
-    ));
     out
 }
 
@@ -599,64 +607,9 @@ pub async fn run_crag_eval(
     }
     // The evaluators are built before anything is indexed or retrieved: a configuration they refuse fails the run
     // at once, not after every query ran.
-    let h = &config.crag.heuristic;
-    let m = &config.crag.model;
-    // (stats, evaluator, the kind it is): heuristic and model-based always, the learned one when configured.
-    let row = |name: &str, thresholds: (f32, f32), evaluator: Box<dyn RelevanceEvaluator>, kind: EvaluatorKind| {
-        (DecisionStats { evaluator: name.into(), thresholds, ..Default::default() }, evaluator, kind)
-    };
-    let model = model_evaluator(config, &score_cache(&opts.cache_dir))?;
-    // The retrieval scorer's row keeps its name of old reports; a cross-encoder's names its model.
-    let model_name = if config.crag.scorer == ScorerKind::Retrieval {
-        "model:retrieval".to_owned()
-    } else {
-        model.name().to_owned()
-    };
-    let mut rows: Vec<(DecisionStats, Box<dyn RelevanceEvaluator>, EvaluatorKind)> = vec![
-        row(
-            "heuristic",
-            (h.relevant_threshold, h.partial_threshold),
-            Box::new(HeuristicEvaluator::new(h.clone())?),
-            EvaluatorKind::Heuristic,
-        ),
-        row(&model_name, (m.upper, m.lower), Box::new(model), EvaluatorKind::Model),
-    ];
-    if let Some(learned) = &config.crag.learned {
-        let evaluator = Box::new(LearnedEvaluator::new(learned.clone())?);
-        rows.push(row("learned", (learned.upper, learned.lower), evaluator, EvaluatorKind::Learned));
-    } else if config.crag.evaluator == EvaluatorKind::Learned {
-        return Err(Error::invalid_input("[crag] evaluator = \"learned\" needs a [crag.learned] section"));
-    }
+    let mut rows = evaluator_rows(opts, config)?;
     let (engine, judged, qrels, name) = retrieve_split(opts, config, k, log).await?;
-    let mut verdicts: Vec<Vec<Verdict>> = Vec::with_capacity(judged.len());
-    let mut samples: Vec<Vec<(Verdict, bool)>> = vec![Vec::new(); rows.len()];
-    let mut scores: Vec<Vec<CalibrationSample>> = vec![Vec::new(); rows.len()];
-    for j in &judged {
-        let mut these = Vec::with_capacity(rows.len());
-        for (r, (stats, evaluator, kind)) in rows.iter_mut().enumerate() {
-            let v = evaluator.evaluate(&Ctx::new(), &j.text, &j.candidates).await?;
-            let name = match kind {
-                EvaluatorKind::Heuristic => heuristic_category(v.verdict).to_owned(),
-                EvaluatorKind::Model | EvaluatorKind::Learned => format!("{:?}", v.verdict).to_uppercase(),
-            };
-            *stats.decisions.entry(name).or_default() += 1;
-            scores[r].push(CalibrationSample { score: v.score, succeeded: j.succeeded });
-            samples[r].push((v.verdict, j.succeeded));
-            these.push(v.verdict);
-        }
-        verdicts.push(these);
-    }
-    for (((s, _, _), samples), scored) in rows.iter_mut().zip(&samples).zip(&scores) {
-        s.score_auc = failure_auc(scored);
-        let failed = samples.iter().filter(|(_, ok)| !ok).count();
-        let flagged = samples.iter().filter(|(v, _)| *v == Verdict::Incorrect).count();
-        let hit = samples.iter().filter(|(v, ok)| *v == Verdict::Incorrect && !ok).count();
-        let correct = samples.iter().filter(|(v, _)| *v == Verdict::Correct).count();
-        let correct_failed = samples.iter().filter(|(v, ok)| *v == Verdict::Correct && !ok).count();
-        s.incorrect_precision = hit as f64 / flagged.max(1) as f64;
-        s.incorrect_recall = hit as f64 / failed.max(1) as f64;
-        s.correct_failure_rate = correct_failed as f64 / correct.max(1) as f64;
-    }
+    let verdicts = judge_all(&mut rows, &judged).await?;
     let which = rows.iter().position(|(_, _, kind)| *kind == config.crag.evaluator).unwrap_or(0);
     let stats: Vec<DecisionStats> = rows.into_iter().map(|(s, _, _)| s).collect();
 
@@ -700,6 +653,77 @@ pub async fn run_crag_eval(
         ndcg_with_correction: ndcg(&with),
         corrected,
     })
+}
+
+/// One evaluator of [`run_crag_eval`]: its decision statistics, the evaluator, and the kind it is.
+type EvaluatorRow = (DecisionStats, Box<dyn RelevanceEvaluator>, EvaluatorKind);
+
+/// The evaluators compared, built from `config`: heuristic and model-based always, the learned one when configured.
+fn evaluator_rows(opts: &EvalOptions, config: &ragtune::Config) -> Result<Vec<EvaluatorRow>> {
+    let h = &config.crag.heuristic;
+    let m = &config.crag.model;
+    // (stats, evaluator, the kind it is): heuristic and model-based always, the learned one when configured.
+    let row = |name: &str, thresholds: (f32, f32), evaluator: Box<dyn RelevanceEvaluator>, kind: EvaluatorKind| {
+        (DecisionStats { evaluator: name.into(), thresholds, ..Default::default() }, evaluator, kind)
+    };
+    let model = model_evaluator(config, &score_cache(&opts.cache_dir))?;
+    // The retrieval scorer's row keeps its name of old reports; a cross-encoder's names its model.
+    let model_name = if config.crag.scorer == ScorerKind::Retrieval {
+        "model:retrieval".to_owned()
+    } else {
+        model.name().to_owned()
+    };
+    let mut rows: Vec<EvaluatorRow> = vec![
+        row(
+            "heuristic",
+            (h.relevant_threshold, h.partial_threshold),
+            Box::new(HeuristicEvaluator::new(h.clone())?),
+            EvaluatorKind::Heuristic,
+        ),
+        row(&model_name, (m.upper, m.lower), Box::new(model), EvaluatorKind::Model),
+    ];
+    if let Some(learned) = &config.crag.learned {
+        let evaluator = Box::new(LearnedEvaluator::new(learned.clone())?);
+        rows.push(row("learned", (learned.upper, learned.lower), evaluator, EvaluatorKind::Learned));
+    } else if config.crag.evaluator == EvaluatorKind::Learned {
+        return Err(Error::invalid_input("[crag] evaluator = \"learned\" needs a [crag.learned] section"));
+    }
+    Ok(rows)
+}
+
+/// Every evaluator's verdict on every judged query (per query, in the order of `rows`), with each row's decisions,
+/// score AUC and INCORRECT precision, recall and CORRECT failure rate counted.
+async fn judge_all(rows: &mut [EvaluatorRow], judged: &[Judged]) -> Result<Vec<Vec<Verdict>>> {
+    let mut verdicts: Vec<Vec<Verdict>> = Vec::with_capacity(judged.len());
+    let mut samples: Vec<Vec<(Verdict, bool)>> = vec![Vec::new(); rows.len()];
+    let mut scores: Vec<Vec<CalibrationSample>> = vec![Vec::new(); rows.len()];
+    for j in judged {
+        let mut these = Vec::with_capacity(rows.len());
+        for (r, (stats, evaluator, kind)) in rows.iter_mut().enumerate() {
+            let v = evaluator.evaluate(&Ctx::new(), &j.text, &j.candidates).await?;
+            let name = match kind {
+                EvaluatorKind::Heuristic => heuristic_category(v.verdict).to_owned(),
+                EvaluatorKind::Model | EvaluatorKind::Learned => format!("{:?}", v.verdict).to_uppercase(),
+            };
+            *stats.decisions.entry(name).or_default() += 1;
+            scores[r].push(CalibrationSample { score: v.score, succeeded: j.succeeded });
+            samples[r].push((v.verdict, j.succeeded));
+            these.push(v.verdict);
+        }
+        verdicts.push(these);
+    }
+    for (((s, _, _), samples), scored) in rows.iter_mut().zip(&samples).zip(&scores) {
+        s.score_auc = failure_auc(scored);
+        let failed = samples.iter().filter(|(_, ok)| !ok).count();
+        let flagged = samples.iter().filter(|(v, _)| *v == Verdict::Incorrect).count();
+        let hit = samples.iter().filter(|(v, ok)| *v == Verdict::Incorrect && !ok).count();
+        let correct = samples.iter().filter(|(v, _)| *v == Verdict::Correct).count();
+        let correct_failed = samples.iter().filter(|(v, ok)| *v == Verdict::Correct && !ok).count();
+        s.incorrect_precision = hit as f64 / flagged.max(1) as f64;
+        s.incorrect_recall = hit as f64 / failed.max(1) as f64;
+        s.correct_failure_rate = correct_failed as f64 / correct.max(1) as f64;
+    }
+    Ok(verdicts)
 }
 
 fn to_run(candidates: &[Candidate]) -> Vec<(String, f32)> {

@@ -9,7 +9,9 @@
 //! cuts.
 //!
 //! Over 1,000 lines (about 180 of them tests): loading, asking, scoring and the report of one evaluation, which
-//! share the per-question record; the report table is the next to move out (issue 45).
+//! share the per-question record; the report table is in `table.rs` (issue 45).
+
+mod table;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -19,7 +21,7 @@ use std::time::Instant;
 use crate::cmu_qa::{ArticleText, QaQuestion, load_cmu_qa};
 use ragtune::core::{Ctx, Embedder, Error, Query, Result};
 use ragtune::evaluators::faithfulness::{FaithfulnessJudge, JudgeConfig, is_no_info};
-use ragtune::evaluators::metrics::answer::{contains_answer, score_answer, sentence_has_answer};
+use ragtune::evaluators::metrics::answer::{AnswerScore, contains_answer, score_answer, sentence_has_answer};
 use ragtune::evaluators::metrics::percentile;
 use ragtune::evaluators::refine::Refiner;
 use ragtune::evaluators::retry::NoInfoRecheck;
@@ -28,6 +30,7 @@ use serde::{Deserialize, Serialize};
 use crate::retrieval::Latency;
 use ragtune::{Chunking, Config, Engine, StoreConfig};
 use ragtune::{ContextMode, EmbeddingMode, Transform};
+pub use table::{qa_table, versus};
 
 /// The named experiments (docs/eval.md, "The experiments"): a ladder from plain RAG to batched extraction, plus
 /// the closed-book and full corrective pipelines.
@@ -758,6 +761,8 @@ impl Asker<'_> {
         outcome
     }
 
+    /// Asks every question through `engine` and scores each answer into `r` and `tally`; a question the engine
+    /// fails on is recorded as failed.
     async fn ask_all(
         &self,
         engine: &Engine,
@@ -779,92 +784,7 @@ impl Asker<'_> {
                 }
             };
             let latency_ms = t.elapsed().as_secs_f64() * 1e3;
-            tally.latencies.push(latency_ms);
-            r.questions += 1;
-            r.degraded += usize::from(!response.notes.is_empty());
-            let kinds: std::collections::BTreeSet<&str> =
-                response.notes.iter().map(|n| n.as_str().split(':').next().unwrap_or(n.as_str()).trim()).collect();
-            for kind in kinds {
-                *r.notes.entry(kind.to_owned()).or_default() += 1;
-            }
-            let answer = response.answer.clone().unwrap_or_default();
-            let score = score_answer(&answer, &q.answers);
-            tally.correct += usize::from(score.correct);
-            tally.f1 += f64::from(score.f1);
-            if score.yes_no {
-                r.yes_no_questions += 1;
-                tally.yes_no_correct += usize::from(score.correct);
-            } else {
-                tally.other_correct += usize::from(score.correct);
-            }
-            let passages: Vec<String> = response.context.iter().map(|p| p.text.clone()).collect();
-            if !passages.is_empty() {
-                let f = self.judge.judge(&Ctx::new(), &q.question, &answer, &passages).await?;
-                tally.faithfulness += f64::from(f.supported_share);
-            }
-            if let Some(f) = &response.faithfulness {
-                tally.judged += 1;
-                tally.judge_sum += f64::from(f.supported_share);
-            }
-            if !response.citations.is_empty() {
-                tally.cited += 1;
-                // The question's article, or an identical copy of it in the other semester (same title).
-                let relevant = response
-                    .citations
-                    .iter()
-                    .filter(|c| c.doc_id == q.article_id || c.title.as_deref() == Some(q.article_title.as_str()))
-                    .count();
-                tally.cite_sum += relevant as f64 / response.citations.len() as f64;
-                tally.cite_n += 1;
-            }
-            *r.decisions.entry(response.crag.category.to_string()).or_default() += 1;
-            let kind = serde_json::to_value(response.answer_kind).ok().and_then(|v| v.as_str().map(str::to_owned));
-            *r.answer_kinds.entry(kind.unwrap_or_default()).or_default() += 1;
-            r.retried += usize::from(response.attempts.len() > 1);
-            tally.tokens += response.cost.tokens;
-            tally.calls += response.cost.llm_calls;
-            tally.context_tokens += response.context_report.tokens_after;
-            let context_method = response.context_report.method.to_string();
-            *r.context_methods.entry(context_method.clone()).or_default() += 1;
-            let article_in_context = response
-                .context
-                .iter()
-                .any(|p| p.doc_id == q.article_id || p.title.as_deref() == Some(q.article_title.as_str()));
-            let answer_in_context = (!score.yes_no).then(|| {
-                let text = response.context.iter().map(|p| p.text.as_str()).collect::<Vec<_>>().join("\n");
-                q.answers.iter().any(|g| contains_answer(&text, g))
-            });
-            r.answers.push(AnswerRecord {
-                id: q.id.clone(),
-                question: q.question.clone(),
-                gold: q.answers.clone(),
-                answer,
-                correct: score.correct,
-                f1: f64::from(score.f1),
-                yes_no: score.yes_no,
-                decision: response.crag.category.to_string(),
-                cited: response.citations.iter().map(|c| c.doc_id.clone()).collect(),
-                llm_calls: response.cost.llm_calls,
-                tokens: response.cost.tokens,
-                context_tokens: response.context_report.tokens_after,
-                latency_ms,
-                ttft_ms: response.ttft_ms,
-                notes: response.notes.iter().map(ToString::to_string).collect(),
-                context_method,
-                attempts: response.attempts.len(),
-                article_in_context,
-                answer_in_context,
-                local: self.local_titles.map(|titles| titles.contains(&q.article_title)),
-                web_used: response.crag.web_search_used,
-                stage_tokens: response
-                    .cost
-                    .stages
-                    .iter()
-                    .filter(|(_, c)| c.tokens > 0)
-                    .map(|(stage, c)| (stage.clone(), c.tokens))
-                    .collect(),
-                triangulation: response.triangulation.as_ref().map(TriangulationCounts::of),
-            });
+            self.tally_answer(q, &response, latency_ms, r, tally).await?;
             if (i + 1) % 10 == 0 {
                 log(&format!(
                     "  {exp}: {} of {} questions, accuracy so far {:.3}",
@@ -875,6 +795,117 @@ impl Asker<'_> {
             }
         }
         Ok(())
+    }
+
+    /// Scores one question's answer into the report and the tally: its notes, correctness and F1, faithfulness by
+    /// the shared judge, citation precision, decision, costs and context, and its record.
+    async fn tally_answer(
+        &self,
+        q: &QaQuestion,
+        response: &ragtune::AskResponse,
+        latency_ms: f64,
+        r: &mut ExperimentReport,
+        tally: &mut Tally,
+    ) -> Result<()> {
+        tally.latencies.push(latency_ms);
+        r.questions += 1;
+        r.degraded += usize::from(!response.notes.is_empty());
+        let kinds: std::collections::BTreeSet<&str> =
+            response.notes.iter().map(|n| n.as_str().split(':').next().unwrap_or(n.as_str()).trim()).collect();
+        for kind in kinds {
+            *r.notes.entry(kind.to_owned()).or_default() += 1;
+        }
+        let answer = response.answer.clone().unwrap_or_default();
+        let score = score_answer(&answer, &q.answers);
+        tally.correct += usize::from(score.correct);
+        tally.f1 += f64::from(score.f1);
+        if score.yes_no {
+            r.yes_no_questions += 1;
+            tally.yes_no_correct += usize::from(score.correct);
+        } else {
+            tally.other_correct += usize::from(score.correct);
+        }
+        let passages: Vec<String> = response.context.iter().map(|p| p.text.clone()).collect();
+        if !passages.is_empty() {
+            let f = self.judge.judge(&Ctx::new(), &q.question, &answer, &passages).await?;
+            tally.faithfulness += f64::from(f.supported_share);
+        }
+        if let Some(f) = &response.faithfulness {
+            tally.judged += 1;
+            tally.judge_sum += f64::from(f.supported_share);
+        }
+        if !response.citations.is_empty() {
+            tally.cited += 1;
+            // The question's article, or an identical copy of it in the other semester (same title).
+            let relevant = response
+                .citations
+                .iter()
+                .filter(|c| c.doc_id == q.article_id || c.title.as_deref() == Some(q.article_title.as_str()))
+                .count();
+            tally.cite_sum += relevant as f64 / response.citations.len() as f64;
+            tally.cite_n += 1;
+        }
+        *r.decisions.entry(response.crag.category.to_string()).or_default() += 1;
+        let kind = serde_json::to_value(response.answer_kind).ok().and_then(|v| v.as_str().map(str::to_owned));
+        *r.answer_kinds.entry(kind.unwrap_or_default()).or_default() += 1;
+        r.retried += usize::from(response.attempts.len() > 1);
+        tally.tokens += response.cost.tokens;
+        tally.calls += response.cost.llm_calls;
+        tally.context_tokens += response.context_report.tokens_after;
+        let record = self.answer_record(q, answer, &score, response, latency_ms);
+        *r.context_methods.entry(record.context_method.clone()).or_default() += 1;
+        r.answers.push(record);
+        Ok(())
+    }
+
+    /// The record of one question's answer, scored as `score`.
+    fn answer_record(
+        &self,
+        q: &QaQuestion,
+        answer: String,
+        score: &AnswerScore,
+        response: &ragtune::AskResponse,
+        latency_ms: f64,
+    ) -> AnswerRecord {
+        let article_in_context = response
+            .context
+            .iter()
+            .any(|p| p.doc_id == q.article_id || p.title.as_deref() == Some(q.article_title.as_str()));
+        let answer_in_context = (!score.yes_no).then(|| {
+            let text = response.context.iter().map(|p| p.text.as_str()).collect::<Vec<_>>().join("\n");
+            q.answers.iter().any(|g| contains_answer(&text, g))
+        });
+        AnswerRecord {
+            id: q.id.clone(),
+            question: q.question.clone(),
+            gold: q.answers.clone(),
+            answer,
+            correct: score.correct,
+            f1: f64::from(score.f1),
+            yes_no: score.yes_no,
+            decision: response.crag.category.to_string(),
+            cited: response.citations.iter().map(|c| c.doc_id.clone()).collect(),
+            llm_calls: response.cost.llm_calls,
+            tokens: response.cost.tokens,
+            context_tokens: response.context_report.tokens_after,
+            latency_ms,
+            ttft_ms: response.ttft_ms,
+            notes: response.notes.iter().map(ToString::to_string).collect(),
+            context_method: response.context_report.method.to_string(),
+            attempts: response.attempts.len(),
+            article_in_context,
+            answer_in_context,
+            local: self.local_titles.map(|titles| titles.contains(&q.article_title)),
+            web_used: response.crag.web_search_used,
+            stage_tokens: response
+                .cost
+                .stages
+                .iter()
+                .filter(|(_, c)| c.tokens > 0)
+                .map(|(stage, c)| (stage.clone(), c.tokens))
+                .collect(),
+            triangulation: response.triangulation.as_ref().map(TriangulationCounts::of),
+        }
     }
 }
 
@@ -1095,47 +1126,6 @@ pub async fn refinement_check(
     Ok(r)
 }
 
-/// Question by question, `e` against plain RAG (`base`): who got which right, how sure the difference in accuracy
-/// is ([`paired::compare`](crate::paired::compare): its 95 % interval and McNemar p-value), and for the questions
-/// only plain RAG got right, where `e` lost them — its context lacked the article (retrieval), had the article but
-/// not the answer's text (extraction, refinement or the budget cut it), or had the answer and the generator
-/// missed it.
-#[must_use]
-pub fn versus(base: &ExperimentReport, e: &ExperimentReport) -> String {
-    let by_id: BTreeMap<&str, &AnswerRecord> = base.answers.iter().map(|a| (a.id.as_str(), a)).collect();
-    let (mut both, mut neither, mut only_base, mut only_e) = (0, 0, 0, 0);
-    let (mut no_article, mut lost_span, mut generator, mut yes_no, mut fallback, mut retried) = (0, 0, 0, 0, 0, 0);
-    for a in &e.answers {
-        let Some(b) = by_id.get(a.id.as_str()) else { continue };
-        match (b.correct, a.correct) {
-            (true, true) => both += 1,
-            (false, false) => neither += 1,
-            (false, true) => only_e += 1,
-            (true, false) => {
-                only_base += 1;
-                fallback += usize::from(a.context_method == "extract-fallback");
-                retried += usize::from(a.attempts > 1);
-                if !a.article_in_context {
-                    no_article += 1;
-                } else {
-                    match a.answer_in_context {
-                        None => yes_no += 1,
-                        Some(false) => lost_span += 1,
-                        Some(true) => generator += 1,
-                    }
-                }
-            }
-        }
-    }
-    let paired = crate::paired::compare(both + neither + only_base + only_e, only_base, only_e);
-    format!(
-        "{:<20} vs baseline: both right {both}, neither {neither}, only baseline {only_base}, only {} {only_e} (difference {}); of the {only_base} lost: article not in the context {no_article}, article but not the answer's text {lost_span}, answer in the context but missed {generator}, yes/no with the article {yes_no} (context by fallback {fallback}, retried {retried})\n",
-        e.experiment,
-        e.experiment,
-        paired.summary()
-    )
-}
-
 /// Mean LLM tokens per answer by stage, over every answer (an answer that spent nothing in a stage counts 0 there).
 fn mean_stage_tokens(answers: &[AnswerRecord]) -> BTreeMap<String, f64> {
     let n = answers.len().max(1) as f64;
@@ -1143,125 +1133,6 @@ fn mean_stage_tokens(answers: &[AnswerRecord]) -> BTreeMap<String, f64> {
     for a in answers {
         for (stage, t) in &a.stage_tokens {
             *out.entry(stage.clone()).or_default() += *t as f64 / n;
-        }
-    }
-    out
-}
-
-/// Renders the summary table printed after an answer-level evaluation.
-#[must_use]
-pub fn qa_table(r: &QaEvalReport) -> String {
-    let mut out = format!(
-        "{:<20} {:>4} {:>7} {:>7} {:>7} {:>7} {:>6} {:>6} {:>7} {:>7} {:>9} {:>8} {:>6} {:>8}\n",
-        "experiment",
-        "n",
-        "acc",
-        "yes/no",
-        "other",
-        "abstain",
-        "markup",
-        "F1",
-        "faith",
-        "cite-p",
-        "p50 ms",
-        "tokens",
-        "calls",
-        "degraded"
-    );
-    for e in &r.experiments {
-        out.push_str(&format!(
-            "{:<20} {:>4} {:>7.3} {:>7.3} {:>7.3} {:>7.3} {:>6} {:>6.3} {:>7.3} {:>7} {:>9.0} {:>8.0} {:>6.1} {:>8}\n",
-            e.experiment,
-            e.questions,
-            e.accuracy,
-            e.yes_no_accuracy,
-            e.other_accuracy,
-            e.abstention_rate,
-            e.markup_answers,
-            e.token_f1,
-            e.faithfulness,
-            e.citation_precision.map_or_else(|| "-".to_owned(), |c| format!("{c:.3}")),
-            e.latency_ms.p50,
-            e.tokens_per_question,
-            e.llm_calls_per_question,
-            e.degraded
-        ));
-    }
-    for (exp, error) in r.failed_experiments() {
-        out.push_str(&format!("{exp:<20} FAILED (its numbers cover only the questions before the error): {error}\n"));
-    }
-    for e in &r.experiments {
-        if let Some(s) = &e.split {
-            out.push_str(&format!(
-                "{:<20} local {} questions acc {:.3} ({:.0} ms, {:.0} tokens); web-only {} questions acc {:.3} ({:.0} ms, {:.0} tokens); web searched for {:.1} % of questions ({} local, {} web-only)\n",
-                e.experiment,
-                s.local_questions,
-                s.local_accuracy,
-                s.local_latency_ms,
-                s.local_tokens,
-                s.web_only_questions,
-                s.web_only_accuracy,
-                s.web_only_latency_ms,
-                s.web_only_tokens,
-                s.web_trigger_rate * 100.0,
-                s.web_used_when_local,
-                s.web_used_when_web_only
-            ));
-        }
-        if let Some(t) = &e.triangulation {
-            out.push_str(&format!(
-                "{:<20} triangulation of {} answers: {} claims, VERIFIED {}, LIKELY {}, UNVERIFIED {}; coverage {:.1} %, tier-1 ratio {:.2}; support check {:?}\n",
-                e.experiment, t.answers, t.claims, t.verified, t.likely, t.unverified, t.coverage_pct, t.tier1_ratio, t.support_checks
-            ));
-        }
-    }
-    for e in r.experiments.iter().filter(|e| e.experiment != "no_retrieval" && e.questions > 0) {
-        out.push_str(&format!(
-            "{:<20} context: article in it {:.1} %, gold answer in its text {:.1} % (non-yes/no), {:.0} tokens; made by {:?}; retried {}\n",
-            e.experiment,
-            e.article_in_context * 100.0,
-            e.answer_in_context * 100.0,
-            e.context_tokens,
-            e.context_methods,
-            e.retried
-        ));
-        if let Some(t) = &e.ttft_ms {
-            out.push_str(&format!(
-                "{:<20} time: p50 {:.0} ms total, first token p50 {:.0} ms (p99 {:.0} ms)\n",
-                e.experiment, e.latency_ms.p50, t.p50, t.p99
-            ));
-        }
-        if !e.stage_tokens.is_empty() {
-            let stages: Vec<String> = e.stage_tokens.iter().map(|(s, t)| format!("{s} {t:.0}")).collect();
-            out.push_str(&format!("{:<20} tokens per question by stage: {}\n", e.experiment, stages.join(", ")));
-        }
-    }
-    if let Some(base) = r.experiments.iter().find(|e| e.experiment == "baseline") {
-        for e in r.experiments.iter().filter(|e| e.experiment != "baseline" && e.experiment != "no_retrieval") {
-            out.push_str(&versus(base, e));
-        }
-    }
-    if let Some(f) = &r.refinement {
-        out.push_str(&format!(
-            "refinement: {} questions, answer strips kept {:.1} % ({} of {}), per question {:.1} %, questions with an answer strip kept {:.1} %, tokens cut {:.1} % ({} -> {})\n",
-            f.questions,
-            f.answer_retention * 100.0,
-            f.answer_strips_kept,
-            f.answer_strips,
-            f.mean_question_retention * 100.0,
-            f.question_retention * 100.0,
-            f.token_reduction * 100.0,
-            f.tokens_before,
-            f.tokens_after
-        ));
-        for (bucket, b) in &f.by_mentions {
-            out.push_str(&format!(
-                "  questions with {bucket} answer strips: {} questions, {} of {} kept ({:.1} %)\n",
-                b.questions,
-                b.answer_strips_kept,
-                b.answer_strips,
-                b.answer_strips_kept as f64 / b.answer_strips.max(1) as f64 * 100.0
-            ));
         }
     }
     out

@@ -299,6 +299,42 @@ pub async fn evaluate_reranking(
         qrels.iter().filter(|(id, _)| ids.contains(id.as_str())).map(|(k, v)| (k.clone(), v.clone())).collect()
     };
     // Retrieval alone, and the full rerank (which fills the score cache).
+    let full = full_pass(opts, &reranker, queries, log).await?;
+    let n = queries.len().max(1) as f64;
+    let mut points = Vec::new();
+    for &budget in &opts.budgets {
+        points.push(baseline_point(opts, budget, queries, &full.scores, &qrels));
+        for policy in &opts.policies {
+            points.push(policy_point(opts, policy, budget, &reranker, queries, &qrels).await?);
+        }
+    }
+    Ok(RerankEvalReport {
+        reranker: reranker.name().to_owned(),
+        pool: opts.pool,
+        queries: queries.len(),
+        retrieval_ndcg_at_10: ndcg10(&qrels, &full.retrieval),
+        full_ndcg_at_10: ndcg10(&qrels, &full.full),
+        full_pairs_per_query: full.pairs as f64 / n,
+        points,
+    })
+}
+
+/// What the full pass over the queries gave: the runs of retrieval alone and of the full rerank, every pair's
+/// reranker score (per query id, per chunk id) and the pairs scored.
+struct FullPass {
+    retrieval: Runs,
+    full: Runs,
+    scores: HashMap<String, HashMap<String, f32>>,
+    pairs: usize,
+}
+
+/// Retrieval alone, and the full rerank of every query's candidates in batches (which fills the score cache).
+async fn full_pass(
+    opts: &RerankEvalOptions,
+    reranker: &Arc<dyn Reranker>,
+    queries: &[(String, String, Vec<Candidate>)],
+    log: &mut dyn FnMut(&str),
+) -> Result<FullPass> {
     let mut retrieval: Runs = BTreeMap::new();
     let mut full: Runs = BTreeMap::new();
     let mut scores: HashMap<String, HashMap<String, f32>> = HashMap::new();
@@ -320,76 +356,86 @@ pub async fn evaluate_reranking(
             log(&format!("rerank: full pass {} of {} queries", i + 1, queries.len()));
         }
     }
+    Ok(FullPass { retrieval, full, scores, pairs: full_pairs })
+}
+
+/// The fixed baseline at one budget: rerank the first B candidates by retrieval rank (with the full pass's
+/// `scores`), the rest stay in retrieval order.
+fn baseline_point(
+    opts: &RerankEvalOptions,
+    budget: f64,
+    queries: &[(String, String, Vec<Candidate>)],
+    scores: &HashMap<String, HashMap<String, f32>>,
+    qrels: &Qrels,
+) -> RerankPoint {
     let n = queries.len().max(1) as f64;
-    let mut points = Vec::new();
-    for &budget in &opts.budgets {
-        // The fixed baseline: rerank the first B candidates by retrieval rank, the rest stay in retrieval order.
-        let mut runs: Runs = BTreeMap::new();
-        let mut pairs = 0_usize;
-        for (id, _, cands) in queries {
-            let b = ((budget * cands.len() as f64).ceil() as usize).min(cands.len());
-            let s = &scores[id];
-            let model: Vec<f32> = cands[..b].iter().map(|c| s[&c.chunk.id]).collect();
-            let by = blended(&model, &cands[..b], opts.retrieval_weight);
-            let mut head: Vec<(usize, &Candidate)> = cands[..b].iter().enumerate().collect();
-            head.sort_by(|x, y| by[y.0].total_cmp(&by[x.0]).then(x.0.cmp(&y.0)));
-            let ranked: Vec<Candidate> =
-                head.into_iter().map(|(_, c)| c.clone()).chain(cands[b..].iter().cloned()).collect();
-            runs.insert(id.clone(), to_run(&ranked));
-            pairs += b;
-        }
-        points.push(RerankPoint {
-            policy: "baseline-top-b".into(),
-            budget,
-            ndcg_at_10: ndcg10(&qrels, &runs),
-            pairs_per_query: pairs as f64 / n,
-            cost_per_query: [pairs as f64 / n, 0.0, 0.0],
-            ms_per_query: 0.0,
-            stopped_by: BTreeMap::new(),
-        });
-        for policy in &opts.policies {
-            let (estimator, scheduler) = policy.parts(opts.batch_size);
-            let controller = Controller::new(reranker.clone())
-                .estimator(estimator)
-                .scheduler(scheduler)
-                .config(ControllerConfig { k: 10, ..ControllerConfig::default() });
-            let mut runs: Runs = BTreeMap::new();
-            let (mut spent, mut ms) = (Cost::ZERO, 0.0);
-            let mut stopped: BTreeMap<String, usize> = BTreeMap::new();
-            for (id, text, cands) in queries {
-                let docs = ((budget * cands.len() as f64).ceil() as u64).max(1);
-                let ctx = Ctx::new().with_budget(Budget::new(Cost::new(u64::MAX, docs, u64::MAX)));
-                let t = Instant::now();
-                let outcome = controller.run(&ctx, text, cands.clone()).await?;
-                let mut ranked = outcome.candidates();
-                if opts.retrieval_weight > 0.0 {
-                    let before: HashMap<String, f32> = cands.iter().map(|c| (c.chunk.id.clone(), c.score)).collect();
-                    ragtune::rerank::blend_reranked(&mut ranked, reranker.name(), &before, opts.retrieval_weight);
-                }
-                ms += t.elapsed().as_secs_f64() * 1000.0;
-                spent += outcome.report.spent;
-                *stopped.entry(outcome.report.stopped_by.to_string()).or_default() += 1;
-                runs.insert(id.clone(), to_run(&ranked));
-            }
-            points.push(RerankPoint {
-                policy: policy.name().to_owned(),
-                budget,
-                ndcg_at_10: ndcg10(&qrels, &runs),
-                pairs_per_query: spent.docs as f64 / n,
-                cost_per_query: [spent.docs as f64 / n, spent.calls as f64 / n, spent.tokens as f64 / n],
-                ms_per_query: ms / n,
-                stopped_by: stopped,
-            });
-        }
+    let mut runs: Runs = BTreeMap::new();
+    let mut pairs = 0_usize;
+    for (id, _, cands) in queries {
+        let b = ((budget * cands.len() as f64).ceil() as usize).min(cands.len());
+        let s = &scores[id];
+        let model: Vec<f32> = cands[..b].iter().map(|c| s[&c.chunk.id]).collect();
+        let by = blended(&model, &cands[..b], opts.retrieval_weight);
+        let mut head: Vec<(usize, &Candidate)> = cands[..b].iter().enumerate().collect();
+        head.sort_by(|x, y| by[y.0].total_cmp(&by[x.0]).then(x.0.cmp(&y.0)));
+        let ranked: Vec<Candidate> =
+            head.into_iter().map(|(_, c)| c.clone()).chain(cands[b..].iter().cloned()).collect();
+        runs.insert(id.clone(), to_run(&ranked));
+        pairs += b;
     }
-    Ok(RerankEvalReport {
-        reranker: reranker.name().to_owned(),
-        pool: opts.pool,
-        queries: queries.len(),
-        retrieval_ndcg_at_10: ndcg10(&qrels, &retrieval),
-        full_ndcg_at_10: ndcg10(&qrels, &full),
-        full_pairs_per_query: full_pairs as f64 / n,
-        points,
+    RerankPoint {
+        policy: "baseline-top-b".into(),
+        budget,
+        ndcg_at_10: ndcg10(qrels, &runs),
+        pairs_per_query: pairs as f64 / n,
+        cost_per_query: [pairs as f64 / n, 0.0, 0.0],
+        ms_per_query: 0.0,
+        stopped_by: BTreeMap::new(),
+    }
+}
+
+/// One policy's point at one budget: the controller run on every query with a budget of that share of its
+/// candidates (at least one document), its order blended with retrieval's when `retrieval_weight` > 0.
+async fn policy_point(
+    opts: &RerankEvalOptions,
+    policy: &RerankPolicy,
+    budget: f64,
+    reranker: &Arc<dyn Reranker>,
+    queries: &[(String, String, Vec<Candidate>)],
+    qrels: &Qrels,
+) -> Result<RerankPoint> {
+    let n = queries.len().max(1) as f64;
+    let (estimator, scheduler) = policy.parts(opts.batch_size);
+    let controller = Controller::new(reranker.clone())
+        .estimator(estimator)
+        .scheduler(scheduler)
+        .config(ControllerConfig { k: 10, ..ControllerConfig::default() });
+    let mut runs: Runs = BTreeMap::new();
+    let (mut spent, mut ms) = (Cost::ZERO, 0.0);
+    let mut stopped: BTreeMap<String, usize> = BTreeMap::new();
+    for (id, text, cands) in queries {
+        let docs = ((budget * cands.len() as f64).ceil() as u64).max(1);
+        let ctx = Ctx::new().with_budget(Budget::new(Cost::new(u64::MAX, docs, u64::MAX)));
+        let t = Instant::now();
+        let outcome = controller.run(&ctx, text, cands.clone()).await?;
+        let mut ranked = outcome.candidates();
+        if opts.retrieval_weight > 0.0 {
+            let before: HashMap<String, f32> = cands.iter().map(|c| (c.chunk.id.clone(), c.score)).collect();
+            ragtune::rerank::blend_reranked(&mut ranked, reranker.name(), &before, opts.retrieval_weight);
+        }
+        ms += t.elapsed().as_secs_f64() * 1000.0;
+        spent += outcome.report.spent;
+        *stopped.entry(outcome.report.stopped_by.to_string()).or_default() += 1;
+        runs.insert(id.clone(), to_run(&ranked));
+    }
+    Ok(RerankPoint {
+        policy: policy.name().to_owned(),
+        budget,
+        ndcg_at_10: ndcg10(qrels, &runs),
+        pairs_per_query: spent.docs as f64 / n,
+        cost_per_query: [spent.docs as f64 / n, spent.calls as f64 / n, spent.tokens as f64 / n],
+        ms_per_query: ms / n,
+        stopped_by: stopped,
     })
 }
 

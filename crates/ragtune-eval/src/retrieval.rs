@@ -1,14 +1,17 @@
 //! The evaluation harness behind `ragtune eval retrieval` (and `rerank`) and `cargo xtask eval`: index a BEIR
 //! dataset (cached), run every query of a split, and report trec_eval metrics, latency and indexing time.
 //!
-//! Over 1,000 lines with its unit tests (about 140 lines of them): the code itself is under 900 lines.
+//! Over 1,000 lines with its unit tests (about 140 lines of them): the code itself is under 900 lines; each query's
+//! run is in `queries.rs`.
+
+mod queries;
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use ragtune::core::{Ctx, Error, Query, Result, Retriever, TraceSink};
-use ragtune::evaluators::metrics::{Metric, Runs, evaluate, percentile};
+use ragtune::core::{Error, Result};
+use ragtune::evaluators::metrics::{Metric, evaluate};
 use serde::{Deserialize, Serialize};
 
 use ragtune::{
@@ -16,6 +19,8 @@ use ragtune::{
     LlmSettings, QdrantSettings, RerankerKind, SearchSettings, StoreBackend, StoreConfig, Strategy, Transform,
     TransformSettings,
 };
+
+use queries::QueryRunner;
 
 /// The retrievers `eval` knows.
 pub const RETRIEVERS: [&str; 3] = ["bm25", "dense", "hybrid"];
@@ -324,6 +329,105 @@ const COMPLETE_MARKER: &str = "complete.json";
 /// # Errors
 /// Unknown retriever, missing dataset or split, store failures. Individual failing queries do not fail the run.
 pub async fn run_eval(opts: &EvalOptions, log: &mut dyn FnMut(&str)) -> Result<EvalReport> {
+    let strategy = check_options(opts)?;
+    let transform = opts.transform.kind;
+    let models = load_models(opts)?;
+    let data = ragtune::ingest::load_beir(&opts.dataset, &opts.split)?;
+    let gold_passages = crate::passages::load_passage_qrels(&opts.dataset, &opts.split)?;
+    let name = dataset_name(&opts.dataset);
+    // Dense and hybrid need the embedding model; BM25 indexes without it (faster, and no model needed).
+    let embedder = match strategy {
+        Strategy::Bm25 => None,
+        _ => {
+            let settings = EmbeddingSettings { mode: EmbeddingMode::On, ..opts.embedding.clone() };
+            Some(ragtune::load_embedder(&settings)?)
+        }
+    };
+    let config = report_config(opts, strategy, &models, embedder.as_ref());
+
+    let IndexOpened { engine, cached, location, seconds: index_seconds, truncated, passages } =
+        open_index(opts, &name, &data.corpus, embedder.clone(), models.llm.clone(), log).await?;
+    if gold_passages.is_some() && opts.chunking == EvalChunking::Whole {
+        log("passage qrels are not scored with whole documents (every passage of a retrieved document would count)");
+    }
+    let (truncated_documents, truncated_passages) = match opts.chunking {
+        EvalChunking::Whole => (truncated, None),
+        EvalChunking::Passages => (None, truncated),
+    };
+    let mut locator = crate::passages::Locator::new(&data.corpus);
+    let passage_issues = gold_passages.as_ref().map(|g| g.issues.clone()).unwrap_or_default();
+    let gold = gold_passages.filter(|_| opts.chunking == EvalChunking::Passages).map(|g| g.locate(&data.corpus));
+    let gold = gold.as_ref();
+
+    let retriever = engine.transformed_retriever(strategy, transform).await?;
+    let mut queries = data.queries_with_qrels();
+    if let Some(limit) = opts.limit {
+        queries.truncate(limit);
+    }
+    log(&format!("running {} queries of split `{}`", queries.len(), opts.split));
+    let runner = QueryRunner {
+        opts,
+        retriever: retriever.as_ref(),
+        full_reranker: models.full_reranker.as_ref(),
+        retrieval_weight: models.retrieval_weight,
+        gold,
+    };
+    let mut gathered = runner.run_all(&queries, &mut locator, log).await?;
+    let k = opts.top_k;
+    let metrics = [
+        Metric::Ndcg(10),
+        Metric::Recall(k),
+        Metric::Mrr(10),
+        Metric::Map(k),
+        Metric::Precision(10),
+        Metric::Recall(10),
+        Metric::Ndcg(k),
+    ];
+    // With --limit, only the queries that ran are judged (the others have no run, not an empty one).
+    let evaluated: HashSet<&str> = queries.iter().map(|q| q.id.as_str()).collect();
+    let qrels: ragtune::evaluators::metrics::Qrels = data
+        .qrels
+        .iter()
+        .filter(|(id, _)| evaluated.contains(id.as_str()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let report = evaluate(&qrels, &gathered.runs, &metrics);
+    let passage_level = gold.map(|g| g.evaluate(&evaluated, &gathered.passage_runs, &metrics));
+    let (latency_ms, latency_split_ms) = gathered.latency();
+    let rerank = match (&opts.rerank, models.budget_reranker) {
+        (Some(r), Some((reranker, _))) => {
+            Some(crate::rerank::evaluate_reranking(r, reranker, &qrels, &gathered.pools, log).await?)
+        }
+        _ => None,
+    };
+    let cost = gathered.cost(queries.len());
+    Ok(EvalReport {
+        dataset: name,
+        split: opts.split.clone(),
+        queries: report.queries,
+        config,
+        metrics: report.mean,
+        latency_ms,
+        index_seconds,
+        index_cached: cached,
+        documents: data.corpus.len(),
+        truncated_documents,
+        truncated_passages,
+        passages,
+        passage_level,
+        failed_queries: gathered.failed,
+        load_issues: data.issues.iter().map(ToString::to_string).chain(passage_issues).collect(),
+        store_location: location,
+        cost,
+        latency_split_ms,
+        routes: gathered.routes,
+        rerank,
+    })
+}
+
+/// Checks the options before anything is loaded, indexed or retrieved (the retriever, the fusion, `top_k`, the
+/// reranking settings and the full rerank's reranker and depth): the retrieval strategy.
+fn check_options(opts: &EvalOptions) -> Result<Strategy> {
     if !RETRIEVERS.contains(&opts.retriever.as_str()) {
         return Err(Error::invalid_input(format!(
             "unknown retriever `{}`; available: {}",
@@ -338,7 +442,6 @@ pub async fn run_eval(opts: &EvalOptions, log: &mut dyn FnMut(&str)) -> Result<E
     if opts.top_k == 0 {
         return Err(Error::invalid_input("--top-k must be at least 1"));
     }
-    let transform = opts.transform.kind;
     // The reranking settings are checked before anything is indexed or retrieved, not after every query ran.
     if let Some(r) = &opts.rerank {
         r.validate()?;
@@ -360,6 +463,28 @@ pub async fn run_eval(opts: &EvalOptions, log: &mut dyn FnMut(&str)) -> Result<E
             )));
         }
     }
+    Ok(strategy)
+}
+
+/// A reranker built for an evaluation, with its description for the report's config.
+type BuiltReranker = (std::sync::Arc<dyn ragtune::core::Reranker>, serde_json::Value);
+
+/// The models an evaluation loads before anything is indexed, besides the embedder.
+struct Models {
+    /// For a transformation that needs one, or the reranker `llm`.
+    llm: Option<std::sync::Arc<dyn ragtune::core::Llm>>,
+    /// The reranker of the budget-efficiency evaluation (`opts.rerank`).
+    budget_reranker: Option<BuiltReranker>,
+    /// The full rerank's reranker and depth (`opts.full_rerank`).
+    full_reranker: Option<(BuiltReranker, usize)>,
+    /// The full rerank's weight of retrieval's score (0 without one).
+    retrieval_weight: f32,
+}
+
+/// Loads the LLM and the rerankers the options ask for, and checks the full rerank's retrieval weight: a model that
+/// does not load ends the run before anything is indexed.
+fn load_models(opts: &EvalOptions) -> Result<Models> {
+    let transform = opts.transform.kind;
     let rerankers = [opts.rerank.as_ref().map(|r| &r.reranker), opts.full_rerank.as_ref().map(|f| &f.reranker)];
     let llm_reranker = rerankers.iter().flatten().any(|r| r.kind() == RerankerKind::Llm);
     let llm = if transform.needs_llm() || llm_reranker {
@@ -380,23 +505,23 @@ pub async fn run_eval(opts: &EvalOptions, log: &mut dyn FnMut(&str)) -> Result<E
     if !(0.0..=1.0).contains(&retrieval_weight) {
         return Err(Error::invalid_input(format!("--rerank-retrieval-weight {retrieval_weight} is outside [0, 1]")));
     }
-    let data = ragtune::ingest::load_beir(&opts.dataset, &opts.split)?;
-    let gold_passages = crate::passages::load_passage_qrels(&opts.dataset, &opts.split)?;
-    let name = dataset_name(&opts.dataset);
-    let chunking = opts.chunking_key();
-    // Dense and hybrid need the embedding model; BM25 indexes without it (faster, and no model needed).
-    let embedder = match strategy {
-        Strategy::Bm25 => None,
-        _ => {
-            let settings = EmbeddingSettings { mode: EmbeddingMode::On, ..opts.embedding.clone() };
-            Some(ragtune::load_embedder(&settings)?)
-        }
-    };
+    Ok(Models { llm, budget_reranker, full_reranker, retrieval_weight })
+}
+
+/// The report's `config`: everything that determined the numbers (most settings only when they are on, so that
+/// reports compare with the baselines made before they existed).
+fn report_config(
+    opts: &EvalOptions,
+    strategy: Strategy,
+    models: &Models,
+    embedder: Option<&std::sync::Arc<dyn ragtune::core::Embedder>>,
+) -> serde_json::Value {
+    let transform = opts.transform.kind;
     let mut config = serde_json::json!({
         "retriever": opts.retriever,
         "top_k": opts.top_k,
         "bm25": { "k1": opts.bm25.k1, "b": opts.bm25.b, "avg_doc_len": opts.bm25.avg_doc_len },
-        "chunking": chunking,
+        "chunking": opts.chunking_key(),
         "store": opts.store.to_string(),
     });
     if transform != Transform::None {
@@ -425,15 +550,15 @@ pub async fn run_eval(opts: &EvalOptions, log: &mut dyn FnMut(&str)) -> Result<E
         config["header_boost"] = opts.header_boost.into();
     }
     // Only with a full rerank, so that reports without one compare with the baselines made before it existed.
-    if let Some(((_, described), depth)) = &full_reranker {
+    if let Some(((_, described), depth)) = &models.full_reranker {
         config["rerank"] = described.clone();
         config["rerank"]["depth"] = (*depth).into();
         // Only when set, so that reports of the reranker alone compare with those made before it existed.
-        if retrieval_weight > 0.0 {
-            config["rerank"]["retrieval_weight"] = retrieval_weight.into();
+        if models.retrieval_weight > 0.0 {
+            config["rerank"]["retrieval_weight"] = models.retrieval_weight.into();
         }
     }
-    if let Some(e) = &embedder {
+    if let Some(e) = embedder {
         // Threads and batch size change speed, not results: they stay out of the config that baselines compare.
         config["embedder"] = serde_json::json!({ "spec": e.spec(), "max_length": opts.embedding.max_length });
     }
@@ -453,156 +578,7 @@ pub async fn run_eval(opts: &EvalOptions, log: &mut dyn FnMut(&str)) -> Result<E
                 serde_json::json!({ "bm25": h.bm25_level, "dense": h.dense_level, "slope": h.level_slope });
         }
     }
-
-    let IndexOpened { engine, cached, location, seconds: index_seconds, truncated, passages } =
-        open_index(opts, &name, &data.corpus, embedder.clone(), llm.clone(), log).await?;
-    if gold_passages.is_some() && opts.chunking == EvalChunking::Whole {
-        log("passage qrels are not scored with whole documents (every passage of a retrieved document would count)");
-    }
-    let (truncated_documents, truncated_passages) = match opts.chunking {
-        EvalChunking::Whole => (truncated, None),
-        EvalChunking::Passages => (None, truncated),
-    };
-    let mut passage_runs: Runs = BTreeMap::new();
-    let mut locator = crate::passages::Locator::new(&data.corpus);
-    let passage_issues = gold_passages.as_ref().map(|g| g.issues.clone()).unwrap_or_default();
-    let gold = gold_passages.filter(|_| opts.chunking == EvalChunking::Passages).map(|g| g.locate(&data.corpus));
-    let gold = gold.as_ref();
-
-    let retriever = engine.transformed_retriever(strategy, transform).await?;
-    let mut queries = data.queries_with_qrels();
-    if let Some(limit) = opts.limit {
-        queries.truncate(limit);
-    }
-    log(&format!("running {} queries of split `{}`", queries.len(), opts.split));
-    let mut runs: Runs = BTreeMap::new();
-    let mut latencies = Vec::with_capacity(queries.len());
-    let mut failed = Vec::new();
-    let (mut llm_ms, mut rest_ms) = (Vec::with_capacity(queries.len()), Vec::with_capacity(queries.len()));
-    let mut cost = EvalCost::default();
-    let mut routes: BTreeMap<String, usize> = BTreeMap::new();
-    let mut pools: Vec<(String, String, Vec<ragtune::core::Candidate>)> = Vec::new();
-    for (i, q) in queries.iter().enumerate() {
-        let query = Query { id: Some(q.id.clone()), ..Query::new(q.text.clone()).with_top_k(opts.passage_depth()) };
-        let sink = TraceSink::new();
-        let ctx = Ctx::new().with_trace(sink.clone());
-        let t = Instant::now();
-        let result = retriever.retrieve(&ctx, std::slice::from_ref(&query)).await;
-        // The reranked head and the passages below it, with a full rerank.
-        let result = match (result, &full_reranker) {
-            (Ok(mut lists), Some(((reranker, _), depth))) => {
-                let list = lists.pop().unwrap_or_default();
-                let pool = opts.rerank.as_ref().map(|r| list.iter().take(r.pool).cloned().collect::<Vec<_>>());
-                let (head, tail) =
-                    crate::rerank::rerank_head(reranker.as_ref(), &ctx, &q.text, list, *depth, retrieval_weight)
-                        .await
-                        .map_err(|e| e.context(format!("reranking query {}", q.id)))?;
-                Ok((head, tail, pool))
-            }
-            (Ok(mut lists), None) => Ok((lists.pop().unwrap_or_default(), Vec::new(), None)),
-            (Err(e), _) => Err(e),
-        };
-        let total = t.elapsed().as_secs_f64() * 1000.0;
-        latencies.push(total);
-        let mut in_llm = 0.0;
-        for e in sink.take() {
-            match (e.stage.as_str(), e.action.as_str()) {
-                _ if e.is_llm_call() => {
-                    cost.llm_calls += e.cost.calls;
-                    cost.llm_tokens += e.cost.tokens;
-                    cost.llm_cache_hits += u64::from(e.action == "cached") * e.cost.calls;
-                    in_llm += e.elapsed_us as f64 / 1000.0;
-                }
-                ("llm", _) => in_llm += e.elapsed_us as f64 / 1000.0,
-                ("transform", _) if e.detail.contains_key("fallback") => cost.transform_fallbacks += 1,
-                ("route", action) => *routes.entry(action.to_owned()).or_default() += 1,
-                _ => {}
-            }
-        }
-        llm_ms.push(in_llm);
-        rest_ms.push((total - in_llm).max(0.0));
-        if transform.needs_llm() && (i + 1) % 25 == 0 {
-            log(&format!("{} of {} queries", i + 1, queries.len()));
-        }
-        match result {
-            Ok((head, tail, pool)) => {
-                if let Some(r) = &opts.rerank {
-                    // The controller works on the retrieval order, whatever a full rerank made of it.
-                    let pool = pool.unwrap_or_else(|| head.iter().take(r.pool).cloned().collect());
-                    pools.push((q.id.clone(), q.text.clone(), pool));
-                }
-                let (mut run, list) = if full_reranker.is_some() {
-                    (reranked_document_run(&head, &tail, opts.doc_score), reranked_list(head, tail))
-                } else {
-                    (document_run_with(&head, opts.doc_score), head)
-                };
-                if let Some(g) = gold {
-                    passage_runs.insert(q.id.clone(), g.passage_run(&list, &mut locator, opts.top_k));
-                }
-                run.truncate(opts.top_k);
-                runs.insert(q.id.clone(), run);
-            }
-            Err(e) => failed.push(format!("{}: {e}", q.id)),
-        }
-    }
-    let k = opts.top_k;
-    let metrics = [
-        Metric::Ndcg(10),
-        Metric::Recall(k),
-        Metric::Mrr(10),
-        Metric::Map(k),
-        Metric::Precision(10),
-        Metric::Recall(10),
-        Metric::Ndcg(k),
-    ];
-    // With --limit, only the queries that ran are judged (the others have no run, not an empty one).
-    let evaluated: HashSet<&str> = queries.iter().map(|q| q.id.as_str()).collect();
-    let qrels: ragtune::evaluators::metrics::Qrels = data
-        .qrels
-        .iter()
-        .filter(|(id, _)| evaluated.contains(id.as_str()))
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    let report = evaluate(&qrels, &runs, &metrics);
-    let passage_level = gold.map(|g| g.evaluate(&evaluated, &passage_runs, &metrics));
-    let summary = |v: &mut Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        let mean = if v.is_empty() { 0.0 } else { v.iter().sum::<f64>() / v.len() as f64 };
-        Latency { p50: percentile(v, 50.0), p99: percentile(v, 99.0), mean }
-    };
-    let latency_ms = summary(&mut latencies);
-    let latency_split_ms = LatencySplit { llm: summary(&mut llm_ms), retrieval: summary(&mut rest_ms) };
-    let n = queries.len().max(1) as f64;
-    let rerank = match (&opts.rerank, budget_reranker) {
-        (Some(r), Some((reranker, _))) => {
-            Some(crate::rerank::evaluate_reranking(r, reranker, &qrels, &pools, log).await?)
-        }
-        _ => None,
-    };
-    cost.llm_calls_per_query = cost.llm_calls as f64 / n;
-    cost.llm_tokens_per_query = cost.llm_tokens as f64 / n;
-    Ok(EvalReport {
-        dataset: name,
-        split: opts.split.clone(),
-        queries: report.queries,
-        config,
-        metrics: report.mean,
-        latency_ms,
-        index_seconds,
-        index_cached: cached,
-        documents: data.corpus.len(),
-        truncated_documents,
-        truncated_passages,
-        passages,
-        passage_level,
-        failed_queries: failed,
-        load_issues: data.issues.iter().map(ToString::to_string).chain(passage_issues).collect(),
-        store_location: location,
-        cost,
-        latency_split_ms,
-        routes,
-        rerank,
-    })
+    config
 }
 
 /// What [`open_index`] opened.
@@ -631,19 +607,7 @@ pub(crate) async fn open_index(
     let chunking = opts.chunking_key();
     let data_corpus = corpus;
     // The index depends on the corpus bytes and on everything that changes the stored vectors.
-    let corpus_hash = hash_file(&opts.dataset.join("corpus.jsonl"))?;
-    let dense_key = embedder.as_ref().map_or_else(
-        || "none".to_owned(),
-        |e| {
-            let (spec, emb) = (e.spec(), &opts.embedding);
-            let tails = if emb.strip_vectors_past_window { "+tails" } else { "" };
-            format!("{}/{}/max_length={}/strips={}{tails}", spec.model_id, spec.dim, emb.max_length, emb.strip_vectors)
-        },
-    );
-    let key = format!(
-        "{corpus_hash:016x}-bm25-k1={}-b={}-avgdl={:?}-dense={dense_key}-{chunking}",
-        opts.bm25.k1, opts.bm25.b, opts.bm25.avg_doc_len
-    );
+    let key = index_key(opts, embedder.as_ref())?;
     let key_hash = xxhash_rust::xxh3::xxh3_64(key.as_bytes());
     let store_dir = opts.cache_dir.join(format!("{name}-{key_hash:016x}"));
     let marker = store_dir.join(COMPLETE_MARKER);
@@ -655,20 +619,7 @@ pub(crate) async fn open_index(
         ..StoreConfig::default()
     };
     let local = ragtune::stores::kind(opts.store).local;
-    let cached = if local {
-        let cached = marker.is_file() && !opts.reindex;
-        if !cached && store_dir.exists() {
-            // An incomplete or unwanted index: start over rather than evaluate a partial one.
-            std::fs::remove_dir_all(&store_dir).map_err(|e| {
-                Error::permanent(format!("cannot clear the cached index {}", store_dir.display())).with_source(e)
-            })?;
-        }
-        cached
-    } else {
-        // A remote store has no completion marker beside it: it is rebuilt on every run, from empty.
-        ragtune::stores::clear_store(&store).await?;
-        false
-    };
+    let cached = reuse_or_clear(local, opts.reindex, &store, &store_dir, &marker).await?;
     let location = store.location();
     let cfg = Config {
         store,
@@ -706,23 +657,69 @@ pub(crate) async fn open_index(
     let truncated = truncated.filter(|_| dense);
     let seconds = started.elapsed().as_secs_f64();
     if let Some(n) = truncated.filter(|&n| n > 0) {
-        let message = match opts.chunking {
-            EvalChunking::Whole => format!(
-                "warning: {n} of {} documents are longer than the embedding model's {}-token window: their dense \
-                 vectors see only their beginning (`--chunking passages` chunks long documents)",
-                data_corpus.len(),
-                opts.embedding.max_length
-            ),
-            EvalChunking::Passages => format!(
-                "warning: {n} of {} passages are longer than the embedding model's {}-token window: their dense \
-                 vectors see only their beginning (a smaller `[chunking] chunk_size` makes every passage fit)",
-                passages.map_or_else(|| "the".to_owned(), |p| p.to_string()),
-                opts.embedding.max_length
-            ),
-        };
-        log(&message);
+        log(&truncation_warning(opts, n, data_corpus.len(), passages));
     }
     Ok(IndexOpened { engine, cached, location, seconds, truncated, passages })
+}
+
+/// The cache key of an index: the corpus bytes and everything that changes the stored vectors.
+fn index_key(opts: &EvalOptions, embedder: Option<&std::sync::Arc<dyn ragtune::core::Embedder>>) -> Result<String> {
+    let chunking = opts.chunking_key();
+    let corpus_hash = hash_file(&opts.dataset.join("corpus.jsonl"))?;
+    let dense_key = embedder.map_or_else(
+        || "none".to_owned(),
+        |e| {
+            let (spec, emb) = (e.spec(), &opts.embedding);
+            let tails = if emb.strip_vectors_past_window { "+tails" } else { "" };
+            format!("{}/{}/max_length={}/strips={}{tails}", spec.model_id, spec.dim, emb.max_length, emb.strip_vectors)
+        },
+    );
+    Ok(format!(
+        "{corpus_hash:016x}-bm25-k1={}-b={}-avgdl={:?}-dense={dense_key}-{chunking}",
+        opts.bm25.k1, opts.bm25.b, opts.bm25.avg_doc_len
+    ))
+}
+
+/// Whether the index in `store` can be used as it is: a `local` store's complete index (its `marker` written) unless
+/// `reindex`, an incomplete or unwanted one removed; a remote store is emptied and never counts as cached.
+async fn reuse_or_clear(
+    local: bool,
+    reindex: bool,
+    store: &StoreConfig,
+    store_dir: &Path,
+    marker: &Path,
+) -> Result<bool> {
+    if local {
+        let cached = marker.is_file() && !reindex;
+        if !cached && store_dir.exists() {
+            // An incomplete or unwanted index: start over rather than evaluate a partial one.
+            std::fs::remove_dir_all(store_dir).map_err(|e| {
+                Error::permanent(format!("cannot clear the cached index {}", store_dir.display())).with_source(e)
+            })?;
+        }
+        Ok(cached)
+    } else {
+        // A remote store has no completion marker beside it: it is rebuilt on every run, from empty.
+        ragtune::stores::clear_store(store).await?;
+        Ok(false)
+    }
+}
+
+/// The warning logged when `n` documents (or passages, with chunking) are longer than the embedding model's window.
+fn truncation_warning(opts: &EvalOptions, n: usize, documents: usize, passages: Option<usize>) -> String {
+    match opts.chunking {
+        EvalChunking::Whole => format!(
+            "warning: {n} of {} documents are longer than the embedding model's {}-token window: their dense \
+             vectors see only their beginning (`--chunking passages` chunks long documents)",
+            documents, opts.embedding.max_length
+        ),
+        EvalChunking::Passages => format!(
+            "warning: {n} of {} passages are longer than the embedding model's {}-token window: their dense \
+             vectors see only their beginning (a smaller `[chunking] chunk_size` makes every passage fit)",
+            passages.map_or_else(|| "the".to_owned(), |p| p.to_string()),
+            opts.embedding.max_length
+        ),
+    }
 }
 
 /// A ranked list of chunks as a `trec_eval` run of documents: a document counts once, at its best-ranked chunk,

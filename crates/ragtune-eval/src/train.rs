@@ -227,6 +227,8 @@ pub async fn mine_groups(opts: &TrainOptions, log: &mut dyn FnMut(&str)) -> Resu
     Ok((groups, mined))
 }
 
+/// Mines one dataset's groups: its passages indexed, each training query's hard negatives drawn from its hybrid
+/// retrieval, and what was mined.
 async fn mine_dataset(
     opts: &TrainOptions,
     dataset: &Path,
@@ -250,9 +252,45 @@ async fn mine_dataset(
     let opened = open_index(&eval, &name, &data.corpus, Some(embedder), None, log).await?;
     let retriever = opened.engine.transformed_retriever(Strategy::Hybrid, Transform::None).await?;
     let gold = gold.map(|g| g.locate(&data.corpus));
-    let mut locator = crate::passages::Locator::new(&data.corpus);
-    let docs: std::collections::HashMap<&str, &Document> = data.corpus.iter().map(|d| (d.id.as_str(), d)).collect();
+    let mut miner = Miner {
+        opts,
+        name: &name,
+        qrels: &data.qrels,
+        gold: gold.as_ref(),
+        locator: crate::passages::Locator::new(&data.corpus),
+        docs: data.corpus.iter().map(|d| (d.id.as_str(), d)).collect(),
+    };
+    let (queries, mut report) = training_queries(opts, dataset, &data);
 
+    let mut groups = Vec::new();
+    for (i, q) in queries.iter().enumerate() {
+        let query = Query { id: Some(q.id.clone()), ..Query::new(q.text.clone()).with_top_k(opts.pool) };
+        let list = retriever.retrieve(&Ctx::new(), std::slice::from_ref(&query)).await?.pop().unwrap_or_default();
+        let Some((positives, not_negative)) = miner.positives(q, &list, &mut report) else { continue };
+        miner.push_groups(q, &list, positives, &not_negative, &mut groups, &mut report);
+        if (i + 1) % 200 == 0 {
+            log(&format!("{name}: mined {} of {} queries", i + 1, queries.len()));
+        }
+    }
+    if opts.max_groups > 0 && groups.len() > opts.max_groups {
+        groups.sort_by_key(|g| {
+            (xxhash_rust::xxh3::xxh3_64(format!("{}\0{}", opts.seed, g.source).as_bytes()), g.source.clone())
+        });
+        groups.truncate(opts.max_groups);
+        groups.sort_by(|a, b| a.source.cmp(&b.source));
+    }
+    report.groups = groups.len();
+    Ok((groups, report))
+}
+
+/// The judged train queries of a dataset that training may use, and the report begun for them: the CMU set's
+/// questions that QA evaluations report and the first `opts.hold_out` queries are left out, and the dataset's files
+/// are hashed.
+fn training_queries<'d>(
+    opts: &TrainOptions,
+    dataset: &Path,
+    data: &'d ragtune::ingest::BeirDataset,
+) -> (Vec<&'d ragtune::ingest::BeirQuery>, MinedDataset) {
     let mut queries = data.queries_with_qrels();
     // The CMU set's questions are those of the QA evaluations: leave out the ones they report.
     let reserved: HashSet<String> = if dataset.join("build.json").is_file() {
@@ -280,31 +318,53 @@ async fn mine_dataset(
             report.files_xxh3.insert(file.to_owned(), format!("{:016x}", xxhash_rust::xxh3::xxh3_64(&bytes)));
         }
     }
+    (queries, report)
+}
 
-    let mut groups = Vec::new();
-    for (i, q) in queries.iter().enumerate() {
-        let query = Query { id: Some(q.id.clone()), ..Query::new(q.text.clone()).with_top_k(opts.pool) };
-        let list = retriever.retrieve(&Ctx::new(), std::slice::from_ref(&query)).await?.pop().unwrap_or_default();
-        let judged = data.qrels.get(&q.id);
+/// A query's positives (each with whether it was retrieved) and the ids of the retrieved passages that may not be
+/// its negatives.
+type Positives<'l> = (Vec<(String, bool)>, HashSet<&'l str>);
+
+/// What mining one dataset's groups reads: its judgements at document and passage level and its documents.
+struct Miner<'a> {
+    opts: &'a TrainOptions,
+    name: &'a str,
+    qrels: &'a ragtune::ingest::Qrels,
+    gold: Option<&'a crate::passages::GoldPassages>,
+    locator: crate::passages::Locator<'a>,
+    docs: std::collections::HashMap<&'a str, &'a Document>,
+}
+
+impl Miner<'_> {
+    /// The positives of query `q` among its retrieved passages `list` and the passages that may not be negatives;
+    /// `None` (counted in `report`) when the dataset judges passages but not for this query.
+    fn positives<'l>(
+        &mut self,
+        q: &ragtune::ingest::BeirQuery,
+        list: &'l [Candidate],
+        report: &mut MinedDataset,
+    ) -> Option<Positives<'l>> {
+        let judged = self.qrels.get(&q.id);
         let relevant_doc = |doc: &str| judged.and_then(|j| j.get(doc)).is_some_and(|g| *g > 0);
         // Positives, and which retrieved passages may not be negatives.
         let mut positives: Vec<(String, bool)> = Vec::new();
         let mut not_negative: HashSet<&str> = HashSet::new();
-        if let Some(g) = gold.as_ref() {
+        if let Some(g) = self.gold {
             // With passage judgements, a query without any (a yes/no question, say) has no known answering
             // passage: a relevant article's best passage need not answer it.
             if !g.judges(&q.id) {
                 report.without_passage_judgements += 1;
-                continue;
+                return None;
             }
-            let credited: Vec<&Candidate> = list.iter().filter(|c| g.credits(&q.id, &c.chunk, &mut locator)).collect();
+            let credited: Vec<&Candidate> =
+                list.iter().filter(|c| g.credits(&q.id, &c.chunk, &mut self.locator)).collect();
             not_negative.extend(credited.iter().map(|c| c.chunk.id.as_str()));
             // A passage of a relevant article that holds no judged passage may still answer: not a negative.
             not_negative.extend(list.iter().filter(|c| relevant_doc(&c.chunk.doc_id)).map(|c| c.chunk.id.as_str()));
             match credited.first() {
                 Some(c) => positives.push((c.chunk.indexable_text(), true)),
                 None => {
-                    if let Some(text) = g.first_text(&q.id, &docs) {
+                    if let Some(text) = g.first_text(&q.id, &self.docs) {
                         positives.push((text, false));
                     }
                 }
@@ -319,13 +379,28 @@ async fn mine_dataset(
                 match list.iter().find(|c| c.chunk.doc_id == doc) {
                     Some(c) => positives.push((c.chunk.indexable_text(), true)),
                     None => {
-                        if let Some(d) = docs.get(doc) {
+                        if let Some(d) = self.docs.get(doc) {
                             positives.push((opening(d, 100), false));
                         }
                     }
                 }
             }
         }
+        Some((positives, not_negative))
+    }
+
+    /// Pushes query `q`'s groups onto `groups`: one per positive, with `opts.negatives` passages of `list` that may
+    /// be negatives, chosen by a seeded hash.
+    fn push_groups(
+        &self,
+        q: &ragtune::ingest::BeirQuery,
+        list: &[Candidate],
+        positives: Vec<(String, bool)>,
+        not_negative: &HashSet<&str>,
+        groups: &mut Vec<Group>,
+        report: &mut MinedDataset,
+    ) {
+        let opts = self.opts;
         let mut candidates: Vec<&Candidate> =
             list.iter().filter(|c| !not_negative.contains(c.chunk.id.as_str())).collect();
         for (n, (positive, retrieved)) in positives.into_iter().enumerate() {
@@ -339,21 +414,10 @@ async fn mine_dataset(
                 candidates.iter().take(opts.negatives).map(|c| c.chunk.indexable_text()).collect();
             report.positives_not_retrieved += usize::from(!retrieved);
             report.short_groups += usize::from(negatives.len() < opts.negatives);
-            groups.push(Group { query: q.text.clone(), positive, negatives, source: format!("{name}/{}", q.id) });
-        }
-        if (i + 1) % 200 == 0 {
-            log(&format!("{name}: mined {} of {} queries", i + 1, queries.len()));
+            let source = format!("{}/{}", self.name, q.id);
+            groups.push(Group { query: q.text.clone(), positive, negatives, source });
         }
     }
-    if opts.max_groups > 0 && groups.len() > opts.max_groups {
-        groups.sort_by_key(|g| {
-            (xxhash_rust::xxh3::xxh3_64(format!("{}\0{}", opts.seed, g.source).as_bytes()), g.source.clone())
-        });
-        groups.truncate(opts.max_groups);
-        groups.sort_by(|a, b| a.source.cmp(&b.source));
-    }
-    report.groups = groups.len();
-    Ok((groups, report))
 }
 
 /// A document's title and its first `words` words, as a passage would be shown to the model.
@@ -375,17 +439,7 @@ pub async fn train_reranker(opts: &TrainOptions, progress: &mut dyn FnMut(TrainE
     let home = ragtune::ragtune_home();
     let init = ragtune::provision::ModelLayout::new(&home).minilm_dir();
     // Fail before the long mining when the trainer cannot run.
-    let python = if opts.mine_only {
-        None
-    } else {
-        if !init.join("model.safetensors").is_file() {
-            return Err(Error::unavailable(format!(
-                "{} is missing: run `cargo xtask models` (it provisions the fp32 weights the reranker starts from)",
-                init.join("model.safetensors").display()
-            )));
-        }
-        Some(ragtune::provision::trainer::trainer_python(&home, &mut |m| progress(TrainEvent::Log(m.to_owned())))?)
-    };
+    let python = if opts.mine_only { None } else { Some(trainer_venv_python(&home, &init, progress)?) };
     let (groups, mined) = mine_groups(opts, &mut |m| progress(TrainEvent::Log(m.to_owned()))).await?;
     if groups.is_empty() {
         return Err(Error::invalid_input("no training group could be mined from the datasets"));
@@ -418,26 +472,10 @@ pub async fn train_reranker(opts: &TrainOptions, progress: &mut dyn FnMut(TrainE
     let described_path = opts.out.join(".data.json");
     std::fs::write(&described_path, described.to_string()).map_err(io("cannot write the data description".into()))?;
 
-    let mut cmd = Command::new(&python);
-    cmd.arg(&script)
-        .arg("--groups")
-        .arg(&groups_path)
-        .arg("--init")
-        .arg(&init)
-        .arg("--out")
-        .arg(&opts.out)
-        .arg("--provenance")
-        .arg(&described_path)
-        .args(["--seed", &opts.seed.to_string(), "--steps", &opts.steps.to_string()])
-        .args(["--queries-per-step", &opts.queries_per_step.to_string()])
-        .args(["--negatives", &opts.negatives.to_string(), "--max-length", &opts.max_length.to_string()])
-        .args(["--lr", &opts.learning_rate.to_string(), "--threads", &opts.threads.to_string()])
-        .env("OMP_NUM_THREADS", opts.threads.to_string())
-        .env("OPENBLAS_NUM_THREADS", opts.threads.to_string())
-        .env("PYTHONUNBUFFERED", "1")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = cmd.spawn().map_err(|e| Error::unavailable(format!("cannot run {}: {e}", python.display())))?;
+    let files = TrainerFiles { script: &script, groups: &groups_path, init: &init, described: &described_path };
+    let mut child = trainer_command(opts, &python, &files)
+        .spawn()
+        .map_err(|e| Error::unavailable(format!("cannot run {}: {e}", python.display())))?;
     let stderr = child.stderr.take().map(|s| {
         std::thread::spawn(move || {
             let mut lines: Vec<String> = BufReader::new(s).lines().map_while(std::result::Result::ok).collect();
@@ -447,22 +485,7 @@ pub async fn train_reranker(opts: &TrainOptions, progress: &mut dyn FnMut(TrainE
         })
     });
     if let Some(out) = child.stdout.take() {
-        for line in BufReader::new(out).lines().map_while(std::result::Result::ok) {
-            let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
-                progress(TrainEvent::Log(line));
-                continue;
-            };
-            let n = |k: &str| v.get(k).and_then(serde_json::Value::as_u64).unwrap_or(0);
-            match v.get("event").and_then(serde_json::Value::as_str) {
-                Some("start") => progress(TrainEvent::Started { steps: n("steps"), groups: n("groups") }),
-                Some("step") => progress(TrainEvent::Step {
-                    step: n("step"),
-                    loss: v.get("loss").and_then(serde_json::Value::as_f64).unwrap_or(f64::NAN),
-                }),
-                Some("export") => progress(TrainEvent::Export),
-                _ => {}
-            }
-        }
+        forward_progress(out, progress);
     }
     let status = child.wait().map_err(|e| Error::permanent("the trainer vanished").with_source(e))?;
     let tail = stderr.and_then(|h| h.join().ok()).unwrap_or_default();
@@ -477,6 +500,72 @@ pub async fn train_reranker(opts: &TrainOptions, progress: &mut dyn FnMut(TrainE
         .and_then(|t| serde_json::from_str(&t).map_err(|e| Error::corrupt("provenance.json").with_source(e)))?;
     let _ = std::io::stderr().flush();
     Ok(TrainReport { out: opts.out.clone(), mined, provenance: Some(provenance) })
+}
+
+/// The trainer venv's Python, made when missing, once the fp32 weights the reranker starts from (`init`) are known
+/// to be there.
+fn trainer_venv_python(home: &Path, init: &Path, progress: &mut dyn FnMut(TrainEvent)) -> Result<PathBuf> {
+    if !init.join("model.safetensors").is_file() {
+        return Err(Error::unavailable(format!(
+            "{} is missing: run `cargo xtask models` (it provisions the fp32 weights the reranker starts from)",
+            init.join("model.safetensors").display()
+        )));
+    }
+    ragtune::provision::trainer::trainer_python(home, &mut |m| progress(TrainEvent::Log(m.to_owned())))
+}
+
+/// The files a training run reads: the trainer script, the groups, the initial weights' directory and the data
+/// description.
+struct TrainerFiles<'a> {
+    script: &'a Path,
+    groups: &'a Path,
+    init: &'a Path,
+    described: &'a Path,
+}
+
+/// The trainer's command line and environment: the recipe's settings as arguments, the thread count for torch and
+/// the BLAS libraries, unbuffered output, stdout and stderr piped.
+fn trainer_command(opts: &TrainOptions, python: &Path, files: &TrainerFiles<'_>) -> Command {
+    let mut cmd = Command::new(python);
+    cmd.arg(files.script)
+        .arg("--groups")
+        .arg(files.groups)
+        .arg("--init")
+        .arg(files.init)
+        .arg("--out")
+        .arg(&opts.out)
+        .arg("--provenance")
+        .arg(files.described)
+        .args(["--seed", &opts.seed.to_string(), "--steps", &opts.steps.to_string()])
+        .args(["--queries-per-step", &opts.queries_per_step.to_string()])
+        .args(["--negatives", &opts.negatives.to_string(), "--max-length", &opts.max_length.to_string()])
+        .args(["--lr", &opts.learning_rate.to_string(), "--threads", &opts.threads.to_string()])
+        .env("OMP_NUM_THREADS", opts.threads.to_string())
+        .env("OPENBLAS_NUM_THREADS", opts.threads.to_string())
+        .env("PYTHONUNBUFFERED", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cmd
+}
+
+/// Reads the trainer's stdout to its end: its JSON events as [`TrainEvent`]s, any other line as a log line.
+fn forward_progress(out: impl std::io::Read, progress: &mut dyn FnMut(TrainEvent)) {
+    for line in BufReader::new(out).lines().map_while(std::result::Result::ok) {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
+            progress(TrainEvent::Log(line));
+            continue;
+        };
+        let n = |k: &str| v.get(k).and_then(serde_json::Value::as_u64).unwrap_or(0);
+        match v.get("event").and_then(serde_json::Value::as_str) {
+            Some("start") => progress(TrainEvent::Started { steps: n("steps"), groups: n("groups") }),
+            Some("step") => progress(TrainEvent::Step {
+                step: n("step"),
+                loss: v.get("loss").and_then(serde_json::Value::as_f64).unwrap_or(f64::NAN),
+            }),
+            Some("export") => progress(TrainEvent::Export),
+            _ => {}
+        }
+    }
 }
 
 #[allow(clippy::trivially_copy_pass_by_ref)]
