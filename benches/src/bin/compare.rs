@@ -12,6 +12,9 @@
 //! - `dense_qps_1`, `dense_qps_2`: dense queries per second with one and two queries in flight, the medians of five
 //!   rounds of each, alternated (every round in `dense_qps_rounds`).
 //!
+//! `--per-query FILE` also writes each query's milliseconds of every kind, one JSON line per query (the peer takes the
+//! same flag), to tell which queries make a tail.
+//!
 //! `--threads 0` (the default) leaves every setting at ragtune's defaults (a session per core, one intra-op
 //! thread each, the int8 model); `--threads T` runs one ONNX Runtime session with `T` intra-op threads. `--fp32` runs
 //! the model file as shipped instead of its int8 variant (`embedding.quantized = false`). The query-embedding cache
@@ -27,7 +30,7 @@ use ragtune::{Chunking, Config, Engine, Strategy};
 fn main() -> Result<()> {
     let mut args = std::env::args().skip(1);
     let (mut dataset, mut docs, mut queries, mut threads) = (None, 1000_usize, 300_usize, 0_usize);
-    let mut fp32 = false;
+    let (mut fp32, mut per_query) = (false, None);
     while let Some(a) = args.next() {
         if a == "--fp32" {
             fp32 = true;
@@ -39,15 +42,25 @@ fn main() -> Result<()> {
             "--docs" => docs = value()?.parse().context("--docs")?,
             "--queries" => queries = value()?.parse().context("--queries")?,
             "--threads" => threads = value()?.parse().context("--threads")?,
-            other => bail!("unknown argument {other} (use --dataset, --docs, --queries, --threads, --fp32)"),
+            "--per-query" => per_query = Some(std::path::PathBuf::from(value()?)),
+            other => {
+                bail!("unknown argument {other} (use --dataset, --docs, --queries, --threads, --fp32, --per-query)")
+            }
         }
     }
     let dataset = dataset.context("--dataset DIR is required")?;
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-    rt.block_on(run(&dataset, docs, queries, threads, fp32))
+    rt.block_on(run(&dataset, docs, queries, threads, fp32, per_query.as_deref()))
 }
 
-async fn run(dataset: &str, docs: usize, queries: usize, threads: usize, fp32: bool) -> Result<()> {
+async fn run(
+    dataset: &str,
+    docs: usize,
+    queries: usize,
+    threads: usize,
+    fp32: bool,
+    per_query: Option<&std::path::Path>,
+) -> Result<()> {
     let data = ragtune::ingest::load_beir(std::path::Path::new(dataset), "test")?;
     let corpus: Vec<_> = data.corpus.iter().take(docs).cloned().collect();
     let texts: Vec<String> = data.queries_with_qrels().iter().take(queries).map(|q| q.text.clone()).collect();
@@ -95,6 +108,13 @@ async fn run(dataset: &str, docs: usize, queries: usize, threads: usize, fp32: b
             ms.push(t.elapsed().as_secs_f64() * 1000.0);
         }
     }
+    if let Some(path) = per_query {
+        write_per_query(
+            path,
+            &texts,
+            [("embed_ms", &embed_ms), ("dense_ms", &dense_ms), ("hybrid_ms", &hybrid_ms), ("bm25_ms", &bm25_ms)],
+        )?;
+    }
     let engine = Arc::new(engine);
     // One and two in flight alternately, medians of the rounds: a change of load during the run (another
     // process, frequency) falls on both sides instead of on one.
@@ -140,6 +160,20 @@ async fn throughput(engine: &Arc<Engine>, texts: &[String], concurrency: usize) 
         async move { Ok(engine.search_with(Query::new(q), Strategy::Dense).await.map(drop)?) }
     })
     .await
+}
+
+/// One JSON line per query (its index, text and every kind's milliseconds), to find which queries make a tail.
+fn write_per_query(path: &std::path::Path, texts: &[String], kinds: [(&str, &Vec<f64>); 4]) -> Result<()> {
+    let mut out = String::new();
+    for (i, text) in texts.iter().enumerate() {
+        let mut line = serde_json::json!({ "i": i, "query": text });
+        for (name, ms) in kinds {
+            line[name] = ms[i].into();
+        }
+        out.push_str(&line.to_string());
+        out.push('\n');
+    }
+    std::fs::write(path, out).with_context(|| format!("cannot write {}", path.display()))
 }
 
 fn percentiles(mut ms: Vec<f64>) -> serde_json::Value {

@@ -5,6 +5,7 @@ padding, run, mean-pool over the attention mask, L2-normalise), vectors in a num
 matrix-vector product and argpartition. BM25: bm25s (tokenise with English stop words, `retrieve` top 10).
 
     python peer.py --model-dir DIR --dataset DIR [--docs 1000] [--queries 300] [--threads 0] [--batch-size 32]
+        [--per-query FILE]
 
 `--threads 0` leaves onnxruntime at its defaults (intra-op threads = cores); `--threads T` sets intra-op threads to
 T. Indexing time covers embedding every document and building the BM25 index (the peer's "searchable index"); query
@@ -52,6 +53,7 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--max-length", type=int, default=256)
+    p.add_argument("--per-query", help="also write each query's milliseconds, one JSON line per query")
     a = p.parse_args()
 
     started = time.perf_counter()
@@ -84,6 +86,11 @@ def main() -> None:
             t = time.perf_counter()
             f(q)
             out.append((time.perf_counter() - t) * 1000.0)
+    if a.per_query:
+        with open(a.per_query, "w", encoding="utf-8") as f:
+            for i, q in enumerate(queries):
+                line = {"i": i, "query": q, "embed_ms": embed_ms[i], "dense_ms": dense_ms[i], "bm25_ms": bm25_ms[i]}
+                f.write(json.dumps(line) + "\n")
     print(
         json.dumps(
             {
