@@ -38,6 +38,7 @@ fn config(dir: &Path, model: &Path, max_docs: u64) -> Config {
         model: Some(model.display().to_string()),
         max_docs,
         policy: RerankPolicy::Greedy,
+        threads: 1,
         ..RerankSettings::default()
     };
     cfg
@@ -402,6 +403,7 @@ async fn eval_crag_and_calibrate_score_with_the_cross_encoder() {
     cfg.crag.scorer = ScorerKind::CrossEncoder;
     cfg.rerank.reranker = RerankerKind::CrossEncoder;
     cfg.rerank.model = Some(tiny_cross_encoder().display().to_string());
+    cfg.rerank.threads = 1;
     let report = ragtune_eval::crag::run_crag_eval(&opts, &cfg, 1, &mut |_| {}).await.unwrap();
     let row = &report.evaluators[1];
     assert_eq!(row.evaluator, "model:cross-encoder:tiny-cross-encoder", "{report:?}");

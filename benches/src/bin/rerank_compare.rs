@@ -17,8 +17,8 @@
 //!   `query_ms` (p50/p99/mean of one query's call), `model_load_seconds`. `--dump` writes every score, in file
 //!   order, as little-endian f32, for the score check.
 //!
-//! `--threads 0` (the default) keeps ragtune's default intra-op threads for the cross-encoder (`[embedding]
-//! threads`, after `$RAGTUNE_CONFIG` and `RAGTUNE__…` overrides); `--threads T` sets `T`.
+//! `--threads 0` (the default) keeps ragtune's default intra-op threads for the cross-encoder (`[rerank] threads`,
+//! after `$RAGTUNE_CONFIG` and `RAGTUNE__…` overrides: one per core unless set); `--threads T` sets `T`.
 
 use std::io::Write as _;
 use std::time::Instant;
@@ -162,9 +162,9 @@ async fn run(model: &str, pairs: &str, s: Settings, dump: Option<&str>) -> Resul
     config.rerank.model = Some(model.to_owned());
     (config.rerank.max_length, config.rerank.batch_size) = (s.max_length, s.batch_size);
     if s.threads > 0 {
-        config.embedding.threads = s.threads;
+        config.rerank.threads = s.threads;
     }
-    let threads = config.embedding.threads;
+    let threads = ragtune::cross_encoder_threads(&config.rerank);
     let started = Instant::now();
     let reranker = ragtune::load_cross_encoder(&config.rerank, &config.embedding)?;
     let load_seconds = started.elapsed().as_secs_f64();

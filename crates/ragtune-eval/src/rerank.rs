@@ -94,7 +94,9 @@ impl EvalReranker {
             }
             RerankerKind::CrossEncoder => {
                 let fingerprint = ragtune::cross_encoder_fingerprint(&self.settings)?;
-                let inner = ragtune::load_cross_encoder(&self.settings, embedding)?;
+                // On the evaluation's `--threads`, like the embedding model: scores do not depend on threads.
+                let settings = RerankSettings { threads: embedding.threads, ..self.settings.clone() };
+                let inner = ragtune::load_cross_encoder(&settings, embedding)?;
                 let model = inner.name().strip_prefix("cross-encoder:").unwrap_or(inner.name()).to_owned();
                 let cached = CachedReranker::new(inner, &self.score_cache)?.with_model_id(&fingerprint);
                 let mut config = serde_json::json!({

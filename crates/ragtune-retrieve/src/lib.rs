@@ -113,3 +113,18 @@ async fn fill_text_from(
     }
     Ok(())
 }
+/// Returns `Pending` once, waking itself, then `Ready`: the executor polls whatever else is ready first. No
+/// runtime needed (the crate stays runtime-agnostic).
+pub(crate) async fn yield_once() {
+    let mut yielded = false;
+    std::future::poll_fn(move |cx| {
+        if yielded {
+            std::task::Poll::Ready(())
+        } else {
+            yielded = true;
+            cx.waker().wake_by_ref();
+            std::task::Poll::Pending
+        }
+    })
+    .await;
+}

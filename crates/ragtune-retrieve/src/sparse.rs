@@ -49,7 +49,12 @@ impl Retriever for SparseRetriever {
 
 impl SparseRetriever {
     /// Retrieves, with the chunks' texts or (`text` false) without them.
+    ///
+    /// It yields to its executor once before its work, which is synchronous and CPU-bound (encoding and an
+    /// in-memory index search): beside a dense retrieval (hybrid polls its inputs in order), the dense retriever's
+    /// model call is then started first and the keyword search runs while the query is embedded, instead of before.
     async fn run(&self, ctx: &Ctx, queries: &[Query], text: bool) -> Result<Vec<Vec<Candidate>>> {
+        crate::yield_once().await;
         let started = Instant::now();
         crate::validate_all(queries)?;
         let texts: Vec<&str> = queries.iter().map(|q| q.text.as_str()).collect();
@@ -111,6 +116,27 @@ mod tests {
         assert_eq!(render(&out[0]), "1:a 2:b");
         assert_eq!(render(&out[1]), "1:c");
         assert_eq!(sink.take().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_future_polled_beside_it_starts_before_the_keyword_search() {
+        let r = retriever(&[("a", "red apple")]).await;
+        let order = std::sync::Mutex::new(Vec::new());
+        let (sink, ctx) = (TraceSink::new(), Ctx::new());
+        let ctx = ctx.with_trace(sink.clone());
+        let search = async {
+            let out = r.retrieve(&ctx, &[Query::new("apple")]).await;
+            order.lock().unwrap().push("searched");
+            out
+        };
+        // Polled after the search, as hybrid polls a dense input listed after the keyword one: it must still get
+        // its first poll (where a dense retriever starts its model call) before the search runs.
+        let other = async {
+            order.lock().unwrap().push("started");
+        };
+        let (out, ()) = futures_util::future::join(search, other).await;
+        assert_eq!(render(&out.unwrap()[0]), "1:a");
+        assert_eq!(*order.lock().unwrap(), ["started", "searched"]);
     }
 
     #[tokio::test]

@@ -55,7 +55,7 @@ pub use config::{
 };
 pub use engine::{Chunking, Engine, IndexReport, SearchResponse, WebStats};
 pub use models::{
-    QUANTIZED_MODEL_ID, QueryCache, RequestVectors, cross_encoder_fingerprint, load_cross_encoder, load_embedder,
-    load_llm, load_token_counter, local_llm_url,
+    QUANTIZED_MODEL_ID, QueryCache, RequestVectors, cross_encoder_fingerprint, cross_encoder_threads,
+    load_cross_encoder, load_embedder, load_llm, load_token_counter, local_llm_url,
 };
 pub use pipeline::{AnswerKind, AskResponse, Citation, ContextMethod, ContextPassage, CragCategory, CragMetadata};

@@ -87,8 +87,8 @@ pub(crate) fn load_embedder_and_tokens(
 }
 
 /// Loads the cross-encoder `[rerank] model` names, with `[rerank]`'s `max_length` and `batch_size`, on the ONNX
-/// Runtime of `[embedding]` (`ort_library`, else the provisioned one) and with its intra-op `threads`, so that the
-/// reranker and the embedder share one runtime and one thread setting.
+/// Runtime of `[embedding]` (`ort_library`, else the provisioned one), with [`cross_encoder_threads`] intra-op
+/// threads.
 ///
 /// Its name in traces is `cross-encoder:<the directory's name>` (or `cross-encoder:<hub name>`).
 ///
@@ -104,8 +104,17 @@ pub fn load_cross_encoder(rerank: &RerankSettings, embedding: &EmbeddingSettings
     cfg.model = cross_encoder_source(model);
     cfg.max_length = rerank.max_length;
     cfg.batch_size = rerank.batch_size;
-    cfg.intra_threads = embedding.threads;
+    cfg.intra_threads = cross_encoder_threads(rerank);
     Ok(Arc::new(CrossEncoderReranker::new(cfg)?))
+}
+
+/// The cross-encoder's intra-op threads: `[rerank] threads`, or one per core for 0.
+#[must_use]
+pub fn cross_encoder_threads(rerank: &RerankSettings) -> usize {
+    match rerank.threads {
+        0 => std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get),
+        n => n,
+    }
 }
 
 /// What identifies the weights of the cross-encoder `[rerank] model` names, for caches and reports: `sha256:` and

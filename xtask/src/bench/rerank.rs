@@ -7,7 +7,7 @@
 //!
 //! 1. `rerank-compare pairs` writes the (query, passage) pairs once: SciFact's test queries in order, each with the
 //!    texts of its top 30 BM25 passages (the evaluation's 100-word passages, title first), until `--pairs` (3000).
-//! 2. For ragtune's defaults (the cross-encoder's intra-op threads of `[embedding] threads`, one) against the peer's
+//! 2. For ragtune's defaults (the cross-encoder's `[rerank] threads`, one per core) against the peer's
 //!    (onnxruntime's default, one per core), then one intra-op thread each, it runs `rerank-compare run` (ragtune's
 //!    `CrossEncoderReranker`, loaded as the engine loads it) and `peer_rerank.py` (onnxruntime + tokenizers, tokenising
 //!    as fastembed does) on the same model file and pairs, same max_length and batch size, each query's passages in
@@ -238,7 +238,7 @@ fn difference(a: &[f32], b: &[f32]) -> Result<Difference> {
 
 fn print_row(row: &Row) {
     let setting = match row.threads {
-        "0" => "both at defaults (ragtune: the cross-encoder's 1 intra-op thread; peer: onnxruntime's, one per core)",
+        "0" => "both at defaults (ragtune: `[rerank] threads`, one per core; peer: onnxruntime's, one per core)",
         _ => "one intra-op thread each",
     };
     println!("\n{setting}  (load average before {}, after {})", row.before, row.after);

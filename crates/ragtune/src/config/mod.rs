@@ -380,6 +380,10 @@ impl Default for CragSettings {
     }
 }
 
+/// The most ONNX Runtime threads or sessions a setting may ask for: each is an OS thread, and a typo of a few zeros
+/// must be an error, not a machine brought to its knees.
+pub const MAX_THREADS: usize = 256;
+
 /// Budgeted reranking in the answer pipeline.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -397,6 +401,10 @@ pub struct RerankSettings {
     pub max_length: usize,
     /// Pairs per inference call of the cross-encoder.
     pub batch_size: usize,
+    /// ONNX Runtime intra-op threads of the cross-encoder; 0 (the default): one per core. The model is one session
+    /// that every request shares in turn, so its own threads are how it uses more than one core (onnxruntime's
+    /// default too); the embedding model's `[embedding] threads` are per session of a pool instead.
+    pub threads: usize,
     /// The most documents reranked per question (the controller's document budget).
     pub max_docs: u64,
     /// The scheduling policy: `greedy`, `dynamic` or `uncertainty`.
@@ -417,6 +425,7 @@ impl Default for RerankSettings {
             model: None,
             max_length: 256,
             batch_size: model.batch_size,
+            threads: 0,
             max_docs: 3,
             policy: ragtune_rerank::RerankPolicy::Uncertainty,
             retrieval_weight: 0.0,
@@ -454,7 +463,8 @@ pub enum RerankerKind {
     /// The LLM relevance judge (pointwise 0–10, `relevance@1`); needs the LLM.
     #[default]
     Llm,
-    /// An ONNX cross-encoder (`[rerank] model`), on the embedding model's ONNX Runtime and threads; needs no LLM.
+    /// An ONNX cross-encoder (`[rerank] model`), on the embedding model's ONNX Runtime and `[rerank] threads`; needs
+    /// no LLM.
     CrossEncoder,
 }
 
@@ -548,6 +558,17 @@ impl Config {
         self.retry.validate().map_err(section("retry"))?;
         self.hybrid.validate().map_err(section("hybrid"))?;
         self.rerank.validate()?;
+        let e = &self.embedding;
+        for (name, n) in [
+            ("[embedding] threads", e.threads),
+            ("[embedding] lone_threads", e.lone_threads),
+            ("[embedding] sessions", e.sessions),
+            ("[rerank] threads", self.rerank.threads),
+        ] {
+            if n > MAX_THREADS {
+                return Err(Error::invalid_input(format!("{name} must be at most {MAX_THREADS}, got {n}")));
+            }
+        }
         let boost = self.search.header_boost;
         if !boost.is_finite() || !(0.0..=1.0).contains(&boost) {
             return Err(Error::invalid_input(format!("[search] header_boost must be between 0 and 1, got {boost}")));
@@ -680,6 +701,23 @@ mod tests {
         let err = "no-such-value".parse::<T>().unwrap_err();
         assert_eq!(err.kind(), ragtune_core::ErrorKind::InvalidInput);
         assert!(err.to_string().contains(&format!("available: {}", expect.join(", "))), "{err}");
+    }
+
+    #[test]
+    fn thread_counts_are_bounded_and_the_cross_encoder_takes_every_core_by_default() {
+        for (toml, name) in [
+            ("[rerank]\nthreads = 100000\n", "[rerank] threads"),
+            ("[embedding]\nthreads = 257\n", "[embedding] threads"),
+            ("[embedding]\nlone_threads = 9999\n", "[embedding] lone_threads"),
+            ("[embedding]\nsessions = 1000\n", "[embedding] sessions"),
+        ] {
+            let err = Config::from_toml(toml).unwrap_err();
+            assert!(err.to_string().contains(&format!("{name} must be at most 256")), "{err}");
+        }
+        let cfg = Config::from_toml("[rerank]\nthreads = 256\n").unwrap();
+        assert_eq!(crate::models::cross_encoder_threads(&cfg.rerank), 256);
+        let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+        assert_eq!(crate::models::cross_encoder_threads(&RerankSettings::default()), cores);
     }
 
     #[test]
