@@ -12,6 +12,12 @@
 //! - `dense_qps_1`, `dense_qps_2`: dense queries per second with one and two queries in flight, the medians of five
 //!   rounds of each, alternated (every round in `dense_qps_rounds`).
 //!
+//! `--peer PYTHON MODEL_DIR` runs the Python peer (`crates/ragtune-embed/scripts/peer.py --serve`, on the same
+//! documents, queries and threads, with `MODEL_DIR`: the same ONNX file) in a process beside this one and sends it
+//! every query too, in turn with ragtune (ragtune first on even queries, the peer first on odd ones): both sides
+//! are timed under the same load at the same moment, and the JSON line gets a `peer` object with its figures. Each
+//! side times its own calls; the pipe between them is outside every timing.
+//!
 //! `--per-query FILE` also writes each query's milliseconds of every kind, one JSON line per query (the peer takes the
 //! same flag), to tell which queries make a tail.
 //!
@@ -30,7 +36,7 @@ use ragtune::{Chunking, Config, Engine, Strategy};
 fn main() -> Result<()> {
     let mut args = std::env::args().skip(1);
     let (mut dataset, mut docs, mut queries, mut threads) = (None, 1000_usize, 300_usize, 0_usize);
-    let (mut fp32, mut per_query) = (false, None);
+    let (mut fp32, mut per_query, mut peer) = (false, None, None::<(String, String)>);
     while let Some(a) = args.next() {
         if a == "--fp32" {
             fp32 = true;
@@ -43,14 +49,29 @@ fn main() -> Result<()> {
             "--queries" => queries = value()?.parse().context("--queries")?,
             "--threads" => threads = value()?.parse().context("--threads")?,
             "--per-query" => per_query = Some(std::path::PathBuf::from(value()?)),
+            "--peer" => {
+                let python = value()?;
+                let model_dir = args.next().context("--peer needs PYTHON and MODEL_DIR")?;
+                peer = Some((python, model_dir));
+            }
             other => {
-                bail!("unknown argument {other} (use --dataset, --docs, --queries, --threads, --fp32, --per-query)")
+                bail!(
+                    "unknown argument {other} (use --dataset, --docs, --queries, --threads, --fp32, --per-query, --peer)"
+                )
             }
         }
     }
     let dataset = dataset.context("--dataset DIR is required")?;
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-    rt.block_on(run(&dataset, docs, queries, threads, fp32, per_query.as_deref()))
+    let peer = peer.map(|(python, model_dir)| PeerCommand {
+        python,
+        model_dir,
+        dataset: dataset.clone(),
+        docs,
+        queries,
+        threads,
+    });
+    rt.block_on(run(&dataset, docs, queries, threads, fp32, per_query.as_deref(), peer))
 }
 
 async fn run(
@@ -60,6 +81,7 @@ async fn run(
     threads: usize,
     fp32: bool,
     per_query: Option<&std::path::Path>,
+    peer: Option<PeerCommand>,
 ) -> Result<()> {
     let data = ragtune::ingest::load_beir(std::path::Path::new(dataset), "test")?;
     let corpus: Vec<_> = data.corpus.iter().take(docs).cloned().collect();
@@ -96,7 +118,15 @@ async fn run(
     let n = texts.len();
     let (mut embed_ms, mut dense_ms, mut hybrid_ms, mut bm25_ms) =
         (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
-    for q in &texts {
+    // With --peer the Python peer runs in a process of its own beside this one, idle while this side runs: each query
+    // goes to both, ragtune first on even queries and the peer first on odd ones, so that both sides see the same
+    // load at the same moment and every figure is paired.
+    let mut peer = peer.map(|p| p.spawn()).transpose()?;
+    let mut peer_ms: Vec<[f64; 3]> = Vec::with_capacity(n);
+    for (i, q) in texts.iter().enumerate() {
+        if let Some(peer) = peer.as_mut().filter(|_| i % 2 == 1) {
+            peer_ms.push(peer.ask(q)?);
+        }
         let t = Instant::now();
         std::hint::black_box(embedder.embed(&Ctx::new(), &[q.as_str()], TextRole::Query).await?);
         embed_ms.push(t.elapsed().as_secs_f64() * 1000.0);
@@ -107,12 +137,17 @@ async fn run(
             std::hint::black_box(engine.search_with(Query::new(q.clone()), strategy).await?);
             ms.push(t.elapsed().as_secs_f64() * 1000.0);
         }
+        if let Some(peer) = peer.as_mut().filter(|_| i % 2 == 0) {
+            peer_ms.push(peer.ask(q)?);
+        }
     }
+    let peer_report = peer.map(|p| p.finish(&peer_ms)).transpose()?;
     if let Some(path) = per_query {
         write_per_query(
             path,
             &texts,
             [("embed_ms", &embed_ms), ("dense_ms", &dense_ms), ("hybrid_ms", &hybrid_ms), ("bm25_ms", &bm25_ms)],
+            &peer_ms,
         )?;
     }
     let engine = Arc::new(engine);
@@ -144,9 +179,85 @@ async fn run(
             "dense_qps_1": dense_qps_1,
             "dense_qps_2": dense_qps_2,
             "dense_qps_rounds": {"1": qps_1, "2": qps_2},
+            "peer": peer_report,
         })
     );
     Ok(())
+}
+
+/// The peer's kinds, in the order of its answer to each query.
+const PEER_KINDS: [&str; 3] = ["embed_ms", "dense_ms", "bm25_ms"];
+
+/// How to start the Python peer (`crates/ragtune-embed/scripts/peer.py --serve`) on the same data and threads.
+struct PeerCommand {
+    python: String,
+    model_dir: String,
+    dataset: String,
+    docs: usize,
+    queries: usize,
+    threads: usize,
+}
+
+/// The running peer: one query a line in, its milliseconds of each kind a line out.
+struct Peer {
+    child: std::process::Child,
+    input: std::process::ChildStdin,
+    output: std::io::BufReader<std::process::ChildStdout>,
+    ready: serde_json::Value,
+}
+
+impl PeerCommand {
+    /// Starts the peer and waits until it has indexed the documents (its first line).
+    fn spawn(self) -> Result<Peer> {
+        use std::io::BufRead as _;
+        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../crates/ragtune-embed/scripts/peer.py");
+        let mut child = std::process::Command::new(&self.python)
+            .arg(&script)
+            .args(["--model-dir", &self.model_dir, "--dataset", &self.dataset, "--serve"])
+            .args(["--docs", &self.docs.to_string(), "--queries", &self.queries.to_string()])
+            .args(["--threads", &self.threads.to_string()])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .with_context(|| format!("cannot start {} {}", self.python, script.display()))?;
+        let input = child.stdin.take().context("the peer's stdin")?;
+        let mut output = std::io::BufReader::new(child.stdout.take().context("the peer's stdout")?);
+        let mut line = String::new();
+        output.read_line(&mut line).context("reading the peer's first line")?;
+        let ready: serde_json::Value =
+            serde_json::from_str(&line).with_context(|| format!("the peer's first line is not JSON: {line:?}"))?;
+        eprintln!("compare: the peer indexed {} documents in {:.1} s", ready["docs"], ready["index_seconds"]);
+        Ok(Peer { child, input, output, ready })
+    }
+}
+
+impl Peer {
+    /// Runs `query` through the peer's kinds; their milliseconds as the peer timed them.
+    fn ask(&mut self, query: &str) -> Result<[f64; 3]> {
+        use std::io::{BufRead as _, Write as _};
+        writeln!(self.input, "{}", serde_json::Value::from(query)).context("writing to the peer")?;
+        self.input.flush().context("writing to the peer")?;
+        let mut line = String::new();
+        self.output.read_line(&mut line).context("reading the peer's answer")?;
+        let v: serde_json::Value =
+            serde_json::from_str(&line).with_context(|| format!("the peer answered {line:?}"))?;
+        let ms = |k: &str| v[k].as_f64().with_context(|| format!("the peer's answer has no {k}: {line:?}"));
+        Ok([ms(PEER_KINDS[0])?, ms(PEER_KINDS[1])?, ms(PEER_KINDS[2])?])
+    }
+
+    /// Stops the peer; its figures beside ragtune's.
+    fn finish(mut self, ms: &[[f64; 3]]) -> Result<serde_json::Value> {
+        drop(self.input);
+        let status = self.child.wait().context("waiting for the peer")?;
+        if !status.success() {
+            bail!("the peer failed: {status}");
+        }
+        let mut report = self.ready;
+        for (k, name) in PEER_KINDS.iter().enumerate() {
+            report[*name] = percentiles(ms.iter().map(|m| m[k]).collect());
+        }
+        Ok(report)
+    }
 }
 
 /// Rounds of the concurrency measurement, one and two in flight alternately.
@@ -163,12 +274,22 @@ async fn throughput(engine: &Arc<Engine>, texts: &[String], concurrency: usize) 
 }
 
 /// One JSON line per query (its index, text and every kind's milliseconds), to find which queries make a tail.
-fn write_per_query(path: &std::path::Path, texts: &[String], kinds: [(&str, &Vec<f64>); 4]) -> Result<()> {
+fn write_per_query(
+    path: &std::path::Path,
+    texts: &[String],
+    kinds: [(&str, &Vec<f64>); 4],
+    peer: &[[f64; 3]],
+) -> Result<()> {
     let mut out = String::new();
     for (i, text) in texts.iter().enumerate() {
         let mut line = serde_json::json!({ "i": i, "query": text });
         for (name, ms) in kinds {
             line[name] = ms[i].into();
+        }
+        if let Some(p) = peer.get(i) {
+            for (name, ms) in PEER_KINDS.iter().zip(p) {
+                line[format!("peer_{name}")] = (*ms).into();
+            }
         }
         out.push_str(&line.to_string());
         out.push('\n');

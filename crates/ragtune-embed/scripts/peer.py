@@ -15,6 +15,7 @@ retrieve), each query through all three in turn. Prints one JSON line.
 
 import argparse
 import json
+import sys
 import time
 
 import bm25s
@@ -54,6 +55,12 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--max-length", type=int, default=256)
     p.add_argument("--per-query", help="also write each query's milliseconds, one JSON line per query")
+    p.add_argument(
+        "--serve",
+        action="store_true",
+        help="after indexing print one JSON line, then answer each query read from stdin (a JSON string a line) "
+        "with a JSON line of its milliseconds (embed_ms, dense_ms, bm25_ms): how `compare --peer` runs it",
+    )
     a = p.parse_args()
 
     started = time.perf_counter()
@@ -77,6 +84,19 @@ def main() -> None:
 
     def bm25_search(q: str):
         return retriever.retrieve(bm25s.tokenize([q], stopwords="en", show_progress=False), k=10, show_progress=False)
+
+    kinds = ((lambda q: embed([q]), "embed_ms"), (dense_search, "dense_ms"), (bm25_search, "bm25_ms"))
+    if a.serve:
+        print(json.dumps({"impl": "python", "docs": len(docs), "index_seconds": index_seconds}), flush=True)
+        for line in sys.stdin:
+            q = json.loads(line)
+            timed = {}
+            for f, name in kinds:
+                t = time.perf_counter()
+                f(q)
+                timed[name] = (time.perf_counter() - t) * 1000.0
+            print(json.dumps(timed), flush=True)
+        return
 
     # Each query runs every kind in turn (embedding, dense, BM25), so a change of load during the run falls on all
     # kinds alike, as on the Rust side.
