@@ -607,37 +607,8 @@ impl Inner {
     fn validate(state: &State, records: &mut [Record]) -> Result<()> {
         for r in records.iter_mut() {
             let id = &r.chunk.id;
-            if id.is_empty() || r.chunk.doc_id.is_empty() {
-                return Err(Error::invalid_input(format!(
-                    "a record needs a chunk id and a document id (chunk `{id}`, document `{}`)",
-                    r.chunk.doc_id
-                )));
-            }
-            if let Some(v) = &r.sparse {
-                if state.sparse_spec.is_none() {
-                    return Err(Error::invalid_input(format!(
-                        "chunk `{id}` has a sparse vector but the store has no sparse space yet: call ensure_spaces first"
-                    )));
-                }
-                v.validate().map_err(|e| e.context(format!("chunk `{id}`")))?;
-            }
-            if let Some(v) = &mut r.dense {
-                let Some(spec) = &state.dense_spec else {
-                    return Err(Error::invalid_input(format!(
-                        "chunk `{id}` has a dense vector but the store has no dense space yet: call ensure_spaces first"
-                    )));
-                };
-                if v.len() != spec.dim {
-                    return Err(Error::mismatch(format!(
-                        "chunk `{id}` has a dense vector of {} dimensions; the store's space `{}` has {}",
-                        v.len(),
-                        spec.model_id,
-                        spec.dim
-                    )));
-                }
-                if v.iter().any(|x| !x.is_finite()) {
-                    return Err(Error::invalid_input(format!("chunk `{id}` has a non-finite dense value")));
-                }
+            crate::record::check_record(r, state.dense_spec.as_ref(), state.sparse_spec.is_some())?;
+            if let (Some(v), Some(spec)) = (&mut r.dense, &state.dense_spec) {
                 prepare_dense(v, spec.distance);
             }
             if !r.spans.is_empty() {

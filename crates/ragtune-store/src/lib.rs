@@ -55,6 +55,7 @@ mod index;
 #[cfg(feature = "qdrant")]
 mod qdrant;
 mod qdrant_config;
+mod record;
 
 pub use ann::AnnConfig;
 pub use embedded::{EmbeddedStore, OptimizeReport, StoreOptions};

@@ -1159,39 +1159,16 @@ impl Inner {
         let mut points = Vec::with_capacity(records.len());
         for r in records {
             let id = &r.chunk.id;
-            if id.is_empty() || r.chunk.doc_id.is_empty() {
-                return Err(Error::invalid_input(format!(
-                    "a record needs a chunk id and a document id (chunk `{id}`, document `{}`)",
-                    r.chunk.doc_id
-                )));
-            }
+            crate::record::check_record(
+                r,
+                schema.and_then(|s| s.dense.as_ref()),
+                schema.is_some_and(|s| s.sparse.is_some()),
+            )?;
             let mut vectors = HashMap::new();
             if let Some(v) = &r.sparse {
-                if schema.and_then(|s| s.sparse.as_ref()).is_none() {
-                    return Err(Error::invalid_input(format!(
-                        "chunk `{id}` has a sparse vector but the store has no sparse space yet: call ensure_spaces first"
-                    )));
-                }
-                v.validate().map_err(|e| e.context(format!("chunk `{id}`")))?;
                 vectors.insert(SPARSE.to_owned(), Vector::new_sparse(v.indices.clone(), v.values.clone()));
             }
             if let Some(v) = &r.dense {
-                let Some(spec) = schema.and_then(|s| s.dense.as_ref()) else {
-                    return Err(Error::invalid_input(format!(
-                        "chunk `{id}` has a dense vector but the store has no dense space yet: call ensure_spaces first"
-                    )));
-                };
-                if v.len() != spec.dim {
-                    return Err(Error::mismatch(format!(
-                        "chunk `{id}` has a dense vector of {} dimensions; the store's space `{}` has {}",
-                        v.len(),
-                        spec.model_id,
-                        spec.dim
-                    )));
-                }
-                if v.iter().any(|x| !x.is_finite()) {
-                    return Err(Error::invalid_input(format!("chunk `{id}` has a non-finite dense value")));
-                }
                 vectors.insert(DENSE.to_owned(), Vector::new_dense(v.clone()));
             }
             let mut payload = chunk_payload(&r.chunk)?;
