@@ -178,12 +178,18 @@ impl EmbeddedStore {
     }
 
     /// Deletes the embedded store in `dir` (its database file; the directory and anything else in it stay), so the
-    /// next [`open`](Self::open) starts empty. Nothing to delete is not an error.
+    /// next [`open`](Self::open) starts empty. Nothing to delete is not an error. A store another handle holds (a
+    /// running server, another command) is refused, never unlinked from under it.
     ///
     /// # Errors
-    /// IO failures other than the file being absent.
+    /// [`ErrorKind::Locked`] when another handle holds the store; IO failures other than the file being absent.
     pub fn remove(dir: impl AsRef<Path>) -> Result<()> {
-        let path = dir.as_ref().join(DB_FILE);
+        let dir = dir.as_ref();
+        let path = dir.join(DB_FILE);
+        if path.is_file() {
+            // Taking the database's lock is the check that nobody else has it open.
+            drop(Database::create(&path).map_err(|e| db_err("deleting", dir, e))?);
+        }
         match std::fs::remove_file(&path) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),

@@ -301,6 +301,9 @@ mod tests {
         assert_eq!(embedded.exists(&config), Some(false));
         let open = open_store(&config).await.unwrap();
         assert!(open.embedded.is_some());
+        let err = clear_store(&config).await.unwrap_err();
+        assert_eq!(err.kind(), ragtune_core::ErrorKind::Locked, "an open store is never deleted: {err}");
+        assert_eq!(embedded.exists(&config), Some(true));
         drop(open);
         assert_eq!(embedded.exists(&config), Some(true));
         std::fs::write(config.path.join("keep.txt"), "a file of the user's").unwrap();
