@@ -37,7 +37,7 @@ struct RerankerArgs {
     #[arg(long, default_value_t = 13)]
     seed: u64,
     /// Optimizer steps (0: one pass over the groups).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = ragtune_eval::train::DEFAULT_STEPS)]
     steps: usize,
     /// Queries per step, each with its positive and negatives.
     #[arg(long, default_value_t = 4)]
@@ -53,10 +53,10 @@ struct RerankerArgs {
     max_groups: usize,
     /// Leave the first N judged train queries of each dataset out of training (those `ragtune eval retrieval
     /// --split train --limit N` evaluates), to fit `[rerank] retrieval_weight` on queries the model has not seen.
-    #[arg(long, value_name = "N", default_value_t = 0)]
+    #[arg(long, value_name = "N", default_value_t = ragtune_eval::train::DEFAULT_HOLD_OUT)]
     hold_out: usize,
     /// Tokens per (query, passage) pair.
-    #[arg(long, default_value_t = 192)]
+    #[arg(long, default_value_t = ragtune_eval::train::DEFAULT_MAX_LENGTH)]
     max_length: usize,
     /// Peak learning rate (linear warm-up over the first tenth, then linear decay).
     #[arg(long, default_value_t = 3e-5)]

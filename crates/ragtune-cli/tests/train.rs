@@ -85,6 +85,7 @@ fn train_reranker(dataset: &Path, out: &Path, cache: &Path, flags: &[&str]) -> s
 
 fn train(dataset: &Path, out: &Path, cache: &Path) -> serde_json::Value {
     let flags = ["--steps", "24", "--queries-per-step", "3", "--negatives", "7", "--pool", "8", "--max-length", "48"];
+    let flags = [&flags[..], &["--hold-out", "0"]].concat();
     let output = train_reranker(
         dataset,
         out,
@@ -169,4 +170,23 @@ fn hold_out_leaves_the_first_judged_queries_out_of_the_groups() {
     let (_, held, _) = QUERIES[0];
     assert!(!queries.iter().any(|q| q == held), "the held-out query `{held}` was mined: {queries:?}");
     assert_eq!(queries.len(), QUERIES.len() - 1, "{queries:?}");
+}
+
+#[test]
+fn the_default_hold_out_on_a_set_too_small_for_it_is_a_clear_error_not_an_empty_training() {
+    let layout = ragtune::provision::ModelLayout::new(ragtune::ragtune_home());
+    if !layout.minilm_dir().join("model.safetensors").is_file() {
+        eprintln!("skipped: the embedding model is not provisioned (cargo xtask models)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let dataset = dir.path().join("tiny");
+    beir(&dataset);
+    let out = dir.path().join("mined");
+    // No --hold-out: the default (200) is more than the tiny set's judged queries.
+    let output = train_reranker(&dataset, &out, &dir.path().join("cache"), &["--pool", "8", "--mine-only"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "mining succeeded with nothing to train on:\n{stderr}");
+    assert!(stderr.contains("--hold-out 200 leaves none of the"), "{stderr}");
+    assert!(!out.join("groups.jsonl").exists(), "groups were written");
 }

@@ -74,20 +74,28 @@ pub struct TrainOptions {
     pub mine_only: bool,
 }
 
+/// The default recipe's optimizer steps (three passes over SciFact's train groups).
+pub const DEFAULT_STEPS: usize = 500;
+/// The default recipe's tokens per pair.
+pub const DEFAULT_MAX_LENGTH: usize = 160;
+/// The default recipe's held-out queries per dataset (to fit `[rerank] retrieval_weight` on).
+pub const DEFAULT_HOLD_OUT: usize = 200;
+
 impl TrainOptions {
-    /// The default recipe (about 50 minutes on 2 cores with SciFact's train split).
+    /// The default recipe ([`DEFAULT_STEPS`] steps of pairs cut at [`DEFAULT_MAX_LENGTH`] tokens, the first
+    /// [`DEFAULT_HOLD_OUT`] judged queries held out; the recipe of docs/experiments/2026-11-29-reranker.md's model b3).
     pub fn new(datasets: Vec<PathBuf>, out: impl Into<PathBuf>) -> Self {
         Self {
             datasets,
             out: out.into(),
             seed: 13,
-            steps: 0,
+            steps: DEFAULT_STEPS,
             queries_per_step: 4,
             negatives: 4,
             pool: 30,
             max_groups: 0,
-            hold_out: 0,
-            max_length: 192,
+            hold_out: DEFAULT_HOLD_OUT,
+            max_length: DEFAULT_MAX_LENGTH,
             learning_rate: 3e-5,
             threads: 2,
             cache_dir: ragtune::ragtune_home().join("eval-cache"),
@@ -261,6 +269,15 @@ async fn mine_dataset(
         docs: data.corpus.iter().map(|d| (d.id.as_str(), d)).collect(),
     };
     let (queries, mut report) = training_queries(opts, dataset, &data);
+    if queries.is_empty() && report.held_out > 0 {
+        return Err(Error::invalid_input(format!(
+            "--hold-out {} leaves none of the {} judged train queries of {} to train on; pass a smaller --hold-out \
+             (0 trains on all of them)",
+            opts.hold_out,
+            report.queries - report.reserved_for_evaluation,
+            dataset.display()
+        )));
+    }
 
     let mut groups = Vec::new();
     for (i, q) in queries.iter().enumerate() {
