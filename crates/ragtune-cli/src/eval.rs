@@ -257,6 +257,10 @@ struct RerankBudgetArgs {
     /// alone); for the full rerank, the fixed baseline and every policy.
     #[arg(long, value_name = "W", default_value_t = 0.0)]
     rerank_retrieval_weight: f32,
+    /// Write every query's pool to FILE as JSON lines (its candidates in retrieval order with their retrieval and
+    /// reranker scores, and the query's judgements), to study policies offline.
+    #[arg(long, value_name = "FILE")]
+    rerank_per_query: Option<PathBuf>,
 }
 
 /// `eval qa`: answer-level evaluation on the CMU Wikipedia QA set.
@@ -428,6 +432,7 @@ fn beir_options(
                 budgets: budget.rerank_budget,
                 policies: budget.policy,
                 retrieval_weight: budget.rerank_retrieval_weight,
+                per_query: budget.rerank_per_query,
                 ..RerankEvalOptions::default()
             });
         }

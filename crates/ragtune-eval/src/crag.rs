@@ -13,8 +13,9 @@ use std::sync::Arc;
 use ragtune::core::{Candidate, Ctx, Error, Query, RelevanceEvaluator, Reranker, Result, Verdict, sort_ranked};
 use ragtune::evaluators::crag::{
     Calibration, CalibrationSample, FEATURE_NAMES, FIRST_VERSION_FEATURES, FitOptions, FitSummary, HeuristicEvaluator,
-    LearnedEvaluator, LearnedFit, LearnedModel, LearnedSample, ModelEvaluator, ModelKind, RetrievalScoreScorer, Stump,
-    calibrate, failure_auc, features, fit_learned, heuristic_category,
+    LearnedEvaluator, LearnedFit, LearnedModel, LearnedSample, ModelConfig, ModelEvaluator, ModelKind,
+    RetrievalScoreScorer, ScoreScale, Stump, calibrate, failure_auc, features, fit_learned, fit_logit_map,
+    heuristic_category,
 };
 use ragtune::evaluators::metrics::{Metric, Runs, evaluate};
 use serde::{Deserialize, Serialize};
@@ -182,11 +183,12 @@ pub async fn run_calibration(
 ) -> Result<Calibration> {
     // The evaluator (and a cross-encoder scorer's model) first: a configuration it refuses fails before anything is
     // indexed or retrieved.
-    let evaluator = threshold_evaluator(config, evaluator, &score_cache(&opts.cache_dir))?;
+    let cache = score_cache(&opts.cache_dir);
+    threshold_evaluator(config, evaluator, &cache)?;
     let (_, judged, _, _) = retrieve_split(opts, config, k, log).await?;
     let judged: Vec<(String, Vec<Candidate>, bool)> =
         judged.into_iter().map(|j| (j.text, j.candidates, j.succeeded)).collect();
-    fit_thresholds(evaluator.as_ref(), &judged, target_precision).await
+    calibrate_evaluator(config, evaluator, &judged, target_precision, &cache).await
 }
 
 /// Where the CRAG evaluation and calibration cache a cross-encoder scorer's scores: beside the cached indexes.
@@ -195,7 +197,10 @@ pub(crate) fn score_cache(cache_dir: &Path) -> PathBuf {
 }
 
 /// Fits `evaluator`'s thresholds on judged retrievals: `(query, candidates, retrieval succeeded)`; a
-/// cross-encoder scorer caches its scores under `score_cache`.
+/// cross-encoder scorer caches its scores under `score_cache`. A scorer whose scores are logits (the
+/// cross-encoder) first gets its logit map ([`fit_logit_map`], Platt scaling on the same retrievals), and the
+/// thresholds are fitted on the probabilities it gives: a trained model's logits reach 15 and more, where a plain
+/// sigmoid is 1 in `f32` and no threshold can tell them apart.
 pub(crate) async fn calibrate_evaluator(
     config: &ragtune::Config,
     evaluator: EvaluatorKind,
@@ -203,8 +208,38 @@ pub(crate) async fn calibrate_evaluator(
     target_precision: f32,
     score_cache: &Path,
 ) -> Result<Calibration> {
-    let evaluator = threshold_evaluator(config, evaluator, score_cache)?;
-    fit_thresholds(evaluator.as_ref(), judged, target_precision).await
+    let build = |model: &ModelConfig| {
+        let mut config = config.clone();
+        config.crag.model = model.clone();
+        threshold_evaluator(&config, evaluator, score_cache)
+    };
+    if evaluator == EvaluatorKind::Model && config.crag.scorer.scale() == ScoreScale::Sigmoid {
+        fit_on_logits(build, &config.crag.model, judged, target_precision).await
+    } else {
+        fit_thresholds(build(&config.crag.model)?.as_ref(), judged, target_precision).await
+    }
+}
+
+/// The logit map first ([`fit_logit_map`] on each retrieval's `raw_aggregate`), then the thresholds on the
+/// evaluator `build` makes with it; a cross-encoder scorer replays the first pass's scores from its cache.
+async fn fit_on_logits(
+    build: impl Fn(&ModelConfig) -> Result<Box<dyn RelevanceEvaluator>>,
+    model: &ModelConfig,
+    judged: &[(String, Vec<Candidate>, bool)],
+    target_precision: f32,
+) -> Result<Calibration> {
+    let first = build(model)?;
+    let (mut raw, mut succeeded) = (Vec::with_capacity(judged.len()), Vec::with_capacity(judged.len()));
+    for (text, candidates, ok) in judged {
+        let judgement = first.evaluate(&Ctx::new(), text, candidates).await?;
+        raw.push(judgement.criteria.get("raw_aggregate").copied().unwrap_or(0.0));
+        succeeded.push(*ok);
+    }
+    let (scale, shift) = fit_logit_map(&raw, &succeeded)?;
+    let second = build(&ModelConfig { logit_scale: scale, logit_shift: shift, ..model.clone() })?;
+    let mut fit = fit_thresholds(second.as_ref(), judged, target_precision).await?;
+    fit.logit_map = Some((scale, shift));
+    Ok(fit)
 }
 
 /// The evaluator whose two thresholds a calibration fits: the model-based one with the configured scorer, or the
@@ -531,9 +566,12 @@ pub fn calibration_toml(
     );
     let text = match evaluator {
         EvaluatorKind::Model => {
+            let logit_map = c.logit_map.map_or_else(String::new, |(scale, shift)| {
+                format!("# Platt scaling of the scorer's logits, fitted on the same queries:\nlogit_scale = {scale}\nlogit_shift = {shift}\n")
+            });
             let text = format!(
                 "{header}[crag]\nevaluator = \"model\"\nscorer = \"{scorer}\"\n\n[crag.model]\nupper = {upper}\nlower = {lower}\n\
-             aggregate = {aggregate}\ntop_k = {top_k}\n",
+             aggregate = {aggregate}\ntop_k = {top_k}\n{logit_map}",
                 scorer = config.crag.scorer,
                 upper = c.upper,
                 lower = c.lower,
@@ -785,5 +823,82 @@ mod tests {
         let err = run_crag_eval(&opts, &config, 10, &mut |_| {}).await.unwrap_err();
         assert!(err.to_string().contains("needs a [crag.learned] section"), "{err}");
         assert!(!opts.cache_dir.exists(), "nothing was indexed or retrieved");
+    }
+
+    /// Retrievals whose top candidate carries a logit as its text: a trained cross-encoder's range, 9 to 19, where
+    /// `sigmoid` in `f32` is 1 from about 16.6 on.
+    fn logit_retrievals() -> (Vec<(String, Vec<Candidate>, bool)>, ragtune_testkit::fakes::ScriptedReranker) {
+        let mut scorer = ragtune_testkit::fakes::ScriptedReranker::new().named("logits");
+        let mut judged = Vec::new();
+        for i in 0..40_u8 {
+            let logit = 9.0 + f32::from(i) * 0.25;
+            // Failures at the low end, one among the successes and one success among them.
+            let succeeded = (i >= 12 && i != 30) || i == 5;
+            let text = format!("passage {i}");
+            scorer = scorer.with_score(text.clone(), logit);
+            let candidate = Candidate {
+                chunk: ragtune::core::Chunk::new(format!("c{i}"), format!("d{i}"), text),
+                score: 1.0,
+                sources: BTreeMap::new(),
+            };
+            judged.push((format!("query {i}"), vec![candidate], succeeded));
+        }
+        (judged, scorer)
+    }
+
+    #[tokio::test]
+    async fn logits_get_a_logit_map_before_their_thresholds_so_large_ones_stay_apart() {
+        let (judged, scorer) = logit_retrievals();
+        let scorer: Arc<dyn Reranker> = Arc::new(scorer);
+        let build = |model: &ModelConfig| -> Result<Box<dyn RelevanceEvaluator>> {
+            Ok(Box::new(ModelEvaluator::new(scorer.clone(), ScoreScale::Sigmoid, model.clone())?))
+        };
+        // A plain sigmoid: every logit above ~16.6 is 1.0, so the upper threshold can only be "exactly 1".
+        let plain = fit_thresholds(build(&ModelConfig::default()).unwrap().as_ref(), &judged, 0.95).await.unwrap();
+        assert!(plain.upper > 0.9999 && plain.logit_map.is_none(), "{plain:?}");
+
+        let fit = fit_on_logits(build, &ModelConfig::default(), &judged, 0.95).await.unwrap();
+        let (scale, shift) = fit.logit_map.expect("a logit map was fitted");
+        assert!(scale > 0.0 && scale < 1.0, "{scale}");
+        assert!(fit.lower < fit.upper && fit.upper < 0.999, "{fit:?}");
+        // The thresholds hold with the map: the evaluator with it judges the same retrievals as the fit says.
+        let mapped = ModelEvaluator::new(
+            scorer.clone(),
+            ScoreScale::Sigmoid,
+            ModelConfig {
+                upper: fit.upper,
+                lower: fit.lower,
+                logit_scale: scale,
+                logit_shift: shift,
+                ..ModelConfig::default()
+            },
+        )
+        .unwrap();
+        let mut incorrect = 0;
+        for (text, candidates, _) in &judged {
+            let j = mapped.evaluate(&Ctx::new(), text, candidates).await.unwrap();
+            assert!(j.criteria["raw_aggregate"] >= 9.0, "the raw logit is kept: {:?}", j.criteria);
+            incorrect += usize::from(j.verdict == Verdict::Incorrect);
+        }
+        let expected = f64::from(fit.incorrect_recall) * fit.failures as f64 / f64::from(fit.incorrect_precision);
+        assert_eq!(incorrect, expected.round() as usize, "{fit:?}");
+        // And the file written from the fit carries the map beside the thresholds.
+        let text =
+            calibration_toml(&fit, &ragtune::Config::default(), EvaluatorKind::Model, "tiny", "train", 10).unwrap();
+        assert!(text.contains(&format!("logit_scale = {scale}\nlogit_shift = {shift}\n")), "{text}");
+        let written: ragtune::Config = toml::from_str(&text).unwrap();
+        assert_eq!((written.crag.model.logit_scale, written.crag.model.logit_shift), (scale, shift));
+    }
+
+    #[tokio::test]
+    async fn a_scorer_whose_high_scores_go_with_failure_is_refused_not_turned_upside_down() {
+        let (judged, scorer) = logit_retrievals();
+        let flipped: Vec<_> = judged.into_iter().map(|(q, c, ok)| (q, c, !ok)).collect();
+        let scorer: Arc<dyn Reranker> = Arc::new(scorer);
+        let build = |model: &ModelConfig| -> Result<Box<dyn RelevanceEvaluator>> {
+            Ok(Box::new(ModelEvaluator::new(scorer.clone(), ScoreScale::Sigmoid, model.clone())?))
+        };
+        let err = fit_on_logits(build, &ModelConfig::default(), &flipped, 0.95).await.unwrap_err();
+        assert!(err.to_string().contains("do not go with successful retrieval"), "{err}");
     }
 }

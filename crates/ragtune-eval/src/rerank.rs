@@ -10,7 +10,7 @@
 //! reranks the top of every query with it fully ([`FullRerank`]).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -188,6 +188,35 @@ pub struct RerankEvalOptions {
     /// [`ragtune::rerank::blend`]), for the full rerank, the fixed baseline and every policy alike; 0: the
     /// reranker's scores alone.
     pub retrieval_weight: f32,
+    /// Where to write every query's pool as JSON lines ([`PoolRecord`]), or nowhere.
+    pub per_query: Option<PathBuf>,
+}
+
+/// One query's pool as `--rerank-per-query` writes it: the candidates in retrieval order with their scores, and
+/// the query's judgements (document id → grade).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PoolRecord {
+    /// The query's id.
+    pub query: String,
+    /// Its candidates in retrieval order.
+    pub candidates: Vec<PoolCandidate>,
+    /// Its judged documents with their grades.
+    pub qrels: BTreeMap<String, i32>,
+}
+
+/// One candidate of a [`PoolRecord`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PoolCandidate {
+    /// The passage.
+    pub id: String,
+    /// Its document.
+    pub doc: String,
+    /// The retrieval score (the fused score for hybrid).
+    pub retrieval: f32,
+    /// Each retriever's score and 1-based rank that produced it.
+    pub sources: BTreeMap<String, (f32, u32)>,
+    /// The reranker's score of the pair.
+    pub reranker: f32,
 }
 
 impl Default for RerankEvalOptions {
@@ -199,6 +228,7 @@ impl Default for RerankEvalOptions {
             policies: vec![RerankPolicy::Greedy, RerankPolicy::Uncertainty],
             batch_size: 5,
             retrieval_weight: 0.0,
+            per_query: None,
         }
     }
 }
@@ -302,6 +332,9 @@ pub async fn evaluate_reranking(
     };
     // Retrieval alone, and the full rerank (which fills the score cache).
     let full = full_pass(opts, &reranker, queries, log).await?;
+    if let Some(path) = &opts.per_query {
+        write_pools(path, queries, &full.scores, &qrels)?;
+    }
     let n = queries.len().max(1) as f64;
     let mut points = Vec::new();
     for &budget in &opts.budgets {
@@ -319,6 +352,38 @@ pub async fn evaluate_reranking(
         full_pairs_per_query: full.pairs as f64 / n,
         points,
     })
+}
+
+/// Writes every query's pool ([`PoolRecord`]) to `path`, one JSON line each, in the queries' order.
+fn write_pools(
+    path: &Path,
+    queries: &[(String, String, Vec<Candidate>)],
+    scores: &HashMap<String, HashMap<String, f32>>,
+    qrels: &Qrels,
+) -> Result<()> {
+    use std::io::Write as _;
+    let fail = |e: std::io::Error| Error::permanent(format!("cannot write {}", path.display())).with_source(e);
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path).map_err(fail)?);
+    for (id, _, cands) in queries {
+        let record = PoolRecord {
+            query: id.clone(),
+            candidates: cands
+                .iter()
+                .map(|c| PoolCandidate {
+                    id: c.chunk.id.clone(),
+                    doc: c.chunk.doc_id.clone(),
+                    retrieval: c.score,
+                    sources: c.sources.iter().map(|(k, v)| (k.clone(), (v.score, v.rank))).collect(),
+                    reranker: scores[id][&c.chunk.id],
+                })
+                .collect(),
+            qrels: qrels.get(id).map(|q| q.iter().map(|(d, g)| (d.clone(), *g)).collect()).unwrap_or_default(),
+        };
+        let line =
+            serde_json::to_string(&record).map_err(|e| Error::permanent("cannot serialise a pool").with_source(e))?;
+        writeln!(out, "{line}").map_err(fail)?;
+    }
+    out.flush().map_err(fail)
 }
 
 /// What the full pass over the queries gave: the runs of retrieval alone and of the full rerank, every pair's

@@ -16,6 +16,67 @@ pub struct CalibrationSample {
     pub succeeded: bool,
 }
 
+/// Platt scaling: the `(scale, shift)` with which `sigmoid(scale × raw + shift)` is the probability that retrieval
+/// succeeded, fitted by logistic regression of `succeeded` on the raw aggregate scores (a cross-encoder's logits),
+/// lightly penalised so that separable samples still give a finite scale. `scale` is positive when higher scores
+/// go with success, which is what a relevance scorer's are; a scorer whose scores go the other way is refused
+/// rather than turned upside down.
+///
+/// ```
+/// use ragtune_evaluators::crag::fit_logit_map;
+///
+/// let raw = [-8.0, -2.0, 1.0, 3.0, 7.0, 12.0, 14.0, 15.0];
+/// let succeeded = [false, false, true, false, true, true, true, true];
+/// let (scale, shift) = fit_logit_map(&raw, &succeeded)?;
+/// assert!(scale > 0.0 && scale < 1.0, "{scale}");
+/// let p = |x: f64| 1.0 / (1.0 + (-(f64::from(scale) * x + f64::from(shift))).exp());
+/// assert!(p(-8.0) < 0.5 && p(15.0) > 0.5 && p(15.0) < 0.9999);
+/// # Ok::<(), ragtune_core::Error>(())
+/// ```
+///
+/// # Errors
+/// [`InvalidInput`](ragtune_core::ErrorKind::InvalidInput) when the lengths differ, a score is not finite, every
+/// sample has the same label or the same score, or the fitted scale is not positive.
+pub fn fit_logit_map(raw: &[f32], succeeded: &[bool]) -> Result<(f32, f32)> {
+    if raw.len() != succeeded.len() || raw.is_empty() {
+        return Err(Error::invalid_input(format!(
+            "a logit map needs as many labels as scores, and some: {} scores, {} labels",
+            raw.len(),
+            succeeded.len()
+        )));
+    }
+    if raw.iter().any(|r| !r.is_finite()) {
+        return Err(Error::invalid_input("a logit map needs finite scores"));
+    }
+    if succeeded.iter().all(|s| *s) || succeeded.iter().all(|s| !*s) {
+        return Err(Error::invalid_input("a logit map needs both failed and successful retrievals"));
+    }
+    let x: Vec<f64> = raw.iter().map(|r| f64::from(*r)).collect();
+    let n = x.len() as f64;
+    let mean = x.iter().sum::<f64>() / n;
+    let sd = (x.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n).sqrt();
+    if sd < 1e-9 {
+        return Err(Error::invalid_input("a logit map needs scores that differ"));
+    }
+    // Fitted on standardised scores (well conditioned whatever the logits' range), then mapped back.
+    let z: Vec<Vec<f64>> = x.iter().map(|v| vec![(v - mean) / sd]).collect();
+    let y: Vec<f64> = succeeded.iter().map(|s| if *s { 1.0 } else { 0.0 }).collect();
+    let theta = super::learned::newton_logistic(&z, &y, LOGIT_MAP_L2)?;
+    let (bias, weight) = (theta[0], theta[1]);
+    if weight <= 0.0 || !weight.is_finite() {
+        return Err(Error::invalid_input(format!(
+            "the scorer's higher scores do not go with successful retrieval on these samples (slope {weight:.3}); \
+             its thresholds cannot be fitted as a probability"
+        )));
+    }
+    #[allow(clippy::cast_possible_truncation)]
+    Ok(((weight / sd) as f32, (bias - weight * mean / sd) as f32))
+}
+
+/// The L2 penalty of [`fit_logit_map`]'s slope on standardised scores: small beside the hundreds of samples a
+/// calibration has, enough to keep a separable split finite.
+const LOGIT_MAP_L2: f64 = 1.0;
+
 /// Fitted thresholds and how well they separate the samples they were fitted on.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Calibration {
@@ -39,6 +100,10 @@ pub struct Calibration {
     pub correct_share: f32,
     /// The precision `upper` was fitted for.
     pub target_precision: f32,
+    /// The `(logit_scale, logit_shift)` the scores were read with when the calibration fitted them
+    /// ([`fit_logit_map`]), so the thresholds hold with them only; `None` when the scores were read as they are.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logit_map: Option<(f32, f32)>,
 }
 
 /// Fits the two thresholds of a model-based evaluator on labelled samples.
@@ -191,6 +256,7 @@ pub fn calibrate_with_floor(
         correct_precision,
         correct_share: ratio(at_or_above.len(), n),
         target_precision,
+        logit_map: None,
     })
 }
 
@@ -386,5 +452,26 @@ mod tests {
             pairs.reverse();
             prop_assert_eq!(calibrate(&samples(&pairs), target).unwrap(), fit);
         }
+    }
+
+    #[test]
+    fn a_logit_map_needs_both_outcomes_different_scores_and_as_many_labels() {
+        for (raw, ok, says) in [
+            (&[1.0, 2.0][..], &[true, true][..], "both failed and successful"),
+            (&[3.0, 3.0], &[true, false], "scores that differ"),
+            (&[1.0, 2.0], &[true], "as many labels"),
+            (&[], &[], "as many labels"),
+            (&[1.0, f32::NAN], &[true, false], "finite"),
+        ] {
+            let err = fit_logit_map(raw, ok).unwrap_err();
+            assert!(err.to_string().contains(says), "{raw:?} {ok:?}: {err}");
+        }
+        // Perfectly separated samples still give a finite, positive map (the penalty keeps it so).
+        let (scale, shift) = fit_logit_map(&[10.0, 11.0, 20.0, 21.0], &[false, false, true, true]).unwrap();
+        assert!(scale.is_finite() && scale > 0.0 && shift.is_finite(), "{scale} {shift}");
+        assert!(
+            scale * 15.5 + shift > -1.0 && scale * 15.5 + shift < 1.0,
+            "the midpoint maps near 0.5: {scale} {shift}"
+        );
     }
 }

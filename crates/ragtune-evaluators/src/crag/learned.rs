@@ -1249,7 +1249,7 @@ fn objective(x: &[Vec<f64>], y: &[f64], theta: &[f64], l2: f64) -> f64 {
 /// Newton's method for L2-penalised logistic regression; returns `[bias, weights...]`.
 // Matrix code reads best with indices.
 #[allow(clippy::needless_range_loop)]
-fn newton_logistic(x: &[Vec<f64>], y: &[f64], l2: f64) -> Result<Vec<f64>> {
+pub(crate) fn newton_logistic(x: &[Vec<f64>], y: &[f64], l2: f64) -> Result<Vec<f64>> {
     const MAX_STEPS: usize = 100;
     const TOLERANCE: f64 = 1e-10;
     let d = x.first().map_or(0, Vec::len) + 1;

@@ -41,6 +41,7 @@ mod stumps;
 
 pub use calibrate::{
     Calibration, CalibrationSample, IncorrectFloor, calibrate, calibrate_with_floor, detection_stats, failure_auc,
+    fit_logit_map,
 };
 pub use heuristic::{CriteriaWeights, HeuristicConfig, HeuristicEvaluator, heuristic_category};
 pub use learned::{

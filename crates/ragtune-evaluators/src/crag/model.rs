@@ -28,7 +28,8 @@ impl Aggregate {
             return 0.0;
         }
         match self {
-            Self::Max => scores.iter().copied().fold(0.0, f32::max),
+            // Raw scores (logits) can be negative: the fold starts below all of them.
+            Self::Max => scores.iter().copied().fold(f32::NEG_INFINITY, f32::max),
             Self::Mean => mean(scores),
             Self::TopMean(n) => {
                 let mut sorted = scores.to_vec();
@@ -130,11 +131,18 @@ pub struct ModelConfig {
     pub aggregate: Aggregate,
     /// The most candidates scored, from the top of the list.
     pub top_k: usize,
+    /// For a scorer whose scores are logits ([`ScoreScale::Sigmoid`], a cross-encoder): each is read as
+    /// `sigmoid(logit_scale × logit + logit_shift)`. `ragtune calibrate` fits both on a train split (Platt scaling
+    /// against "retrieval succeeded"), so the thresholds sit on a probability instead of a sigmoid that saturates
+    /// at a trained model's large logits. Greater than 0, so the order of the scores is kept. Other scales ignore it.
+    pub logit_scale: f32,
+    /// See [`logit_scale`](Self::logit_scale).
+    pub logit_shift: f32,
 }
 
 impl Default for ModelConfig {
     fn default() -> Self {
-        Self { upper: 0.7, lower: 0.3, aggregate: Aggregate::Max, top_k: 5 }
+        Self { upper: 0.7, lower: 0.3, aggregate: Aggregate::Max, top_k: 5, logit_scale: 1.0, logit_shift: 0.0 }
     }
 }
 
@@ -149,6 +157,12 @@ impl ModelConfig {
         if self.top_k == 0 {
             return Err(Error::invalid_input("model evaluator: top_k must be at least 1"));
         }
+        if !(self.logit_scale.is_finite() && self.logit_scale > 0.0 && self.logit_shift.is_finite()) {
+            return Err(Error::invalid_input(format!(
+                "model evaluator: logit_scale must be finite and greater than 0 and logit_shift finite, got {} and {}",
+                self.logit_scale, self.logit_shift
+            )));
+        }
         if self.aggregate == Aggregate::TopMean(0) {
             return Err(Error::invalid_input("model evaluator: aggregate top_mean needs a count of at least 1"));
         }
@@ -162,7 +176,8 @@ impl ModelConfig {
 /// [`ScoreScale`], aggregates them ([`Aggregate::Max`] by default) and reads the verdict: CORRECT
 /// ([`Verdict::Correct`]) when the aggregate is at or above `upper`, INCORRECT when at or below `lower`, AMBIGUOUS
 /// in between. Candidates beyond `top_k` get a `per_candidate` score of 0. The criteria map holds `aggregate`,
-/// `max` and `mean` of the scored candidates.
+/// `max` and `mean` of the scored candidates, and `raw_aggregate`, the aggregate of the scorer's raw scores (what
+/// a calibration maps to a probability).
 ///
 /// Scorers: a cross-encoder ([`ScoreScale::Sigmoid`]), an LLM judge ([`ScoreScale::Range`] 0 to 10), or the free
 /// scorers of this module, [`RetrievalScoreScorer`](super::RetrievalScoreScorer) and
@@ -194,6 +209,17 @@ impl ModelEvaluator {
     #[must_use]
     pub fn config(&self) -> &ModelConfig {
         &self.config
+    }
+
+    /// A raw score on `[0, 1]`: logits through `[logit_scale, logit_shift]` first ([`ModelConfig::logit_scale`]).
+    fn normalize(&self, raw: f32) -> f32 {
+        match self.scale {
+            ScoreScale::Sigmoid => {
+                let (a, b) = (self.config.logit_scale, self.config.logit_shift);
+                self.scale.normalize(if a == 1.0 && b == 0.0 { raw } else { a.mul_add(raw, b) })
+            }
+            ScoreScale::Unit | ScoreScale::Range { .. } => self.scale.normalize(raw),
+        }
     }
 
     fn verdict(&self, aggregate: f32) -> Verdict {
@@ -243,7 +269,8 @@ impl RelevanceEvaluator for ModelEvaluator {
                 raw.len()
             )));
         }
-        let scores: Vec<f32> = raw.iter().map(|r| self.scale.normalize(*r)).collect();
+        let scores: Vec<f32> = raw.iter().map(|r| self.normalize(*r)).collect();
+        let raw_aggregate = self.config.aggregate.apply(&raw);
         let aggregate = self.config.aggregate.apply(&scores);
         let max = Aggregate::Max.apply(&scores);
         let mean = Aggregate::Mean.apply(&scores);
@@ -274,7 +301,7 @@ impl RelevanceEvaluator for ModelEvaluator {
             verdict,
             score: aggregate,
             per_candidate,
-            criteria: [("aggregate", aggregate), ("max", max), ("mean", mean)]
+            criteria: [("aggregate", aggregate), ("max", max), ("mean", mean), ("raw_aggregate", raw_aggregate)]
                 .into_iter()
                 .map(|(k, v)| (k.to_owned(), v))
                 .collect(),
@@ -451,5 +478,49 @@ mod tests {
         assert_eq!(scale, ScoreScale::Range { min: 0.0, max: 10.0 });
         assert_eq!(serde_json::from_str::<ScoreScale>(r#""sigmoid""#).unwrap(), ScoreScale::Sigmoid);
         assert!(serde_json::from_str::<ModelConfig>(r#"{"threshold": 0.5}"#).is_err());
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_logit_map_reads_logits_before_the_sigmoid_and_leaves_other_scales_alone() {
+        let script: &[(&str, f32)] = &[("a", 18.0), ("b", 12.0), ("c", -3.0)];
+        let mapped = ModelConfig { logit_scale: 0.25, logit_shift: -3.0, ..ModelConfig::default() };
+        let p = |x: f32| 1.0 / (1.0 + (-(0.25 * x - 3.0)).exp());
+        let j = check(
+            script,
+            ScoreScale::Sigmoid,
+            mapped.clone(),
+            &["b", "a", "c"],
+            Verdict::Correct,
+            p(18.0),
+            &[p(12.0), p(18.0), p(-3.0)],
+        )
+        .await;
+        // The aggregate of the raw scores travels beside: what a calibration maps.
+        assert_eq!(j.criteria["raw_aggregate"], 18.0);
+        // All negative logits: the raw maximum is the largest of them, not 0.
+        let j = check(
+            &[("x", -4.0), ("y", -2.0)],
+            ScoreScale::Sigmoid,
+            mapped.clone(),
+            &["x", "y"],
+            Verdict::Incorrect,
+            p(-2.0),
+            &[p(-4.0), p(-2.0)],
+        )
+        .await;
+        assert_eq!(j.criteria["raw_aggregate"], -2.0);
+        // Unit scores are not logits: the map does not apply.
+        check(SCRIPT, ScoreScale::Unit, mapped, &["a"], Verdict::Correct, 0.9, &[0.9]).await;
+    }
+
+    #[test]
+    fn a_logit_map_must_keep_the_order_and_be_finite() {
+        for (scale, shift) in [(0.0, 0.0), (-1.0, 0.0), (f32::NAN, 0.0), (f32::INFINITY, 0.0), (1.0, f32::NAN)] {
+            let config = ModelConfig { logit_scale: scale, logit_shift: shift, ..ModelConfig::default() };
+            let err = config.validate().unwrap_err();
+            assert!(err.to_string().contains("logit_scale"), "{scale} {shift}: {err}");
+        }
+        let parsed: ModelConfig = serde_json::from_str(r#"{"logit_scale": 0.2, "logit_shift": -1.5}"#).unwrap();
+        assert_eq!((parsed.logit_scale, parsed.logit_shift, parsed.upper), (0.2, -1.5, 0.7));
     }
 }
