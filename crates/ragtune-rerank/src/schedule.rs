@@ -203,12 +203,47 @@ pub struct BatchConfig {
     pub batch_size: usize,
     /// The most documents that may leave `CANDIDATE` in one request (reranked or dropped); no limit when `None`.
     pub depth: Option<usize>,
+    /// Offer one passage per document first ([`documents_first`]): a document's first passage in priority order
+    /// before any second passage of a document already offered.
+    pub documents_first: bool,
 }
 
 impl Default for BatchConfig {
     fn default() -> Self {
-        Self { reranker: None, batch_size: 8, depth: None }
+        Self { reranker: None, batch_size: 8, depth: None, documents_first: DOCUMENTS_FIRST }
     }
+}
+
+/// [`BatchConfig::documents_first`]'s default (docs/experiments/2026-11-29-reranker.md, "One passage per document").
+pub const DOCUMENTS_FIRST: bool = true;
+
+/// `eligible` (in priority order) with one passage per document first: each document none of whose passages has
+/// left `CANDIDATE`, at its passage of highest priority; then the remaining passages, in priority order. Rankings
+/// are read per document, so a second passage of a document already scored rarely moves it, while an unscored
+/// document can only be placed by scoring it.
+#[must_use]
+pub fn documents_first<'a>(pool: &'a CandidatePool, eligible: Vec<&'a PoolItem>) -> Vec<&'a PoolItem> {
+    let mut covered: std::collections::HashSet<&str> = pool
+        .items()
+        .iter()
+        .filter(|it| it.state() != ItemState::Candidate)
+        .map(|it| it.chunk().doc_id.as_str())
+        .collect();
+    let (mut first, mut rest) = (Vec::with_capacity(eligible.len()), Vec::new());
+    for item in eligible {
+        if covered.insert(item.chunk().doc_id.as_str()) {
+            first.push(item);
+        } else {
+            rest.push(item);
+        }
+    }
+    first.extend(rest);
+    first
+}
+
+/// The candidates a scheduler offers, in the order it offers them: by priority, documents first when configured.
+fn offered<'a>(config: &BatchConfig, pool: &'a CandidatePool, eligible: Vec<&'a PoolItem>) -> Vec<&'a PoolItem> {
+    if config.documents_first { documents_first(pool, eligible) } else { eligible }
 }
 
 /// Highest priority first, in batches of `batch_size`, until the candidates, the depth or the budget run out.
@@ -241,7 +276,7 @@ impl Scheduler for GreedyScheduler {
     }
 
     fn select(&self, pool: &CandidatePool, budget: &BudgetView, rerankers: &[RerankerInfo]) -> Decision {
-        let eligible = pool.by_priority();
+        let eligible = offered(&self.config, pool, pool.by_priority());
         if eligible.is_empty() {
             return Decision::Stop(StopReason::NoCandidates);
         }
@@ -305,7 +340,8 @@ impl Scheduler for UncertaintyScheduler {
             return Decision::Stop(StopReason::NoCandidates);
         }
         let bound = top_k_bound(pool, budget.k);
-        let contenders: Vec<&PoolItem> = eligible.iter().copied().filter(|it| plausible(it, bound)).collect();
+        let contenders: Vec<&PoolItem> =
+            offered(&self.config, pool, eligible.iter().copied().filter(|it| plausible(it, bound)).collect());
         if contenders.is_empty() {
             return Decision::Stop(StopReason::Converged);
         }
@@ -424,6 +460,8 @@ impl Scheduler for EscalationScheduler {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeMap;
+
     use crate::pool::{Estimate, Valuation};
     use ragtune_core::{Candidate, Chunk, ScoredHit};
 
@@ -473,11 +511,46 @@ mod tests {
         check(&greedy, &p, Cost::new(0, 2, 10), &ce, "ce d0,d1");
         check(&greedy, &p, Cost::new(0, 0, 10), &ce, "stop budget_exhausted");
         check(&greedy, &p, Cost::new(0, 10, 0), &ce, "stop budget_exhausted");
-        let shallow = GreedyScheduler::new(BatchConfig { batch_size: 3, depth: Some(0), reranker: None });
+        let shallow = GreedyScheduler::new(BatchConfig { batch_size: 3, depth: Some(0), ..BatchConfig::default() });
         check(&shallow, &p, Cost::new(0, 10, 10), &ce, "stop depth_reached");
         check(&greedy, &pool(0), Cost::new(0, 10, 10), &ce, "stop no_candidates");
         let named = GreedyScheduler::new(BatchConfig { reranker: Some("llm".into()), ..BatchConfig::default() });
         check(&named, &p, Cost::new(0, 10, 10), &ce, "llm d0");
+    }
+
+    /// Passages of documents `docs` (one letter each, in retrieval order), ids `<doc><n>`.
+    fn passages(docs: &str) -> CandidatePool {
+        let mut seen: BTreeMap<char, usize> = BTreeMap::new();
+        let candidates = docs
+            .chars()
+            .enumerate()
+            .map(|(i, d)| {
+                let n = seen.entry(d).or_default();
+                let id = format!("{d}{n}");
+                *n += 1;
+                let hit = ScoredHit { chunk: Chunk::new(&id, d.to_string(), &id), score: 1.0 - i as f32 * 0.05 };
+                Candidate::from_hit(hit, "bm25", 1 + i as u32)
+            })
+            .collect();
+        CandidatePool::new(candidates).unwrap()
+    }
+
+    #[test]
+    fn one_passage_per_document_is_offered_before_second_passages() {
+        let ce = [info("ce", Cost::new(0, 1, 0))];
+        let batch = |documents_first| BatchConfig { batch_size: 3, documents_first, ..BatchConfig::default() };
+        let mut p = passages("aabac");
+        check(&GreedyScheduler::new(batch(true)), &p, Cost::new(0, 10, 10), &ce, "ce a0,b0,c0");
+        check(&GreedyScheduler::new(batch(false)), &p, Cost::new(0, 10, 10), &ce, "ce a0,a1,b0");
+        check(&UncertaintyScheduler::new(batch(true)), &p, Cost::new(0, 10, 10), &ce, "ce a0,b0,c0");
+        // A document with a passage already sent is covered: its other passages wait for every new document.
+        p.transition(&["b0"], ItemState::InFlight).unwrap();
+        check(&GreedyScheduler::new(batch(true)), &p, Cost::new(0, 10, 10), &ce, "ce a0,c0,a1");
+        assert_eq!(
+            documents_first(&p, p.by_priority()).iter().map(|it| it.id()).collect::<Vec<_>>(),
+            ["a0", "c0", "a1", "a2"]
+        );
+        assert!(DOCUMENTS_FIRST, "the default offers documents first");
     }
 
     #[test]
