@@ -616,4 +616,44 @@ mod tests {
         assert_eq!(order(1.0), "a b c");
         assert_eq!(ragtune::rerank::standardised(&[2.0, 2.0]), vec![0.0, 0.0], "a constant list counts 0");
     }
+
+    #[tokio::test]
+    async fn the_per_query_file_holds_each_pool_with_its_scores_and_judgements() {
+        use ragtune::core::{Chunk, ScoredHit};
+        let reranker = ragtune_testkit::fakes::ScriptedReranker::new().with_score("p2", 4.0).with_score("p1", -1.5);
+        let pool = |id: &str, doc: &str, score: f32, rank: u32| {
+            Candidate::from_hit(ScoredHit { chunk: Chunk::new(id, doc, id), score }, "bm25", rank)
+        };
+        let queries = vec![
+            ("q1".to_owned(), "first".to_owned(), vec![pool("p1", "d1", 2.0, 1), pool("p2", "d2", 1.0, 2)]),
+            ("q2".to_owned(), "second".to_owned(), vec![pool("p3", "d1", 0.5, 1)]),
+        ];
+        let qrels: Qrels = [("q1".to_owned(), [("d2".to_owned(), 1)].into_iter().collect())].into_iter().collect();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("pools.jsonl");
+        let opts = RerankEvalOptions {
+            pool: 30,
+            budgets: vec![0.5],
+            policies: vec![RerankPolicy::Greedy],
+            per_query: Some(path.clone()),
+            ..RerankEvalOptions::default()
+        };
+        let report = evaluate_reranking(&opts, Arc::new(reranker), &qrels, &queries, &mut |_| {}).await.unwrap();
+        assert_eq!(report.queries, 2);
+        let lines: Vec<PoolRecord> =
+            std::fs::read_to_string(&path).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        assert_eq!(lines.len(), 2);
+        assert_eq!(lines[0].query, "q1");
+        let ids: Vec<(&str, &str, f32, f32)> =
+            lines[0].candidates.iter().map(|c| (c.id.as_str(), c.doc.as_str(), c.retrieval, c.reranker)).collect();
+        assert_eq!(ids, [("p1", "d1", 2.0, -1.5), ("p2", "d2", 1.0, 4.0)]);
+        assert_eq!(lines[0].candidates[1].sources["bm25"], (1.0, 2));
+        assert_eq!(lines[0].qrels["d2"], 1);
+        assert!(lines[1].qrels.is_empty(), "an unjudged query has no judgements");
+        // An unwritable path is an error that names it.
+        let opts = RerankEvalOptions { per_query: Some(dir.path().join("missing/pools.jsonl")), ..opts };
+        let reranker = ragtune_testkit::fakes::ScriptedReranker::new();
+        let err = evaluate_reranking(&opts, Arc::new(reranker), &qrels, &queries, &mut |_| {}).await.unwrap_err();
+        assert!(err.to_string().contains("missing/pools.jsonl"), "{err}");
+    }
 }
