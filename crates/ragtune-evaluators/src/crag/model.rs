@@ -214,10 +214,8 @@ impl ModelEvaluator {
     /// A raw score on `[0, 1]`: logits through `[logit_scale, logit_shift]` first ([`ModelConfig::logit_scale`]).
     fn normalize(&self, raw: f32) -> f32 {
         match self.scale {
-            ScoreScale::Sigmoid => {
-                let (a, b) = (self.config.logit_scale, self.config.logit_shift);
-                self.scale.normalize(if a == 1.0 && b == 0.0 { raw } else { a.mul_add(raw, b) })
-            }
+            // With the default map (1, 0) this is the raw logit exactly.
+            ScoreScale::Sigmoid => self.scale.normalize(self.config.logit_scale.mul_add(raw, self.config.logit_shift)),
             ScoreScale::Unit | ScoreScale::Range { .. } => self.scale.normalize(raw),
         }
     }
