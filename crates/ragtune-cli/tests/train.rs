@@ -145,20 +145,25 @@ fn a_few_steps_on_a_tiny_set_give_a_model_that_ranks_the_positive_first() {
     assert_eq!(again["files"]["model.onnx"], files["model.onnx"], "a second run wrote another model");
 }
 
-#[test]
-fn hold_out_leaves_the_first_judged_queries_out_of_the_groups() {
-    // Mining only: the hybrid retrieval needs the embedding model, not the trainer.
+/// A temporary directory with the tiny set in `tiny/`, for tests that only mine: the hybrid retrieval needs the
+/// embedding model, not the trainer; `None` (the test skips, saying why) when the model is not provisioned.
+fn mining_dir() -> Option<tempfile::TempDir> {
     let layout = ragtune::provision::ModelLayout::new(ragtune::ragtune_home());
     if !layout.minilm_dir().join("model.safetensors").is_file() {
         eprintln!("skipped: the embedding model is not provisioned (cargo xtask models)");
-        return;
+        return None;
     }
     let dir = tempfile::tempdir().unwrap();
-    let dataset = dir.path().join("tiny");
-    beir(&dataset);
+    beir(&dir.path().join("tiny"));
+    Some(dir)
+}
+
+#[test]
+fn hold_out_leaves_the_first_judged_queries_out_of_the_groups() {
+    let Some(dir) = mining_dir() else { return };
     let out = dir.path().join("mined");
     let flags = ["--negatives", "7", "--pool", "8", "--hold-out", "1", "--mine-only"];
-    let output = train_reranker(&dataset, &out, &dir.path().join("cache"), &flags);
+    let output = train_reranker(&dir.path().join("tiny"), &out, &dir.path().join("cache"), &flags);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "mining failed:\n{stderr}");
     assert!(stderr.contains("1 held out"), "{stderr}");
@@ -174,17 +179,11 @@ fn hold_out_leaves_the_first_judged_queries_out_of_the_groups() {
 
 #[test]
 fn the_default_hold_out_on_a_set_too_small_for_it_is_a_clear_error_not_an_empty_training() {
-    let layout = ragtune::provision::ModelLayout::new(ragtune::ragtune_home());
-    if !layout.minilm_dir().join("model.safetensors").is_file() {
-        eprintln!("skipped: the embedding model is not provisioned (cargo xtask models)");
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let dataset = dir.path().join("tiny");
-    beir(&dataset);
+    let Some(dir) = mining_dir() else { return };
     let out = dir.path().join("mined");
     // No --hold-out: the default (200) is more than the tiny set's judged queries.
-    let output = train_reranker(&dataset, &out, &dir.path().join("cache"), &["--pool", "8", "--mine-only"]);
+    let flags = ["--pool", "8", "--mine-only"];
+    let output = train_reranker(&dir.path().join("tiny"), &out, &dir.path().join("cache"), &flags);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success(), "mining succeeded with nothing to train on:\n{stderr}");
     assert!(stderr.contains("--hold-out 200 leaves none of the"), "{stderr}");
