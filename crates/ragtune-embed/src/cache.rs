@@ -137,21 +137,26 @@ impl RequestVectors {
     }
 
     /// Remembers the stored span vectors of `candidates` (`spans[i]` for `candidates[i]`) as passage vectors of the
-    /// spans' texts; a span that does not fit its chunk's text, or a text seen already, is left alone. Returns how
-    /// many were added.
+    /// spans' texts, and each candidate's whole text as the mean of its spans ([`seed_mean`](Self::seed_mean)), so
+    /// a judge reading whole passages embeds none of them; a span that does not fit its chunk's text, or a text
+    /// seen already, is left alone. Returns how many strip vectors were added.
     pub fn seed(&self, candidates: &[Candidate], spans: &[Vec<SpanVector>]) -> usize {
         let dim = self.inner.spec().dim;
-        let mut seen = self.seen();
         let mut added = 0;
         for (c, spans) in candidates.iter().zip(spans) {
+            let mut parts = Vec::with_capacity(spans.len());
+            let mut seen = self.seen();
             for s in spans.iter().filter(|s| s.vector.len() == dim) {
                 let Some(text) = s.text_in(&c.chunk.text) else { continue };
+                parts.push(text);
                 let key = self.key(TextRole::Passage, text);
                 if let std::collections::hash_map::Entry::Vacant(slot) = seen.entry(key) {
                     slot.insert(Arc::new(s.vector.clone()));
                     added += 1;
                 }
             }
+            drop(seen);
+            self.seed_mean(&c.chunk.text, &parts);
         }
         added
     }

@@ -20,6 +20,31 @@ async fn the_query_cache_meets_the_embedder_contract() {
 }
 
 #[tokio::test]
+async fn seeded_strips_spare_the_model_their_texts_and_their_whole_passage() {
+    use ragtune_core::{Candidate, Chunk, Ctx, Embedder as _, ScoredHit, SpanVector, TextRole};
+    let model = Arc::new(HashEmbedder::new(8));
+    let vectors = RequestVectors::new(model.clone());
+    let text = "First sentence here. Second one there.";
+    let candidate = Candidate::from_hit(ScoredHit { chunk: Chunk::new("c", "d", text), score: 1.0 }, "dense", 1);
+    let unit = |i: usize| (0..8).map(|j| if j == i { 1.0 } else { 0.0 }).collect::<Vec<f32>>();
+    let spans = vec![
+        SpanVector { start: 0, end: 20, vector: unit(0) },
+        SpanVector { start: 21, end: 38, vector: unit(1) },
+        // A span of another version of the text is left out, of the strips and of the mean.
+        SpanVector { start: 30, end: 99, vector: unit(2) },
+    ];
+    assert_eq!(vectors.seed(std::slice::from_ref(&candidate), &[spans]), 2);
+    let got = vectors.embed(&Ctx::new(), &[text, "First sentence here."], TextRole::Passage).await.unwrap();
+    assert_eq!(model.calls(), 0, "the whole passage and its strip came from the seed");
+    let half = std::f32::consts::FRAC_1_SQRT_2;
+    assert!((got[0][0] - half).abs() < 1e-6 && (got[0][1] - half).abs() < 1e-6 && got[0][2] == 0.0, "{:?}", got[0]);
+    assert_eq!(got[1], unit(0));
+    // A text not seeded goes to the model.
+    vectors.embed(&Ctx::new(), &["something else"], TextRole::Passage).await.unwrap();
+    assert_eq!(model.calls(), 1);
+}
+
+#[tokio::test]
 async fn request_vectors_meet_the_embedder_contract() {
     embedder_contract(|| async { RequestVectors::new(Arc::new(HashEmbedder::new(32))) }).await;
     // The stack the engine builds: one question's vectors in front of the query cache.

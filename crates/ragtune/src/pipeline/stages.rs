@@ -150,6 +150,14 @@ impl Run<'_> {
             (_, false) => cfg.pipeline.retry_context(),
         };
         let (mut passages, method, extraction) = self.reduce(&candidates, mode).await;
+        if cfg.pipeline.judge
+            && method != ContextMethod::Refine
+            && let Some(v) = &self.env.vectors
+        {
+            // Whole passages: their stored strips, and each passage as their mean, so the judge embeds no passage
+            // (refinement seeded its own).
+            self.env.engine.seed_strip_vectors(&self.env.ctx, v, &candidates).await;
+        }
         add_pages(&mut passages, &candidates);
         let ledger = &mut self.ledger;
         let budget = cfg.pipeline.max_context_tokens - cfg.pipeline.reserve_tokens;
