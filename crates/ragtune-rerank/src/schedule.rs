@@ -550,7 +550,7 @@ mod tests {
             documents_first(&p, p.by_priority()).iter().map(|it| it.id()).collect::<Vec<_>>(),
             ["a0", "c0", "a1", "a2"]
         );
-        assert!(DOCUMENTS_FIRST, "the default offers documents first");
+        assert!(BatchConfig::default().documents_first, "the default offers documents first");
     }
 
     #[test]
