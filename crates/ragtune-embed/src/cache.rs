@@ -137,9 +137,10 @@ impl RequestVectors {
     }
 
     /// Remembers the stored span vectors of `candidates` (`spans[i]` for `candidates[i]`) as passage vectors of the
-    /// spans' texts, and each candidate's whole text as the mean of its spans ([`seed_mean`](Self::seed_mean)), so
-    /// a judge reading whole passages embeds none of them; a span that does not fit its chunk's text, or a text
-    /// seen already, is left alone. Returns how many strip vectors were added.
+    /// spans' texts, and each candidate's whole text as the mean of its spans ([`seed_mean`](Self::seed_mean)) when
+    /// they cover at least four fifths of it, so a judge reading whole passages embeds none of them; a span that
+    /// does not fit its chunk's text, or a text seen already, is left alone. Returns how many strip vectors were
+    /// added.
     pub fn seed(&self, candidates: &[Candidate], spans: &[Vec<SpanVector>]) -> usize {
         let dim = self.inner.spec().dim;
         let mut added = 0;
@@ -156,7 +157,11 @@ impl RequestVectors {
                 }
             }
             drop(seen);
-            self.seed_mean(&c.chunk.text, &parts);
+            // The mean stands for the passage only when the strips cover most of it.
+            let covered: usize = parts.iter().map(|p| p.len()).sum();
+            if covered * 5 >= c.chunk.text.trim().len() * 4 {
+                self.seed_mean(&c.chunk.text, &parts);
+            }
         }
         added
     }

@@ -42,6 +42,12 @@ async fn seeded_strips_spare_the_model_their_texts_and_their_whole_passage() {
     // A text not seeded goes to the model.
     vectors.embed(&Ctx::new(), &["something else"], TextRole::Passage).await.unwrap();
     assert_eq!(model.calls(), 1);
+    // Strips covering less than four fifths of a passage do not stand for it: it is embedded.
+    let long = "Only this part is a strip. The rest of this passage was never cut into strips at all.";
+    let partial = Candidate::from_hit(ScoredHit { chunk: Chunk::new("p", "d", long), score: 1.0 }, "dense", 1);
+    vectors.seed(std::slice::from_ref(&partial), &[vec![SpanVector { start: 0, end: 26, vector: unit(3) }]]);
+    vectors.embed(&Ctx::new(), &[long], TextRole::Passage).await.unwrap();
+    assert_eq!(model.calls(), 2);
 }
 
 #[tokio::test]
