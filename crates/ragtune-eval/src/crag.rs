@@ -13,7 +13,7 @@ use std::sync::Arc;
 use ragtune::core::{Candidate, Ctx, Error, Query, RelevanceEvaluator, Reranker, Result, Verdict, sort_ranked};
 use ragtune::evaluators::crag::{
     Calibration, CalibrationSample, FEATURE_NAMES, FIRST_VERSION_FEATURES, FitOptions, FitSummary, HeuristicEvaluator,
-    LearnedEvaluator, LearnedFit, LearnedModel, LearnedSample, ModelConfig, ModelEvaluator, ModelKind,
+    LearnedEvaluator, LearnedFit, LearnedModel, LearnedSample, ModelConfig, ModelEvaluator, ModelKind, RAW_AGGREGATE,
     RetrievalScoreScorer, ScoreScale, Stump, calibrate, failure_auc, features, fit_learned, fit_logit_map,
     heuristic_category,
 };
@@ -232,7 +232,7 @@ async fn fit_on_logits(
     let (mut raw, mut succeeded) = (Vec::with_capacity(judged.len()), Vec::with_capacity(judged.len()));
     for (text, candidates, ok) in judged {
         let judgement = first.evaluate(&Ctx::new(), text, candidates).await?;
-        raw.push(judgement.criteria.get("raw_aggregate").copied().unwrap_or(0.0));
+        raw.push(judgement.criteria.get(RAW_AGGREGATE).copied().unwrap_or(0.0));
         succeeded.push(*ok);
     }
     let (scale, shift) = fit_logit_map(&raw, &succeeded)?;

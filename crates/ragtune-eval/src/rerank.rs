@@ -331,9 +331,11 @@ pub async fn evaluate_reranking(
         qrels.iter().filter(|(id, _)| ids.contains(id.as_str())).map(|(k, v)| (k.clone(), v.clone())).collect()
     };
     // Retrieval alone, and the full rerank (which fills the score cache).
+    // The pools' file is created first: a path that cannot be written fails before the reranker scores anything.
+    let pools = opts.per_query.as_deref().map(PoolsFile::create).transpose()?;
     let full = full_pass(opts, &reranker, queries, log).await?;
-    if let Some(path) = &opts.per_query {
-        write_pools(path, queries, &full.scores, &qrels)?;
+    if let Some(pools) = pools {
+        pools.write(queries, &full.scores, &qrels)?;
     }
     let n = queries.len().max(1) as f64;
     let mut points = Vec::new();
@@ -354,36 +356,51 @@ pub async fn evaluate_reranking(
     })
 }
 
-/// Writes every query's pool ([`PoolRecord`]) to `path`, one JSON line each, in the queries' order.
-fn write_pools(
-    path: &Path,
-    queries: &[(String, String, Vec<Candidate>)],
-    scores: &HashMap<String, HashMap<String, f32>>,
-    qrels: &Qrels,
-) -> Result<()> {
-    use std::io::Write as _;
-    let fail = |e: std::io::Error| Error::permanent(format!("cannot write {}", path.display())).with_source(e);
-    let mut out = std::io::BufWriter::new(std::fs::File::create(path).map_err(fail)?);
-    for (id, _, cands) in queries {
-        let record = PoolRecord {
-            query: id.clone(),
-            candidates: cands
-                .iter()
-                .map(|c| PoolCandidate {
-                    id: c.chunk.id.clone(),
-                    doc: c.chunk.doc_id.clone(),
-                    retrieval: c.score,
-                    sources: c.sources.iter().map(|(k, v)| (k.clone(), (v.score, v.rank))).collect(),
-                    reranker: scores[id][&c.chunk.id],
-                })
-                .collect(),
-            qrels: qrels.get(id).map(|q| q.iter().map(|(d, g)| (d.clone(), *g)).collect()).unwrap_or_default(),
-        };
-        let line =
-            serde_json::to_string(&record).map_err(|e| Error::permanent("cannot serialise a pool").with_source(e))?;
-        writeln!(out, "{line}").map_err(fail)?;
+/// The `--rerank-per-query` file, created before anything is scored.
+struct PoolsFile {
+    path: PathBuf,
+    out: std::io::BufWriter<std::fs::File>,
+}
+
+impl PoolsFile {
+    fn fail(path: &Path, e: std::io::Error) -> Error {
+        Error::permanent(format!("cannot write {}", path.display())).with_source(e)
     }
-    out.flush().map_err(fail)
+
+    fn create(path: &Path) -> Result<Self> {
+        let file = std::fs::File::create(path).map_err(|e| Self::fail(path, e))?;
+        Ok(Self { path: path.to_path_buf(), out: std::io::BufWriter::new(file) })
+    }
+
+    /// Every query's pool ([`PoolRecord`]), one JSON line each, in the queries' order.
+    fn write(
+        mut self,
+        queries: &[(String, String, Vec<Candidate>)],
+        scores: &HashMap<String, HashMap<String, f32>>,
+        qrels: &Qrels,
+    ) -> Result<()> {
+        use std::io::Write as _;
+        for (id, _, cands) in queries {
+            let record = PoolRecord {
+                query: id.clone(),
+                candidates: cands
+                    .iter()
+                    .map(|c| PoolCandidate {
+                        id: c.chunk.id.clone(),
+                        doc: c.chunk.doc_id.clone(),
+                        retrieval: c.score,
+                        sources: c.sources.iter().map(|(k, v)| (k.clone(), (v.score, v.rank))).collect(),
+                        reranker: scores[id][&c.chunk.id],
+                    })
+                    .collect(),
+                qrels: qrels.get(id).map(|q| q.iter().map(|(d, g)| (d.clone(), *g)).collect()).unwrap_or_default(),
+            };
+            let line = serde_json::to_string(&record)
+                .map_err(|e| Error::permanent("cannot serialise a pool").with_source(e))?;
+            writeln!(self.out, "{line}").map_err(|e| Self::fail(&self.path, e))?;
+        }
+        self.out.flush().map_err(|e| Self::fail(&self.path, e))
+    }
 }
 
 /// What the full pass over the queries gave: the runs of retrieval alone and of the full rerank, every pair's
@@ -652,8 +669,9 @@ mod tests {
         assert!(lines[1].qrels.is_empty(), "an unjudged query has no judgements");
         // An unwritable path is an error that names it.
         let opts = RerankEvalOptions { per_query: Some(dir.path().join("missing/pools.jsonl")), ..opts };
-        let reranker = ragtune_testkit::fakes::ScriptedReranker::new();
-        let err = evaluate_reranking(&opts, Arc::new(reranker), &qrels, &queries, &mut |_| {}).await.unwrap_err();
+        let reranker = Arc::new(ragtune_testkit::fakes::ScriptedReranker::new());
+        let err = evaluate_reranking(&opts, reranker.clone(), &qrels, &queries, &mut |_| {}).await.unwrap_err();
         assert!(err.to_string().contains("missing/pools.jsonl"), "{err}");
+        assert_eq!(reranker.calls(), 0, "nothing was scored before the file failed");
     }
 }

@@ -210,12 +210,10 @@ pub struct BatchConfig {
 
 impl Default for BatchConfig {
     fn default() -> Self {
-        Self { reranker: None, batch_size: 8, depth: None, documents_first: DOCUMENTS_FIRST }
+        // Documents first: docs/experiments/2026-11-29-reranker.md, "One passage per document".
+        Self { reranker: None, batch_size: 8, depth: None, documents_first: true }
     }
 }
-
-/// [`BatchConfig::documents_first`]'s default (docs/experiments/2026-11-29-reranker.md, "One passage per document").
-pub const DOCUMENTS_FIRST: bool = true;
 
 /// `eligible` (in priority order) with one passage per document first: each document none of whose passages has
 /// left `CANDIDATE`, at its passage of highest priority; then the remaining passages, in priority order. Rankings

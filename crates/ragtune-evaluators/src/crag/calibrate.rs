@@ -51,18 +51,14 @@ pub fn fit_logit_map(raw: &[f32], succeeded: &[bool]) -> Result<(f32, f32)> {
     if succeeded.iter().all(|s| *s) || succeeded.iter().all(|s| !*s) {
         return Err(Error::invalid_input("a logit map needs both failed and successful retrievals"));
     }
-    let x: Vec<f64> = raw.iter().map(|r| f64::from(*r)).collect();
-    let n = x.len() as f64;
-    let mean = x.iter().sum::<f64>() / n;
-    let sd = (x.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n).sqrt();
-    if sd < 1e-9 {
+    if raw.iter().all(|r| r.total_cmp(&raw[0]).is_eq()) {
         return Err(Error::invalid_input("a logit map needs scores that differ"));
     }
-    // Fitted on standardised scores (well conditioned whatever the logits' range), then mapped back.
-    let z: Vec<Vec<f64>> = x.iter().map(|v| vec![(v - mean) / sd]).collect();
-    let y: Vec<f64> = succeeded.iter().map(|s| if *s { 1.0 } else { 0.0 }).collect();
-    let theta = super::learned::newton_logistic(&z, &y, LOGIT_MAP_L2)?;
-    let (bias, weight) = (theta[0], theta[1]);
+    // The learned evaluator's fit: standardised scores (well conditioned whatever the logits' range), mapped back.
+    let x: Vec<Vec<Option<f64>>> = raw.iter().map(|r| vec![Some(f64::from(*r))]).collect();
+    let rows: Vec<usize> = (0..raw.len()).collect();
+    let fit = super::learned::fit_on(&x, succeeded, &rows, LOGIT_MAP_L2)?;
+    let (mean, sd, weight, bias) = (fit.means[0], fit.scales[0], fit.weights[0], fit.bias);
     if weight <= 0.0 || !weight.is_finite() {
         return Err(Error::invalid_input(format!(
             "the scorer's higher scores do not go with successful retrieval on these samples (slope {weight:.3}); \

@@ -1186,11 +1186,11 @@ fn operating_points(samples: &[CalibrationSample]) -> Vec<OperatingPoint> {
 }
 
 /// A standardised logistic model over the table's features.
-struct Fitted {
-    means: Vec<f64>,
-    scales: Vec<f64>,
-    weights: Vec<f64>,
-    bias: f64,
+pub(crate) struct Fitted {
+    pub(crate) means: Vec<f64>,
+    pub(crate) scales: Vec<f64>,
+    pub(crate) weights: Vec<f64>,
+    pub(crate) bias: f64,
 }
 
 impl Fitted {
@@ -1209,7 +1209,7 @@ impl Fitted {
 }
 
 /// Standardises on the samples `rows` of `x` and fits the logistic regression of `labels` there.
-fn fit_on(x: &[Vec<Option<f64>>], labels: &[bool], rows: &[usize], l2: f64) -> Result<Fitted> {
+pub(crate) fn fit_on(x: &[Vec<Option<f64>>], labels: &[bool], rows: &[usize], l2: f64) -> Result<Fitted> {
     let d = x.first().map_or(0, Vec::len);
     let mut means = vec![0.0; d];
     let mut scales = vec![1.0; d];
@@ -1249,7 +1249,7 @@ fn objective(x: &[Vec<f64>], y: &[f64], theta: &[f64], l2: f64) -> f64 {
 /// Newton's method for L2-penalised logistic regression; returns `[bias, weights...]`.
 // Matrix code reads best with indices.
 #[allow(clippy::needless_range_loop)]
-pub(crate) fn newton_logistic(x: &[Vec<f64>], y: &[f64], l2: f64) -> Result<Vec<f64>> {
+fn newton_logistic(x: &[Vec<f64>], y: &[f64], l2: f64) -> Result<Vec<f64>> {
     const MAX_STEPS: usize = 100;
     const TOLERANCE: f64 = 1e-10;
     let d = x.first().map_or(0, Vec::len) + 1;

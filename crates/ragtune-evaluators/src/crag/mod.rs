@@ -49,7 +49,7 @@ pub use learned::{
     LearnedEvaluator, LearnedFit, LearnedModel, LearnedSample, ModelKind, OperatingPoint, Stump, StumpGrid, features,
     fit_learned,
 };
-pub use model::{Aggregate, ModelConfig, ModelEvaluator, ScoreScale};
+pub use model::{Aggregate, ModelConfig, ModelEvaluator, RAW_AGGREGATE, ScoreScale};
 pub use scorers::{DenseSimilarityScorer, RetrievalScoreScorer};
 
 /// Checks a pair of thresholds of the evaluator `who`: both within `[0, 1]` and `lower < upper`, each named as

@@ -119,6 +119,9 @@ impl ScoreScale {
     }
 }
 
+/// The criterion of a [`ModelEvaluator`] judgement that holds the aggregate of the scorer's raw scores.
+pub const RAW_AGGREGATE: &str = "raw_aggregate";
+
 /// Configuration of [`ModelEvaluator`]; the defaults are CRAG's thresholds.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -299,7 +302,7 @@ impl RelevanceEvaluator for ModelEvaluator {
             verdict,
             score: aggregate,
             per_candidate,
-            criteria: [("aggregate", aggregate), ("max", max), ("mean", mean), ("raw_aggregate", raw_aggregate)]
+            criteria: [("aggregate", aggregate), ("max", max), ("mean", mean), (RAW_AGGREGATE, raw_aggregate)]
                 .into_iter()
                 .map(|(k, v)| (k.to_owned(), v))
                 .collect(),

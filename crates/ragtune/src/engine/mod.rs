@@ -534,12 +534,14 @@ impl Engine {
     /// event.
     pub async fn request_vectors(&self, ctx: &Ctx, candidates: &[Candidate]) -> Option<Arc<RequestVectors>> {
         let vectors = Arc::new(RequestVectors::new(self.embedder.clone()?));
-        self.seed_strip_vectors(ctx, &vectors, candidates).await;
+        self.seed_strip_vectors(ctx, "refine", &vectors, candidates).await;
         Some(vectors)
     }
 
-    /// Adds the stored strip vectors of `candidates` to `vectors` (see [`request_vectors`](Self::request_vectors)).
-    pub async fn seed_strip_vectors(&self, ctx: &Ctx, vectors: &RequestVectors, candidates: &[Candidate]) {
+    /// Adds the stored strip vectors of `candidates` to `vectors` (see [`request_vectors`](Self::request_vectors)),
+    /// traced as a `strip_vectors` event of `stage` (the stage that needs them: `refine`, or `judge` for whole
+    /// passages).
+    pub async fn seed_strip_vectors(&self, ctx: &Ctx, stage: &str, vectors: &RequestVectors, candidates: &[Candidate]) {
         if candidates.is_empty() {
             return;
         }
@@ -547,12 +549,10 @@ impl Engine {
         match self.store.store.span_vectors(ctx, &ids).await {
             Ok(spans) => {
                 let added = vectors.seed(candidates, &spans);
-                ctx.trace(
-                    TraceEvent::new("refine", "strip_vectors").detail("chunks", ids.len()).detail("strips", added),
-                );
+                ctx.trace(TraceEvent::new(stage, "strip_vectors").detail("chunks", ids.len()).detail("strips", added));
             }
             Err(e) => ctx.trace(
-                TraceEvent::new("refine", "strip_vectors")
+                TraceEvent::new(stage, "strip_vectors")
                     .detail("error", e.to_string())
                     .detail("chunks", ids.len())
                     .detail("strips", 0),

@@ -156,7 +156,7 @@ impl Run<'_> {
         {
             // Whole passages: their stored strips, and each passage as their mean, so the judge embeds no passage
             // (refinement seeded its own).
-            self.env.engine.seed_strip_vectors(&self.env.ctx, v, &candidates).await;
+            self.env.engine.seed_strip_vectors(&self.env.ctx, "judge", v, &candidates).await;
         }
         add_pages(&mut passages, &candidates);
         let ledger = &mut self.ledger;
@@ -441,7 +441,7 @@ impl Env<'_> {
                 let r = match &self.vectors {
                     Some(v) => {
                         // The candidates' strips were pooled at indexing time: refinement embeds only the rest.
-                        self.engine.seed_strip_vectors(&self.ctx, v, candidates).await;
+                        self.engine.seed_strip_vectors(&self.ctx, "refine", v, candidates).await;
                         r.with_embedder(v.clone())
                     }
                     None => r,
